@@ -1,0 +1,39 @@
+# Every target creates the virtualenv and installs what it needs on a fresh machine.
+PYTHON ?= $(shell for p in python3.13 python3.12 python3.11 python3; do \
+            command -v $$p >/dev/null 2>&1 && $$p -c 'import sys; sys.exit(sys.version_info < (3, 11))' && { echo $$p; break; }; \
+          done)
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: install test check demo bench fuzz clean
+
+$(STAMP): pyproject.toml
+	@test -n "$(PYTHON)" || { echo "chunktape needs Python >= 3.11 on PATH"; exit 1; }
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+check: install
+	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff format --check src tests benchmarks
+	$(BIN)/mypy
+
+test: check
+	$(BIN)/pytest -n 2 --dist loadgroup
+
+demo: install
+	$(BIN)/chunktape demo
+
+bench: install
+	$(BIN)/python benchmarks/run.py
+
+fuzz: install
+	$(BIN)/python -m pip install --quiet atheris
+	$(BIN)/python benchmarks/fuzz.py
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis dist build demo-out

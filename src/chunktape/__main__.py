@@ -1,0 +1,3 @@
+from chunktape.cli import main
+
+main()

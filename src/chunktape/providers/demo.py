@@ -1,0 +1,40 @@
+"""The embedded demo session: a multi-turn, tool-calling conversation with reasoning, fully offline."""
+
+from __future__ import annotations
+
+from chunktape.protocol import TokenUsage
+from chunktape.providers.scripted import ScriptedAdapter, ScriptedToolCall, ScriptedTurn
+
+DEMO_TURNS: tuple[ScriptedTurn, ...] = (
+    ScriptedTurn(
+        reasoning="The user wants the files in src/. I should list the directory first.",
+        text="Let me look at the project files.",
+        tool_calls=[ScriptedToolCall(id="call_ls_1", name="list_files", arguments={"path": "src/", "depth": 1})],
+        usage=TokenUsage(input_tokens=412, output_tokens=38, cached_input_tokens=128, reasoning_tokens=17),
+    ),
+    ScriptedTurn(
+        reasoning="Two modules. Reading the entry point tells me what the package does.",
+        tool_calls=[
+            ScriptedToolCall(id="call_read_2", name="read_file", arguments={"path": "src/app/__init__.py"}),
+            ScriptedToolCall(id="call_read_3", name="read_file", arguments={"path": "src/app/main.py"}),
+        ],
+        usage=TokenUsage(input_tokens=530, output_tokens=44, cached_input_tokens=384, reasoning_tokens=15),
+    ),
+    ScriptedTurn(
+        text=(
+            "src/ holds one package, app, with an empty __init__.py and main.py, "
+            "which starts the HTTP server on port 8080."
+        ),
+        usage=TokenUsage(input_tokens=801, output_tokens=29, cached_input_tokens=512),
+    ),
+)
+
+
+class DemoAdapter(ScriptedAdapter):
+    """The demo script with realistic pacing (first chunk after 0.4 s, then every 30 ms)."""
+
+    turn_count = len(DEMO_TURNS)
+
+
+def demo_adapter(*, first_chunk_s: float = 0.4, between_s: float = 0.03) -> DemoAdapter:
+    return DemoAdapter(list(DEMO_TURNS), first_chunk_s=first_chunk_s, between_s=between_s, name="scripted")
