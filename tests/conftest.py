@@ -1,0 +1,23 @@
+"""Shared fixtures for the chunktape test suite."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+
+import pytest
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _owned_default_loop() -> Iterator[None]:
+    """Own the thread's default event loop and close it at the end.
+
+    pytest-asyncio's policy switch calls ``asyncio.get_event_loop()``, which creates a loop nobody closes
+    when none is set (pytest-asyncio #724); with ``filterwarnings = error`` that leak fails a random
+    later test. Setting one we own makes the saved-and-restored loop ours to close.
+    """
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    yield
+    asyncio.set_event_loop(None)
+    loop.close()
