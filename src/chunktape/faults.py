@@ -139,7 +139,7 @@ class Disconnect(_FaultBase, frozen=True, kw_only=True, tag="disconnect"):
     the first delta of the first block of type ``inside`` (exactly one of the three).
 
     A disconnect always breaks the stream: if the stream would finish earlier (fewer chunks, no such block,
-    or done before T), it breaks just before the ``usage``/``finish`` chunks instead.
+    or done before T), it breaks just before the ``finish`` chunk instead.
     """
 
     after_chunks: NonNegInt | None = None
@@ -159,7 +159,10 @@ class Disconnect(_FaultBase, frozen=True, kw_only=True, tag="disconnect"):
 
 
 class Stall(_FaultBase, frozen=True, kw_only=True, tag="stall"):
-    """Before chunk ``after_chunks`` (0 = before the first), the stream goes silent for ``seconds``, then goes on."""
+    """Before chunk ``after_chunks`` (0 = before the first), the stream goes silent for ``seconds``, then goes on.
+
+    A stream with fewer chunks stalls before it ends, so the silence always happens.
+    """
 
     after_chunks: NonNegInt
     seconds: NonNegFloat
