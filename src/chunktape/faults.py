@@ -39,7 +39,6 @@ from chunktape.errors import ErrorCode, LlmError
 __all__ = [
     "CORRUPT_KINDS",
     "CORRUPT_RULES",
-    "STANDARD_FAULTS",
     "Chaos",
     "Corrupt",
     "CorruptKind",
@@ -48,6 +47,7 @@ __all__ = [
     "Fault",
     "HttpError",
     "Latency",
+    "STANDARD_FAULTS",
     "Stall",
     "StreamFault",
     "Targeted",
@@ -101,7 +101,9 @@ def _invalid(cls: type, field: str, problem: str) -> LlmError:
     return LlmError(f"invalid fault spec: {cls.__name__}.{field} {problem}", ErrorCode.INVALID_CONFIG)
 
 
-class _FaultBase(msgspec.Struct, frozen=True, kw_only=True, tag_field="type", omit_defaults=True):
+class _FaultBase(
+    msgspec.Struct, frozen=True, kw_only=True, tag_field="type", omit_defaults=True, forbid_unknown_fields=True
+):
     """Common config; ``id`` names the fault in failure messages and test ids (derived when omitted)."""
 
     id: str | None = None

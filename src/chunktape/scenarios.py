@@ -36,7 +36,12 @@ import msgspec
 from chunktape.errors import ErrorCode, LlmError
 from chunktape.faults import STANDARD_FAULTS, Fault, fault_id, parse_fault
 
-__all__ = ["Scenario", "ScenarioTiming", "load_scenarios", "parse_scenarios"]
+__all__ = [
+    "Scenario",
+    "ScenarioTiming",
+    "load_scenarios",
+    "parse_scenarios",
+]
 
 SCENARIO_FORMAT_VERSION = 1
 

@@ -23,10 +23,6 @@ from chunktape.harness.metrics import (
 from chunktape.harness.retry import ErrorClass, RetryPolicy, RetryRule, stream_with_retry
 
 __all__ = [
-    "STREAM_CHUNK",
-    "STREAM_END",
-    "STREAM_ERROR",
-    "STREAM_START",
     "DoneEvent",
     "DoneReason",
     "ErrorClass",
@@ -35,6 +31,10 @@ __all__ = [
     "ReasoningEvent",
     "RetryPolicy",
     "RetryRule",
+    "STREAM_CHUNK",
+    "STREAM_END",
+    "STREAM_ERROR",
+    "STREAM_START",
     "StreamMetrics",
     "StreamObserver",
     "StreamStart",

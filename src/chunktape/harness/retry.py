@@ -76,7 +76,12 @@ from chunktape.protocol import (
 )
 from chunktape.validation import StreamValidator
 
-__all__ = ["ErrorClass", "RetryPolicy", "RetryRule", "stream_with_retry"]
+__all__ = [
+    "ErrorClass",
+    "RetryPolicy",
+    "RetryRule",
+    "stream_with_retry",
+]
 
 ErrorClass: TypeAlias = Literal["rate_limit", "timeout", "server_error"]
 Backoff: TypeAlias = Literal["exponential", "fixed"]

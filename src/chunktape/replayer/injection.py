@@ -62,7 +62,12 @@ from chunktape.protocol import (
     UsageChunk,
 )
 
-__all__ = ["INJECTED_ERROR_CODES", "ActiveFault", "FaultPlan", "FiredFault"]
+__all__ = [
+    "ActiveFault",
+    "FaultPlan",
+    "FiredFault",
+    "INJECTED_ERROR_CODES",
+]
 
 INJECTED_ERROR_CODES = frozenset({ErrorCode.PROVIDER_HTTP_ERROR, ErrorCode.STREAM_ABORTED, ErrorCode.CANCELLED})
 """The only ``LlmError`` codes injection itself raises (CANCELLED when the signal aborts a stall or delay)."""
