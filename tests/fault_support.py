@@ -26,8 +26,9 @@ async def from_list(chunks: Iterable[StreamChunk], *, between_s: float = 0.0) ->
 class FaultyAdapter(LlmAdapter):
     """Stands in for ReplayAdapter: serves recorded turns in order and applies a FaultPlan the documented way.
 
-    ``select`` -> ``before_stream`` -> ``wrap`` the timed stream; a turn is used up unless an injected fault
-    fails the call (``consumes_interaction`` is False), so a retry replays it.
+    ``select`` -> ``before_stream`` -> ``wrap`` the timed stream; a turn is reserved when the call starts and
+    released when ``consumes_interaction`` is False (at once, or after an abandoned stall), so a retry
+    replays it.
     """
 
     def __init__(
@@ -68,14 +69,19 @@ class FaultyAdapter(LlmAdapter):
         if self.position >= len(self.turns):
             raise LlmError(f"call #{self.calls}: every turn was played", ErrorCode.CASSETTE_EXHAUSTED)
         turn = self.turns[self.position]
-        if active is None or active.consumes_interaction:
+        reserved = active is None or active.consumes_interaction
+        if reserved:
             self.position += 1
         chunks = self._timed(turn, options)
         if active is not None:
             chunks = active.wrap(chunks, options.signal)
-        async with contextlib.aclosing(chunks) as closing:  # type: ignore[type-var]
-            async for chunk in closing:
-                yield chunk
+        try:
+            async with contextlib.aclosing(chunks) as closing:  # type: ignore[type-var]
+                async for chunk in closing:
+                    yield chunk
+        finally:
+            if reserved and active is not None and not active.consumes_interaction:
+                self.position -= 1  # abandoned during a stall: the retry replays the interaction
 
 
 def first_request() -> GenerateOptions:

@@ -189,22 +189,20 @@ class _AttemptFailed(Exception):
         self.error = error
 
 
-async def stream_with_retry(
+def stream_with_retry(
     adapter: LlmAdapter,
     options: GenerateOptions,
     policy: RetryPolicy | None = None,
     *,
     on_event: StreamObserver | None = None,
     metrics: StreamMetrics | None = None,
-) -> AsyncIterator[HarnessEvent]:
+) -> AsyncGenerator[HarnessEvent, None]:
     """Stream one generation as harness events, retrying per ``policy``; always ends with one ``DoneEvent``.
 
     ``metrics`` (optional) is filled in as the call goes, also when the task is cancelled; the final
-    ``DoneEvent.metrics`` is the same object.
+    ``DoneEvent.metrics`` is the same object. Closing the returned generator closes the adapter's stream.
     """
-    run = _Run(adapter, options, policy or RetryPolicy(), on_event, metrics or StreamMetrics())
-    async for event in run.events():
-        yield event
+    return _Run(adapter, options, policy or RetryPolicy(), on_event, metrics or StreamMetrics()).events()
 
 
 class _Run:
@@ -224,9 +222,13 @@ class _Run:
         self.on_event = on_event
         self.metrics = metrics
         self.signal = options.signal
-        self.loop = asyncio.get_running_loop()
-        self.started = self.loop.time()
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.started = 0.0
         self.ended = False
+
+    def _now(self) -> float:
+        assert self.loop is not None
+        return self.loop.time()
 
     def _notify(self, name: str, payload: object) -> None:
         if self.on_event is not None:
@@ -241,7 +243,7 @@ class _Run:
         finish: FinishKind | None = None,
     ) -> DoneEvent:
         self.ended = True
-        self.metrics.total_duration = self.loop.time() - self.started
+        self.metrics.total_duration = self._now() - self.started
         if usage is not None:
             self.metrics.token_usage = usage
         done = DoneEvent(reason=reason, usage=usage, error=error, finish=finish, metrics=self.metrics)
@@ -250,7 +252,9 @@ class _Run:
         self._notify(STREAM_END, done)
         return done
 
-    async def events(self) -> AsyncIterator[HarnessEvent]:
+    async def events(self) -> AsyncGenerator[HarnessEvent, None]:
+        self.loop = asyncio.get_running_loop()
+        self.started = self.loop.time()
         retries: dict[ErrorClass, int] = {}
         try:
             while True:
@@ -342,7 +346,7 @@ class _Run:
                     received += 1
                     self.metrics.chunk_count += 1
                     if self.metrics.ttfb is None:
-                        self.metrics.ttfb = self.loop.time() - self.started
+                        self.metrics.ttfb = self._now() - self.started
                     logger.debug("chunk: type=%s", type(chunk).__name__)
                     self._notify(STREAM_CHUNK, chunk)
                     validator.feed(chunk)

@@ -8,10 +8,12 @@ How an adapter uses it, once per ``stream()`` call::
     chunks = <the recorded stream, with its timing>
     if active is not None:
         chunks = active.wrap(chunks, options.signal)
-    # the interaction is used up unless active is not None and not active.consumes_interaction
+    # Reserve the interaction; when the stream closes, release it again if
+    # active is not None and not active.consumes_interaction (checked after the stream ended).
 
 A fault that fails the call (``HttpError``, ``Disconnect``, ``Truncate``, ``Corrupt``) does not consume the
-recorded interaction, so a retry replays it; ``Stall`` and ``Latency`` serve it in full and consume it.
+recorded interaction, so a retry replays it; ``Stall`` and ``Latency`` serve it in full and consume it,
+unless the consumer abandoned the stream before its end (e.g. its idle watchdog fired during a stall).
 
 Several faults may fire on one call; they compose in the order given (an ``HttpError`` among them wins, as it
 fails the call before any chunk). Every error raised here names the fault id and its seed.
@@ -23,7 +25,7 @@ import asyncio
 import random
 import re
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 
@@ -86,7 +88,7 @@ class FiredFault(msgspec.Struct, frozen=True, kw_only=True):
 class ActiveFault:
     """The faults that fire on one call; ``before_stream()`` then ``wrap()`` apply them."""
 
-    __slots__ = ("call", "fired")
+    __slots__ = ("_outcome", "call", "fired")
 
     def __init__(self, fired: Sequence[FiredFault], *, call: int) -> None:
         if not fired:
@@ -94,6 +96,7 @@ class ActiveFault:
         self.fired = tuple(fired)
         self.call = call
         """The 1-based number of the ``stream()`` call this applies to."""
+        self._outcome: Literal["pending", "served", "abandoned"] = "pending"
 
     @property
     def fault_id(self) -> str:
@@ -109,8 +112,21 @@ class ActiveFault:
 
     @property
     def consumes_interaction(self) -> bool:
-        """False when the fault fails the call, so the recorded interaction stays available for a retry."""
-        return all(isinstance(item.fault, _CONSUMING) for item in self.fired)
+        """Whether this call uses up the recorded interaction.
+
+        False at once when a fault fails the call (``HttpError``, ``Disconnect``, ``Truncate``, ``Corrupt``),
+        so a retry replays the interaction. ``Stall`` and ``Latency`` serve the whole interaction: True,
+        unless the stream was abandoned before its end (a consumer's idle timeout during a stall), which
+        this property reports once the wrapped stream has closed.
+        """
+        if not all(isinstance(item.fault, _CONSUMING) for item in self.fired):
+            return False
+        return self._outcome != "abandoned"
+
+    @property
+    def served(self) -> bool:
+        """True once the wrapped stream was delivered to its end."""
+        return self._outcome == "served"
 
     def before_stream(self) -> None:
         """Raise the injected ``PROVIDER_HTTP_ERROR`` if an ``HttpError`` fired; otherwise do nothing."""
@@ -123,7 +139,17 @@ class ActiveFault:
         stream = chunks
         for item in self.fired:
             stream = _apply(item, stream, signal)
-        return stream
+        return self._track(stream)
+
+    async def _track(self, stream: AsyncIterator[StreamChunk]) -> AsyncIterator[StreamChunk]:
+        try:
+            async for chunk in stream:
+                yield chunk
+            self._outcome = "served"
+        finally:
+            if self._outcome != "served":
+                self._outcome = "abandoned"
+            await _aclose(stream)
 
     def __repr__(self) -> str:
         return f"ActiveFault({self.fault_id!r}, seed={self.seed}, call={self.call})"
