@@ -590,3 +590,21 @@ def test_any_fault_over_any_valid_stream_raises_only_documented_codes(
 def test_text_delta_and_blocks_sanity() -> None:
     assert isinstance(CHUNKS[0], BlockStart)
     assert any(isinstance(chunk, TextDelta) for chunk in CHUNKS)
+
+
+@pytest.mark.looptime
+async def test_a_stall_abandoned_by_the_consumer_does_not_consume_the_interaction() -> None:
+    served = activate(Stall(after_chunks=1, seconds=30))
+    out, _ = await drain(served.wrap(from_list(CHUNKS), None))
+    assert out == CHUNKS
+    assert served.served
+    assert served.consumes_interaction
+
+    abandoned = activate(Stall(after_chunks=1, seconds=30))
+    assert abandoned.consumes_interaction  # the prediction, before the stream runs
+    received: list[StreamChunk] = []
+    with pytest.raises(TimeoutError):
+        await consume_with_idle_timeout(abandoned.wrap(from_list(CHUNKS), None), 5, received)
+    assert len(received) == 1
+    assert not abandoned.served
+    assert not abandoned.consumes_interaction
