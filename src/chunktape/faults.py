@@ -30,7 +30,7 @@ import math
 import re
 from collections.abc import Iterable, Mapping
 from types import MappingProxyType
-from typing import Annotated, Any, Literal, TypeAlias
+from typing import Annotated, Any, Literal, TypeAlias, assert_never, cast
 
 import msgspec
 
@@ -110,7 +110,7 @@ class _FaultBase(
 
     @property
     def fault_id(self) -> str:
-        return fault_id(self)  # type: ignore[arg-type]
+        return fault_id(cast("Fault", self))
 
     def _check_count(self, field: str, value: int | None, minimum: int = 0) -> None:
         if value is not None and (type(value) is not int or value < minimum):
@@ -310,7 +310,7 @@ def fault_id(fault: Fault) -> str:
             return f"chaos-{_num(fault.rate)}"
         case Targeted():
             return f"targeted-{fault_id(fault.fault)}"
-    raise _invalid(type(fault), "type", "is not a fault")  # pragma: no cover
+    assert_never(fault)
 
 
 def _standard() -> dict[str, StreamFault]:

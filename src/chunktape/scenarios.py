@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, cast
 
 import msgspec
 
@@ -168,7 +168,7 @@ def _label(raw: object, position: int) -> str:
 
 def _fault(label: str, field: str, index: int, item: object) -> Fault:
     try:
-        return parse_fault(item)  # type: ignore[arg-type]
+        return parse_fault(cast("Fault | str | Mapping[str, Any]", item))
     except LlmError as exc:
         message = exc.message.removeprefix("invalid fault spec: ")
         raise _config_error(f"{label}: field `{field}[{index}]`: {message}") from None

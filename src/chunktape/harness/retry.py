@@ -28,6 +28,17 @@ How a call ends:
 The stream is validated as it flows (``StreamValidator``); a violation ends the call as an error, never as a
 bare exception. A stream that ends without a ``finish`` chunk was cut off: it is treated as
 ``STREAM_ABORTED`` and retried. Any other exception from the adapter becomes ``INVALID_RESPONSE``.
+
+How the standard faults (``chunktape.faults.STANDARD_FAULTS``) end, with the default policy:
+
+* ``http-429``, ``http-500``, ``http-503``, every ``disconnect-*`` and ``truncate``: retried; when the fault
+  hits once, the call completes as if nothing happened (after an ``ErrorEvent(will_retry=True)``); when it
+  hits every call, ``DoneEvent(reason="error")`` once the retries are spent;
+* ``stall-30s``: served late but complete; with ``idle_timeout`` below 30 s it becomes a retried ``TIMEOUT``;
+* ``http-401``, ``http-400`` and every ``corrupt-*``: ``DoneEvent(reason="error")`` at once, no retry.
+
+Text streams live; tool calls are handed out only after the attempt finished cleanly. After a retry the
+next attempt's text starts over (see ``chunktape.harness.events``).
 """
 
 from __future__ import annotations
