@@ -206,3 +206,13 @@ def test_faults_are_frozen_and_hashable() -> None:
     with pytest.raises(AttributeError):
         fault.after_chunks = 4  # type: ignore[misc]
     assert {fault, Disconnect(after_chunks=3)} == {fault}
+
+
+def test_faults_read_like_the_design_positionally() -> None:
+    assert FailFirst(2, HttpError(503)) == FailFirst(n=2, fault=HttpError(status=503))
+    assert Stall(2, 30) == Stall(after_chunks=2, seconds=30)
+    assert Corrupt("bad-index", 7) == Corrupt(kind="bad-index", seed=7)
+    assert Chaos(0.5, [HttpError(500)], 3) == Chaos(rate=0.5, faults=[HttpError(status=500)], seed=3)
+    assert Targeted(HttpError(500), [1, 3]) == Targeted(fault=HttpError(status=500), calls=[1, 3])
+    with pytest.raises(TypeError):
+        HttpError(500, None, None, "my-id")  # type: ignore[call-arg]

@@ -123,7 +123,7 @@ class _FaultBase(
             raise _invalid(type(self), field, f"must be a finite number of seconds >= 0, got {value!r}")
 
 
-class HttpError(_FaultBase, frozen=True, kw_only=True, tag="http-error"):
+class HttpError(_FaultBase, frozen=True, tag="http-error"):
     """The call raises ``PROVIDER_HTTP_ERROR`` with this status (and Retry-After, in seconds) before any chunk."""
 
     status: Status
@@ -136,7 +136,7 @@ class HttpError(_FaultBase, frozen=True, kw_only=True, tag="http-error"):
         self._check_seconds("retry_after", self.retry_after)
 
 
-class Disconnect(_FaultBase, frozen=True, kw_only=True, tag="disconnect"):
+class Disconnect(_FaultBase, frozen=True, tag="disconnect"):
     """The stream breaks with ``STREAM_ABORTED``: after N chunks, after T seconds of loop time, or right after
     the first delta of the first block of type ``inside`` (exactly one of the three).
 
@@ -160,7 +160,7 @@ class Disconnect(_FaultBase, frozen=True, kw_only=True, tag="disconnect"):
             raise _invalid(Disconnect, "inside", f"must be one of text, tool-call, reasoning, got {self.inside!r}")
 
 
-class Stall(_FaultBase, frozen=True, kw_only=True, tag="stall"):
+class Stall(_FaultBase, frozen=True, tag="stall"):
     """Before chunk ``after_chunks`` (0 = before the first), the stream goes silent for ``seconds``, then goes on.
 
     A stream with fewer chunks stalls before it ends, so the silence always happens.
@@ -174,7 +174,7 @@ class Stall(_FaultBase, frozen=True, kw_only=True, tag="stall"):
         self._check_seconds("seconds", self.seconds)
 
 
-class Latency(_FaultBase, frozen=True, kw_only=True, tag="latency"):
+class Latency(_FaultBase, frozen=True, tag="latency"):
     """Extra delay before the first chunk and before each later one, plus uniform jitter drawn from ``seed``."""
 
     first_chunk_s: NonNegFloat = 0.0
@@ -187,7 +187,7 @@ class Latency(_FaultBase, frozen=True, kw_only=True, tag="latency"):
             self._check_seconds(name, getattr(self, name))
 
 
-class Truncate(_FaultBase, frozen=True, kw_only=True, tag="truncate"):
+class Truncate(_FaultBase, frozen=True, tag="truncate"):
     """The stream ends silently after at most ``after_chunks`` chunks, and never yields usage or finish."""
 
     after_chunks: NonNegInt
@@ -196,7 +196,7 @@ class Truncate(_FaultBase, frozen=True, kw_only=True, tag="truncate"):
         self._check_count("after_chunks", self.after_chunks)
 
 
-class Corrupt(_FaultBase, frozen=True, kw_only=True, tag="corrupt"):
+class Corrupt(_FaultBase, frozen=True, tag="corrupt"):
     """The stream breaks the protocol rule ``CORRUPT_RULES[kind]``; ``seed`` picks among equivalent variants."""
 
     kind: CorruptKind
@@ -213,7 +213,7 @@ StreamFault: TypeAlias = HttpError | Disconnect | Stall | Latency | Truncate | C
 _STREAM_FAULT_TYPES = (HttpError, Disconnect, Stall, Latency, Truncate, Corrupt)
 
 
-class FailFirst(_FaultBase, frozen=True, kw_only=True, tag="fail-first"):
+class FailFirst(_FaultBase, frozen=True, tag="fail-first"):
     """The first ``n`` calls this selector sees get ``fault``; later calls are served untouched."""
 
     n: NonNegInt
@@ -225,7 +225,7 @@ class FailFirst(_FaultBase, frozen=True, kw_only=True, tag="fail-first"):
             raise _invalid(FailFirst, "fault", f"must be a stream fault, got {type(self.fault).__name__}")
 
 
-class Chaos(_FaultBase, frozen=True, kw_only=True, tag="chaos"):
+class Chaos(_FaultBase, frozen=True, tag="chaos"):
     """Each call gets one of ``faults`` with probability ``rate``, drawn reproducibly from ``seed``."""
 
     rate: Rate
@@ -242,7 +242,7 @@ class Chaos(_FaultBase, frozen=True, kw_only=True, tag="chaos"):
                 raise _invalid(Chaos, f"faults[{position}]", f"must be a stream fault, got {type(fault).__name__}")
 
 
-class Targeted(_FaultBase, frozen=True, kw_only=True, tag="targeted"):
+class Targeted(_FaultBase, frozen=True, tag="targeted"):
     """Applies ``fault`` only to selected calls: all of the given selectors must match.
 
     ``calls`` are 1-based numbers counted over every ``stream()`` call of the adapter; ``model`` must equal
