@@ -137,8 +137,9 @@ class HttpError(_FaultBase, frozen=True, tag="http-error"):
 
 
 class Disconnect(_FaultBase, frozen=True, tag="disconnect"):
-    """The stream breaks with ``STREAM_ABORTED``: after N chunks, after T seconds of loop time, or right after
-    the first delta of the first block of type ``inside`` (exactly one of the three).
+    """The stream breaks with ``STREAM_ABORTED``: after N chunks, after T seconds of loop time (counted from
+    the first read of the stream), or right after the first delta of the first block of type ``inside``
+    (exactly one of the three).
 
     A disconnect always breaks the stream: if the stream would finish earlier (fewer chunks, no such block,
     or done before T), it breaks just before the ``finish`` chunk instead.

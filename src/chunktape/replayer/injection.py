@@ -4,12 +4,16 @@ How an adapter uses it, once per ``stream()`` call::
 
     active = plan.select(options)            # counts the call; FailFirst/Chaos/Targeted decide here
     if active is not None:
-        active.before_stream()               # HttpError raises here, before any chunk
-    chunks = <the recorded stream, with its timing>
+        active.before_stream()               # HttpError raises here, before any chunk: nothing consumed
+    interaction = <match and reserve the recorded interaction>
+    chunks = <its chunks, with the chosen timing>
     if active is not None:
         chunks = active.wrap(chunks, options.signal)
-    # Reserve the interaction; when the stream closes, release it again if
-    # active is not None and not active.consumes_interaction (checked after the stream ended).
+    try:
+        async for chunk in chunks: yield chunk
+    finally:
+        if active is not None and not active.consumes_interaction:
+            <release the interaction>        # a retry replays it
 
 A fault that fails the call (``HttpError``, ``Disconnect``, ``Truncate``, ``Corrupt``) does not consume the
 recorded interaction, so a retry replays it; ``Stall`` and ``Latency`` serve it in full and consume it,
