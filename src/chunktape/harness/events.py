@@ -1,0 +1,132 @@
+"""The consumer-side events ``stream_with_retry`` yields (the seed's chunk types, one level above StreamChunk).
+
+A consumer sees ``TextEvent``/``ReasoningEvent`` live as deltas arrive, ``ToolCallEvent``s once the attempt
+has finished cleanly (so a failed attempt never hands out a tool call), ``ErrorEvent`` for each failed
+attempt, and exactly one final ``DoneEvent``.
+
+**Retries after partial output.** Text streams live, so an attempt that fails mid-way has already yielded
+some text. Its ``ErrorEvent`` then has ``will_retry=True`` and ``partial=True``: everything the failed
+attempt yielded is superseded, and the next attempt's events start the answer over from its beginning
+(each event carries its ``attempt`` number). ``collect()`` applies this rule, so its text never holds a
+duplicate.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterable
+from typing import Any, Literal, TypeAlias
+
+import msgspec
+
+from chunktape.errors import LlmError
+from chunktape.harness.metrics import StreamMetrics
+from chunktape.protocol import FinishKind, TokenUsage
+
+__all__ = [
+    "DoneEvent",
+    "DoneReason",
+    "ErrorEvent",
+    "HarnessEvent",
+    "ReasoningEvent",
+    "TextEvent",
+    "ToolCallEvent",
+    "Transcript",
+    "collect",
+]
+
+DoneReason: TypeAlias = Literal["stop", "tool_use", "length", "cancel", "error"]
+
+
+class _Event(msgspec.Struct, frozen=True, kw_only=True, tag_field="type"):
+    pass
+
+
+class TextEvent(_Event, frozen=True, kw_only=True, tag="text"):
+    """A piece of answer text; concatenate the pieces of one attempt."""
+
+    text: str
+    index: int
+    attempt: int = 1
+
+
+class ReasoningEvent(_Event, frozen=True, kw_only=True, tag="reasoning"):
+    """A piece of the model's reasoning (DeepSeek ``reasoning_content``)."""
+
+    text: str
+    index: int
+    attempt: int = 1
+
+
+class ToolCallEvent(_Event, frozen=True, kw_only=True, tag="tool_call"):
+    """A complete tool call with its arguments parsed from JSON (always a JSON object)."""
+
+    id: str
+    name: str
+    arguments: dict[str, Any]
+    raw_arguments: str
+    index: int
+    attempt: int = 1
+
+
+class ErrorEvent(_Event, frozen=True, kw_only=True, tag="error"):
+    """An attempt failed. ``retry_after`` is the delay before the next attempt when ``will_retry``, else None."""
+
+    error: LlmError
+    recoverable: bool
+    retry_after: float | None = None
+    will_retry: bool = False
+    partial: bool = False
+    """The failed attempt had already yielded text or reasoning, which the next attempt supersedes."""
+    attempt: int = 1
+
+
+class DoneEvent(_Event, frozen=True, kw_only=True, tag="done"):
+    """The last event of every call: why it ended, the usage, and (for ``error``) the error."""
+
+    reason: DoneReason
+    usage: TokenUsage | None = None
+    error: LlmError | None = None
+    finish: FinishKind | None = None
+    """The protocol's finish kind when the stream finished (``content-filter`` maps to ``stop``)."""
+    metrics: StreamMetrics | None = None
+
+
+HarnessEvent: TypeAlias = TextEvent | ReasoningEvent | ToolCallEvent | ErrorEvent | DoneEvent
+
+
+class Transcript(msgspec.Struct, kw_only=True):
+    """What a consumer ends up with: the text of the attempt that counted, its tool calls, errors, the end."""
+
+    text: str = ""
+    reasoning: str = ""
+    tool_calls: list[ToolCallEvent] = []
+    errors: list[ErrorEvent] = []
+    done: DoneEvent | None = None
+    events: list[HarnessEvent] = []
+
+
+async def collect(events: AsyncIterable[HarnessEvent]) -> Transcript:
+    """Consume a harness stream; text of an attempt that was retried is dropped, never duplicated."""
+    transcript = Transcript()
+    text: list[str] = []
+    reasoning: list[str] = []
+    async for event in events:
+        transcript.events.append(event)
+        match event:
+            case TextEvent():
+                text.append(event.text)
+            case ReasoningEvent():
+                reasoning.append(event.text)
+            case ToolCallEvent():
+                transcript.tool_calls.append(event)
+            case ErrorEvent():
+                transcript.errors.append(event)
+                if event.will_retry:
+                    text.clear()
+                    reasoning.clear()
+                    transcript.tool_calls.clear()
+            case DoneEvent():
+                transcript.done = event
+    transcript.text = "".join(text)
+    transcript.reasoning = "".join(reasoning)
+    return transcript

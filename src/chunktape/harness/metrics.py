@@ -1,0 +1,67 @@
+"""Stream metrics and the observer hooks (the seed's ``llm/stream/start|chunk|error|end`` events).
+
+Times are read from the running event loop's clock, so a test in virtual time (``looptime``) measures
+virtual seconds. Observers are plain callables ``on_event(name, payload)``; every event is also logged on
+the ``chunktape.harness`` logger (start/end at INFO, chunks at DEBUG, errors at WARNING).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any, Final
+
+import msgspec
+
+from chunktape.protocol import TokenUsage
+
+__all__ = [
+    "STREAM_CHUNK",
+    "STREAM_END",
+    "STREAM_ERROR",
+    "STREAM_START",
+    "StreamMetrics",
+    "StreamObserver",
+    "StreamStart",
+    "logger",
+]
+
+STREAM_START: Final = "llm/stream/start"
+"""Payload: ``StreamStart``, once per attempt."""
+STREAM_CHUNK: Final = "llm/stream/chunk"
+"""Payload: the ``StreamChunk`` as received from the adapter."""
+STREAM_ERROR: Final = "llm/stream/error"
+"""Payload: the ``ErrorEvent`` (also yielded to the consumer)."""
+STREAM_END: Final = "llm/stream/end"
+"""Payload: the final ``DoneEvent``, exactly once per ``stream_with_retry`` call, also on task cancellation."""
+
+StreamObserver = Callable[[str, Any], None]
+"""``on_event(name, payload)``: called synchronously for each observer event."""
+
+logger = logging.getLogger("chunktape.harness")
+
+
+class StreamStart(msgspec.Struct, frozen=True, kw_only=True):
+    """What the ``llm/stream/start`` event carries (the seed's structured ``llm_request`` log)."""
+
+    model: str
+    message_count: int
+    tool_count: int
+    attempt: int
+
+
+class StreamMetrics(msgspec.Struct, kw_only=True):
+    """Figures of one ``stream_with_retry`` call, in seconds of loop time, across all its attempts."""
+
+    ttfb: float | None = None
+    """From the call to the first chunk of any attempt (retry delays included); None if no chunk came."""
+    total_duration: float | None = None
+    """From the call to its ``DoneEvent``."""
+    chunk_count: int = 0
+    """Chunks received from the adapter, over all attempts."""
+    tool_call_count: int = 0
+    """Tool calls delivered to the consumer (``ToolCallEvent``s)."""
+    retry_count: int = 0
+    attempts: int = 0
+    token_usage: TokenUsage | None = None
+    """The usage reported by the attempt that completed."""

@@ -1,0 +1,1 @@
+"""Replay: the ReplayAdapter, timing, and fault injection on chunk streams."""

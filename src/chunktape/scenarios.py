@@ -1,0 +1,174 @@
+"""Fault scenarios from a TOML or JSON file, so CI can run a fault matrix without Python code.
+
+A scenario file holds a list of named scenarios; each names a cassette and the faults to replay it with::
+
+    # scenarios.toml
+    [[scenarios]]
+    name = "rate-limited-twice"
+    cassette = "cassettes/agent.msgpack"      # relative to this file
+    faults = [{ type = "fail-first", n = 2, fault = { type = "http-error", status = 429, retry_after = 1.0 } }]
+
+    [[scenarios]]
+    name = "slow-and-broken"
+    cassette = "cassettes/agent.msgpack"
+    timing = { mode = "recorded", speed = 2.0 }
+    faults = ["stall-30s", { type = "disconnect", after_chunks = 3 }]
+
+    [[scenarios]]
+    name = "matrix"
+    cassette = "cassettes/agent.msgpack"
+    each = "standard"                          # one scenario per STANDARD_FAULTS entry: matrix[http-429], ...
+
+A fault is a table with a ``type`` (see ``chunktape.faults``) or the id of a ``STANDARD_FAULTS`` entry.
+``each`` (a list of faults, or ``"standard"``) expands a scenario into one scenario per entry, named
+``<name>[<fault id>]``, each with the shared ``faults`` plus that one. The JSON form is the same document
+(``{"scenarios": [...]}``). Every error is ``LlmError(INVALID_CONFIG)`` naming the scenario and the field.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any, Literal, cast
+
+import msgspec
+
+from chunktape.errors import ErrorCode, LlmError
+from chunktape.faults import STANDARD_FAULTS, Fault, fault_id, parse_fault
+
+__all__ = [
+    "Scenario",
+    "ScenarioTiming",
+    "load_scenarios",
+    "parse_scenarios",
+]
+
+SCENARIO_FORMAT_VERSION = 1
+
+_NonNegFloat = Annotated[float, msgspec.Meta(ge=0)]
+_PositiveFloat = Annotated[float, msgspec.Meta(gt=0)]
+
+
+class ScenarioTiming(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """How the replay paces chunks: ``instant``, ``recorded`` (scaled by ``speed``) or ``fixed``."""
+
+    mode: Literal["instant", "recorded", "fixed"] = "instant"
+    speed: _PositiveFloat = 1.0
+    first_chunk_s: _NonNegFloat = 0.0
+    between_s: _NonNegFloat = 0.0
+
+
+class Scenario(msgspec.Struct, frozen=True, kw_only=True):
+    """One named replay: a cassette, the faults applied to it, and the timing."""
+
+    name: str
+    cassette: str
+    """The cassette path; ``load_scenarios`` resolves relative paths against the scenario file's folder."""
+    faults: tuple[Fault, ...] = ()
+    timing: ScenarioTiming = ScenarioTiming()
+    description: str = ""
+
+
+class _ScenarioSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    name: Annotated[str, msgspec.Meta(min_length=1)]
+    cassette: Annotated[str, msgspec.Meta(min_length=1)]
+    faults: list[Any] = []
+    each: list[Any] | Literal["standard"] | None = None
+    timing: ScenarioTiming = ScenarioTiming()
+    description: str = ""
+
+
+class _ScenarioFile(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    version: int = SCENARIO_FORMAT_VERSION
+    scenarios: list[Any] = []
+
+
+def _config_error(message: str) -> LlmError:
+    return LlmError(message, ErrorCode.INVALID_CONFIG)
+
+
+def load_scenarios(path: str | Path) -> list[Scenario]:
+    """Read a ``.toml`` or ``.json`` scenario file; relative cassette paths are resolved against its folder."""
+    path = Path(path)
+    suffix = path.suffix.lower()
+    if suffix not in (".toml", ".json"):
+        raise _config_error(f"{path}: scenario files end in .toml or .json, got {suffix or 'no suffix'!r}")
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise _config_error(f"{path}: cannot read the scenario file ({exc.strerror or exc})") from None
+    try:
+        document = msgspec.toml.decode(data) if suffix == ".toml" else msgspec.json.decode(data)
+    except msgspec.DecodeError as exc:
+        raise _config_error(f"{path}: not valid {suffix[1:].upper()} ({exc})") from None
+    try:
+        scenarios = parse_scenarios(document)
+    except LlmError as exc:
+        raise _config_error(f"{path}: {exc.message}") from None
+    base = path.parent
+    return [
+        msgspec.structs.replace(scenario, cassette=str(base / scenario.cassette))
+        if not Path(scenario.cassette).is_absolute()
+        else scenario
+        for scenario in scenarios
+    ]
+
+
+def parse_scenarios(document: object) -> list[Scenario]:
+    """Scenarios from an already decoded document (``{"scenarios": [...]}``); cassette paths are kept as given."""
+    if not isinstance(document, Mapping):
+        raise _config_error(f"expected a table with a 'scenarios' list, got {type(document).__name__}")
+    try:
+        spec_file = msgspec.convert(document, _ScenarioFile)
+    except msgspec.ValidationError as exc:
+        raise _config_error(f"invalid scenario file: {exc}") from None
+    if spec_file.version > SCENARIO_FORMAT_VERSION:
+        raise _config_error(
+            f"scenario file version {spec_file.version} is newer than this chunktape reads "
+            f"({SCENARIO_FORMAT_VERSION}); upgrade chunktape"
+        )
+    if not spec_file.scenarios:
+        raise _config_error("the file defines no scenarios (add a [[scenarios]] table)")
+    result: list[Scenario] = []
+    seen: set[str] = set()
+    for position, raw in enumerate(spec_file.scenarios):
+        label = _label(raw, position)
+        try:
+            spec = msgspec.convert(raw, _ScenarioSpec)
+        except msgspec.ValidationError as exc:
+            raise _config_error(f"{label}: {exc}") from None
+        shared = tuple(_fault(label, "faults", index, item) for index, item in enumerate(spec.faults))
+        expanded: list[tuple[str, tuple[Fault, ...]]]
+        if spec.each is None:
+            expanded = [(spec.name, shared)]
+        else:
+            items: list[Any] = list(STANDARD_FAULTS) if spec.each == "standard" else spec.each
+            if not items:
+                raise _config_error(f"{label}: field `each` lists no faults")
+            expanded = []
+            for index, item in enumerate(items):
+                fault = _fault(label, "each", index, item)
+                expanded.append((f"{spec.name}[{fault_id(fault)}]", (*shared, fault)))
+        for name, faults in expanded:
+            if name in seen:
+                raise _config_error(f"{label}: field `name`: duplicate scenario name {name!r}")
+            seen.add(name)
+            result.append(
+                Scenario(
+                    name=name, cassette=spec.cassette, faults=faults, timing=spec.timing, description=spec.description
+                )
+            )
+    return result
+
+
+def _label(raw: object, position: int) -> str:
+    name = raw.get("name") if isinstance(raw, Mapping) else None
+    return f"scenario {name!r} (#{position + 1})" if isinstance(name, str) else f"scenario #{position + 1}"
+
+
+def _fault(label: str, field: str, index: int, item: object) -> Fault:
+    try:
+        return parse_fault(cast("Fault | str | Mapping[str, Any]", item))
+    except LlmError as exc:
+        message = exc.message.removeprefix("invalid fault spec: ")
+        raise _config_error(f"{label}: field `{field}[{index}]`: {message}") from None
