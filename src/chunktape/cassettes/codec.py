@@ -1,0 +1,455 @@
+"""Reading and writing cassette files: msgpack or JSON by suffix, atomic saves, a crash journal, migrations.
+
+Loading is lazy: ``open_cassette`` decodes the header and every request but keeps each interaction's events
+as ``msgspec.Raw`` until that interaction is first played, so matching one request in a large cassette does
+not pay for decoding all of its chunks. Every decode failure is ``LlmError(CASSETTE_CORRUPT)`` naming the
+file and what is wrong; nothing else escapes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from collections.abc import Callable, Iterator, Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import Any, TypeAlias
+
+import msgspec
+
+from chunktape.cassettes.model import (
+    FORMAT_VERSION,
+    Cancelled,
+    Cassette,
+    CassetteMeta,
+    Event,
+    Interaction,
+    Outcome,
+    RecordedRequest,
+)
+from chunktape.errors import ErrorCode, LlmError
+from chunktape.protocol import StreamChunk
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows: saves stay atomic, concurrent writers are not serialised
+    fcntl = None  # type: ignore[assignment]
+
+__all__ = [
+    "MIGRATIONS",
+    "CassetteSource",
+    "Journal",
+    "LazyCassette",
+    "append_interactions",
+    "as_lazy",
+    "cassette_lock",
+    "encode_cassette",
+    "journal_path",
+    "load_cassette",
+    "open_cassette",
+    "recover",
+    "save_cassette",
+]
+
+PathLike: TypeAlias = str | os.PathLike[str]
+CassetteSource: TypeAlias = Cassette | PathLike
+
+Migration = Callable[[dict[str, Any]], dict[str, Any]]
+MIGRATIONS: dict[int, Migration] = {}
+"""``MIGRATIONS[n]`` turns a decoded version-``n`` cassette (plain dicts) into version ``n + 1``."""
+
+
+# -- on-disk shapes used only for decoding -----------------------------------------------------
+
+
+class _Envelope(msgspec.Struct, kw_only=True):
+    """The first, cheap pass: the version, with the rest left undecoded."""
+
+    version: int
+    meta: msgspec.Raw = msgspec.Raw(b"")
+    interactions: msgspec.Raw = msgspec.Raw(b"")
+
+
+class _StoredInteraction(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+    """An interaction whose events stay raw bytes until it is played."""
+
+    request: RecordedRequest
+    events: msgspec.Raw
+    outcome: Outcome
+    started_at: datetime | None = None
+    attempt: int = 1
+
+
+class _Format:
+    """The typed encoder and decoders for one encoding, built once and reused."""
+
+    def __init__(self, name: str, module: Any) -> None:
+        self.name = name
+        self._encoder = module.Encoder()
+        self.envelope = module.Decoder(_Envelope)
+        self.meta = module.Decoder(CassetteMeta)
+        self.stored = module.Decoder(list[_StoredInteraction])
+        self.events = module.Decoder(list[Event])
+        self.cassette = module.Decoder(Cassette)
+        self.plain = module.Decoder()
+
+    def encode(self, obj: object) -> bytes:
+        data: bytes = self._encoder.encode(obj)
+        if self.name == "JSON":
+            return msgspec.json.format(data, indent=2) + b"\n"
+        return data
+
+
+_MSGPACK = _Format("msgpack", msgspec.msgpack)
+_JSON = _Format("JSON", msgspec.json)
+
+
+def _format_for(path: Path) -> _Format:
+    return _JSON if path.suffix.lower() == ".json" else _MSGPACK
+
+
+def _corrupt(path: Path, what: str) -> LlmError:
+    return LlmError(f"{path}: {what}", ErrorCode.CASSETTE_CORRUPT)
+
+
+# -- loading -----------------------------------------------------------------------------------
+
+
+class LazyCassette:
+    """A cassette ready to match: header and requests decoded, each interaction's events on first use."""
+
+    __slots__ = ("_decoded", "_format", "_stored", "meta", "path", "requests", "version")
+
+    def __init__(self, cassette: Cassette, path: Path | None = None) -> None:
+        self.path = path
+        self.version = cassette.version
+        self.meta = cassette.meta
+        self.requests: list[RecordedRequest] = [interaction.request for interaction in cassette.interactions]
+        self._decoded: list[Interaction | None] = list(cassette.interactions)
+        self._stored: list[_StoredInteraction] = []
+        self._format = _MSGPACK
+
+    @classmethod
+    def _from_stored(
+        cls, path: Path, meta: CassetteMeta, stored: list[_StoredInteraction], fmt: _Format
+    ) -> LazyCassette:
+        lazy = cls(Cassette(meta=meta), path)
+        lazy.requests = [item.request for item in stored]
+        lazy._decoded = [None] * len(stored)
+        lazy._stored = stored
+        lazy._format = fmt
+        return lazy
+
+    def __len__(self) -> int:
+        return len(self.requests)
+
+    def interaction(self, index: int) -> Interaction:
+        """The interaction at ``index``, decoding its events the first time it is asked for."""
+        decoded = self._decoded[index]
+        if decoded is not None:
+            return decoded
+        stored = self._stored[index]
+        try:
+            events = self._format.events.decode(stored.events)
+        except Exception as exc:  # msgspec raises DecodeError/ValidationError; anything else is corruption too
+            raise _corrupt(self.path or Path("<memory>"), f"interaction #{index} events: {exc}") from exc
+        decoded = Interaction(
+            request=stored.request,
+            events=events,
+            outcome=stored.outcome,
+            started_at=stored.started_at,
+            attempt=stored.attempt,
+        )
+        self._decoded[index] = decoded
+        return decoded
+
+    def to_cassette(self) -> Cassette:
+        """Decode everything into a plain ``Cassette``."""
+        interactions = [self.interaction(index) for index in range(len(self))]
+        return Cassette(version=FORMAT_VERSION, meta=self.meta, interactions=interactions)
+
+
+def _read(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        raise LlmError(f"{path} does not exist", ErrorCode.CASSETTE_NOT_FOUND) from None
+    except OSError as exc:
+        raise _corrupt(path, f"cannot be read: {exc.strerror or exc}") from exc
+
+
+def _check_version(path: Path, envelope: _Envelope) -> None:
+    if envelope.version > FORMAT_VERSION:
+        raise LlmError(
+            f"{path} has format version {envelope.version}; this chunktape reads up to {FORMAT_VERSION}",
+            ErrorCode.CASSETTE_VERSION,
+        )
+
+
+def _migrate(path: Path, data: bytes, fmt: _Format, version: int) -> Cassette:
+    """Run ``MIGRATIONS`` from ``version`` up to ``FORMAT_VERSION`` on the plain decoded document."""
+    try:
+        document = fmt.plain.decode(data)
+    except Exception as exc:
+        raise _corrupt(path, f"not valid {fmt.name}: {exc}") from exc
+    while version < FORMAT_VERSION:
+        migration = MIGRATIONS.get(version)
+        if migration is None:
+            raise _corrupt(path, f"format version {version} is not supported (no migration to {version + 1})")
+        try:
+            document = migration(document)
+        except Exception as exc:
+            raise _corrupt(path, f"migration from version {version} failed: {exc}") from exc
+        version += 1
+        if isinstance(document, dict):
+            document["version"] = version
+    try:
+        return msgspec.convert(document, Cassette, from_attributes=False)
+    except Exception as exc:
+        raise _corrupt(path, f"after migration: {exc}") from exc
+
+
+def _decode_envelope(path: Path, data: bytes, fmt: _Format) -> _Envelope:
+    try:
+        envelope: _Envelope = fmt.envelope.decode(data)
+    except Exception as exc:
+        raise _corrupt(path, f"not a {fmt.name} cassette: {exc}") from exc
+    _check_version(path, envelope)
+    return envelope
+
+
+def open_cassette(path: PathLike) -> LazyCassette:
+    """Open a cassette for matching: events stay undecoded until an interaction is played."""
+    path = Path(path)
+    data = _read(path)
+    fmt = _format_for(path)
+    envelope = _decode_envelope(path, data, fmt)
+    if envelope.version < FORMAT_VERSION:
+        return LazyCassette(_migrate(path, data, fmt, envelope.version), path)
+    try:
+        meta = fmt.meta.decode(envelope.meta) if envelope.meta else CassetteMeta()
+        stored = fmt.stored.decode(envelope.interactions) if envelope.interactions else []
+    except Exception as exc:
+        raise _corrupt(path, f"{exc}") from exc
+    return LazyCassette._from_stored(path, meta, stored, fmt)
+
+
+def load_cassette(path: PathLike) -> Cassette:
+    """Read and fully decode a cassette (``.json`` is JSON, anything else msgpack)."""
+    path = Path(path)
+    data = _read(path)
+    fmt = _format_for(path)
+    envelope = _decode_envelope(path, data, fmt)
+    if envelope.version < FORMAT_VERSION:
+        return _migrate(path, data, fmt, envelope.version)
+    try:
+        cassette: Cassette = fmt.cassette.decode(data)
+    except Exception as exc:
+        raise _corrupt(path, f"{exc}") from exc
+    return cassette
+
+
+def as_lazy(source: Cassette | LazyCassette | PathLike) -> LazyCassette:
+    """Whatever a user passed (a ``Cassette``, a path, an opened cassette), ready to match."""
+    if isinstance(source, LazyCassette):
+        return source
+    if isinstance(source, Cassette):
+        return LazyCassette(source)
+    return open_cassette(source)
+
+
+# -- saving ------------------------------------------------------------------------------------
+
+
+def encode_cassette(cassette: Cassette, path: PathLike) -> bytes:
+    """The bytes ``save_cassette`` would write to ``path`` (encoding chosen by its suffix)."""
+    return _format_for(Path(path)).encode(cassette)
+
+
+@contextlib.contextmanager
+def cassette_lock(path: PathLike) -> Iterator[None]:
+    """Serialise writers of cassettes in one folder across processes (pytest-xdist workers).
+
+    The lock is an ``flock`` on the folder itself, so no lock file is left next to the cassettes.
+    """
+    folder = Path(path).parent
+    folder.mkdir(parents=True, exist_ok=True)
+    if fcntl is None:  # pragma: no cover
+        yield
+        return
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    """Temp file in the same folder, fsync, ``os.replace``: readers see the old file or the new one."""
+    fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as file:
+            file.write(data)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(temp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temp)
+        raise
+
+
+def save_cassette(cassette: Cassette, path: PathLike) -> None:
+    """Write ``cassette`` atomically (``.json``: pretty JSON; anything else: msgpack)."""
+    path = Path(path)
+    data = encode_cassette(cassette, path)
+    with cassette_lock(path):
+        _write_atomic(path, data)
+
+
+def append_interactions(path: PathLike, interactions: Sequence[Interaction], meta: CassetteMeta) -> Cassette:
+    """Add interactions to the cassette at ``path`` (created if missing) under the lock; returns what was written.
+
+    Re-reading under the lock means two processes appending to one cassette both keep their interactions.
+    """
+    path = Path(path)
+    with cassette_lock(path):
+        if path.exists():
+            existing = load_cassette(path)
+            cassette = Cassette(meta=existing.meta, interactions=[*existing.interactions, *interactions])
+        else:
+            cassette = Cassette(meta=meta, interactions=list(interactions))
+        _write_atomic(path, encode_cassette(cassette, path))
+    return cassette
+
+
+# -- the crash journal ---------------------------------------------------------------------------
+
+
+class _JMeta(msgspec.Struct, frozen=True, tag="meta", array_like=True):
+    meta: CassetteMeta
+
+
+class _JBegin(msgspec.Struct, frozen=True, tag="begin", array_like=True):
+    id: int
+    request: RecordedRequest
+    started_at: datetime | None
+    attempt: int
+
+
+class _JEvent(msgspec.Struct, frozen=True, tag="event", array_like=True, gc=False):
+    id: int
+    t_ns: int
+    chunk: StreamChunk
+
+
+class _JEnd(msgspec.Struct, frozen=True, tag="end", array_like=True):
+    id: int
+    outcome: Outcome
+
+
+_JRecord: TypeAlias = _JMeta | _JBegin | _JEvent | _JEnd
+_journal_encoder = msgspec.json.Encoder()
+_journal_decoder = msgspec.json.Decoder(_JRecord)
+
+
+def journal_path(cassette_path: PathLike) -> Path:
+    """Where the journal of a cassette being recorded lives: ``<cassette file>.journal``."""
+    path = Path(cassette_path)
+    return path.with_name(path.name + ".journal")
+
+
+class Journal:
+    """Append-only JSON lines, one ``os.write`` per record, so a SIGKILL loses nothing already received.
+
+    Records go to the OS straight away (no user-space buffer) but are not fsynced: a process crash loses
+    nothing, a power loss can lose the tail. The journal is deleted once the cassette is saved.
+    """
+
+    __slots__ = ("_buffer", "_fd", "path")
+
+    def __init__(self, path: PathLike, meta: CassetteMeta) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+        self._buffer = bytearray()
+        self._write(_JMeta(meta))
+
+    def _write(self, record: _JRecord) -> None:
+        buffer = self._buffer
+        _journal_encoder.encode_into(record, buffer)
+        buffer.append(10)
+        os.write(self._fd, buffer)
+
+    def begin(self, id: int, request: RecordedRequest, started_at: datetime | None, attempt: int) -> None:
+        self._write(_JBegin(id, request, started_at, attempt))
+
+    def event(self, id: int, t_ns: int, chunk: StreamChunk) -> None:
+        self._write(_JEvent(id, t_ns, chunk))
+
+    def end(self, id: int, outcome: Outcome) -> None:
+        self._write(_JEnd(id, outcome))
+
+    def close(self, *, remove: bool) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+        if remove:
+            with contextlib.suppress(FileNotFoundError):
+                self.path.unlink()
+
+
+def recover(path: PathLike) -> Cassette:
+    """Rebuild a cassette from a journal left by a crashed recording.
+
+    Every interaction without a recorded end is marked ``Cancelled`` (cut short); a torn final line is
+    dropped. Run the result through ``redaction.check`` before saving it: the journal is not redacted.
+    """
+    path = Path(path)
+    data = _read(path)
+    lines = data.split(b"\n")
+    meta = CassetteMeta()
+    begun: dict[int, _JBegin] = {}
+    events: dict[int, list[Event]] = {}
+    outcomes: dict[int, Outcome] = {}
+    last = len(lines) - 1
+    for number, line in enumerate(lines):
+        if not line:
+            continue
+        try:
+            record = _journal_decoder.decode(line)
+        except Exception as exc:
+            if number == last:
+                break  # the write the crash interrupted
+            raise _corrupt(path, f"journal line {number + 1}: {exc}") from exc
+        match record:
+            case _JMeta():
+                meta = record.meta
+            case _JBegin():
+                begun[record.id] = record
+                events[record.id] = []
+            case _JEvent():
+                if record.id not in events:
+                    raise _corrupt(path, f"journal line {number + 1}: event for unknown interaction {record.id}")
+                events[record.id].append(Event(t_ns=record.t_ns, chunk=record.chunk))
+            case _JEnd():
+                outcomes[record.id] = record.outcome
+    interactions = []
+    for id, begin in begun.items():
+        recorded = events[id]
+        outcome = outcomes.get(id) or Cancelled(
+            t_ns=recorded[-1].t_ns if recorded else 0,
+            reason="cut short: the recording process stopped mid-stream (recovered from its journal)",
+        )
+        interactions.append(
+            Interaction(
+                request=begin.request,
+                events=recorded,
+                outcome=outcome,
+                started_at=begin.started_at,
+                attempt=begin.attempt,
+            )
+        )
+    return Cassette(meta=meta, interactions=interactions)
