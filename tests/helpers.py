@@ -13,6 +13,7 @@ from chunktape import (
     FinishReason,
     GenerateOptions,
     LlmAdapter,
+    LlmError,
     Message,
     StreamChunk,
     TextBlock,
@@ -121,3 +122,14 @@ class GatedAdapter(LlmAdapter):
 
 async def collect(stream: AsyncIterator[StreamChunk]) -> list[StreamChunk]:
     return [chunk async for chunk in stream]
+
+
+async def collect_until_error(stream: AsyncIterator[StreamChunk]) -> tuple[list[StreamChunk], LlmError]:
+    """The chunks a stream yields before it raises, and the ``LlmError`` it raises."""
+    got: list[StreamChunk] = []
+    try:
+        async for chunk in stream:
+            got.append(chunk)
+    except LlmError as error:
+        return got, error
+    raise AssertionError("the stream ended without raising LlmError")
