@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import asyncio
+import inspect
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -17,3 +19,22 @@ def never_live() -> Callable[[], LlmAdapter]:
         pytest.fail("the live adapter factory was called")
 
     return factory
+
+
+@pytest.fixture(autouse=True)
+def _event_loop_for_sync_tests(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Give sync tests a loop that is closed afterwards.
+
+    looptime's plugin asks the event loop policy for a loop even in sync tests; with none set, the policy
+    creates one that nobody closes, and its ResourceWarning fails a later test under ``filterwarnings=error``.
+    """
+    if inspect.iscoroutinefunction(request.function):
+        yield
+        return
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    try:
+        yield
+    finally:
+        asyncio.set_event_loop(None)
+        loop.close()

@@ -286,10 +286,25 @@ def cassette_lock(path: PathLike) -> Iterator[None]:
         os.close(fd)  # closing releases the lock
 
 
+def _current_umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+_UMASK = _current_umask()
+
+
 def _write_atomic(path: Path, data: bytes) -> None:
     """Temp file in the same folder, fsync, ``os.replace``: readers see the old file or the new one."""
     fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        # mkstemp makes the file private (0600); a cassette gets the usual permissions, or keeps its own.
+        try:
+            mode = path.stat().st_mode & 0o777
+        except FileNotFoundError:
+            mode = 0o666 & ~_UMASK
+        os.fchmod(fd, mode)
         with os.fdopen(fd, "wb") as file:
             file.write(data)
             file.flush()

@@ -111,7 +111,7 @@ class RequestMatcher:
         more = f"\n    ... and {len(diff) - 12} more difference(s)" if len(diff) > 12 else ""
         return LlmError(
             f"no recorded interaction in {where} matches the request ({summary}); "
-            f"closest is interaction #{index} (failing matchers: {failing}), recorded vs requested:\n{lines}{more}\n   ",
+            f"closest is interaction #{index} (failing matchers: {failing}), recorded vs requested:\n{lines}{more}\n",
             ErrorCode.CASSETTE_MISMATCH,
         )
 
