@@ -133,9 +133,17 @@ def test_concurrent_appends_keep_every_interaction(tmp_path: Path) -> None:
 def test_open_decodes_events_only_when_an_interaction_is_used(tmp_path: Path, name: str) -> None:
     path = tmp_path / name
     good = make_cassette(2)
-    document = msgspec.to_builtins(good)
-    document["interactions"][1]["events"] = [{"tNs": "not a number"}]
-    path.write_bytes(msgspec.json.encode(document) if name.endswith(".json") else msgspec.msgpack.encode(document))
+    save_cassette(good, path)
+    document = (
+        msgspec.json.decode(path.read_bytes()) if name.endswith(".json") else msgspec.msgpack.decode(path.read_bytes())
+    )
+    bad_events = [{"tNs": "not a number"}]
+    if name.endswith(".json"):
+        document["interactions"][1]["events"] = bad_events
+        path.write_bytes(msgspec.json.encode(document))
+    else:  # msgpack holds each interaction's events as one nested blob
+        document["interactions"][1]["events"] = msgspec.msgpack.encode(bad_events)
+        path.write_bytes(msgspec.msgpack.encode(document))
 
     lazy = open_cassette(path)
     assert len(lazy) == 2

@@ -72,7 +72,7 @@ class _Envelope(msgspec.Struct, kw_only=True):
 
 
 class _StoredInteraction(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
-    """An interaction whose events stay raw bytes until it is played."""
+    """JSON: an interaction whose events stay raw JSON until it is played."""
 
     request: RecordedRequest
     events: msgspec.Raw
@@ -81,28 +81,107 @@ class _StoredInteraction(msgspec.Struct, frozen=True, kw_only=True, rename="came
     attempt: int = 1
 
 
+class _PackedInteraction(msgspec.Struct, frozen=True, kw_only=True, rename="camel", omit_defaults=True):
+    """msgpack: an interaction whose events are one nested msgpack blob.
+
+    A ``bin`` blob is skipped in O(1) while matching, so opening a large cassette costs its requests, not its
+    chunks; the blob decodes to exactly the ``events`` list the JSON form holds inline.
+    """
+
+    request: RecordedRequest
+    events: bytes
+    outcome: Outcome
+    started_at: datetime | None = None
+    attempt: int = 1
+
+
+class _PackedView(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+    """msgpack, lazy: the events blob as a zero-copy view into the file's bytes."""
+
+    request: RecordedRequest
+    events: memoryview
+    outcome: Outcome
+    started_at: datetime | None = None
+    attempt: int = 1
+
+
+class _PackedCassette(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+    version: int
+    meta: CassetteMeta
+    interactions: list[_PackedInteraction]
+
+
+_Stored: TypeAlias = _StoredInteraction | _PackedView
+
+
 class _Format:
     """The typed encoder and decoders for one encoding, built once and reused."""
 
-    def __init__(self, name: str, module: Any) -> None:
-        self.name = name
+    name = "JSON"
+
+    def __init__(self, module: Any) -> None:
         self._encoder = module.Encoder()
         self.envelope = module.Decoder(_Envelope)
         self.meta = module.Decoder(CassetteMeta)
-        self.stored = module.Decoder(list[_StoredInteraction])
         self.events = module.Decoder(list[Event])
-        self.cassette = module.Decoder(Cassette)
         self.plain = module.Decoder()
+        self.stored: Any = module.Decoder(list[_StoredInteraction])
+        self.cassette: Any = module.Decoder(Cassette)
 
-    def encode(self, obj: object) -> bytes:
-        data: bytes = self._encoder.encode(obj)
-        if self.name == "JSON":
-            return msgspec.json.format(data, indent=2) + b"\n"
+    def encode(self, cassette: Cassette) -> bytes:
+        data: bytes = msgspec.json.format(self._encoder.encode(cassette), indent=2)
+        return data + b"\n"
+
+    def decode(self, data: bytes) -> Cassette:
+        cassette: Cassette = self.cassette.decode(data)
+        return cassette
+
+
+class _MsgpackFormat(_Format):
+    name = "msgpack"
+
+    def __init__(self) -> None:
+        super().__init__(msgspec.msgpack)
+        self.stored = msgspec.msgpack.Decoder(list[_PackedView])
+        self.cassette = msgspec.msgpack.Decoder(_PackedCassette)
+
+    def encode(self, cassette: Cassette) -> bytes:
+        encode = self._encoder.encode
+        packed = _PackedCassette(
+            version=cassette.version,
+            meta=cassette.meta,
+            interactions=[
+                _PackedInteraction(
+                    request=item.request,
+                    events=encode(item.events),
+                    outcome=item.outcome,
+                    started_at=item.started_at,
+                    attempt=item.attempt,
+                )
+                for item in cassette.interactions
+            ],
+        )
+        data: bytes = encode(packed)
         return data
 
+    def decode(self, data: bytes) -> Cassette:
+        packed: _PackedCassette = self.cassette.decode(data)
+        decode = self.events.decode
+        interactions = [
+            Interaction(
+                request=item.request,
+                events=decode(item.events),
+                outcome=item.outcome,
+                started_at=item.started_at,
+                attempt=item.attempt,
+            )
+            for item in packed.interactions
+        ]
+        return Cassette(version=packed.version, meta=packed.meta, interactions=interactions)
 
-_MSGPACK = _Format("msgpack", msgspec.msgpack)
-_JSON = _Format("JSON", msgspec.json)
+
+_MSGPACK = _MsgpackFormat()
+_JSON = _Format(msgspec.json)
 
 
 def _format_for(path: Path) -> _Format:
@@ -127,13 +206,11 @@ class LazyCassette:
         self.meta = cassette.meta
         self.requests: list[RecordedRequest] = [interaction.request for interaction in cassette.interactions]
         self._decoded: list[Interaction | None] = list(cassette.interactions)
-        self._stored: list[_StoredInteraction] = []
-        self._format = _MSGPACK
+        self._stored: list[_Stored] = []
+        self._format: _Format = _MSGPACK
 
     @classmethod
-    def _from_stored(
-        cls, path: Path, meta: CassetteMeta, stored: list[_StoredInteraction], fmt: _Format
-    ) -> LazyCassette:
+    def _from_stored(cls, path: Path, meta: CassetteMeta, stored: list[_Stored], fmt: _Format) -> LazyCassette:
         lazy = cls(Cassette(meta=meta), path)
         lazy.requests = [item.request for item in stored]
         lazy._decoded = [None] * len(stored)
@@ -191,6 +268,9 @@ def _migrate(path: Path, data: bytes, fmt: _Format, version: int) -> Cassette:
     """Run ``MIGRATIONS`` from ``version`` up to ``FORMAT_VERSION`` on the plain decoded document."""
     try:
         document = fmt.plain.decode(data)
+        for interaction in document.get("interactions", ()) if isinstance(document, dict) else ():
+            if isinstance(interaction, dict) and isinstance(interaction.get("events"), bytes):
+                interaction["events"] = fmt.plain.decode(interaction["events"])
     except Exception as exc:
         raise _corrupt(path, f"not valid {fmt.name}: {exc}") from exc
     while version < FORMAT_VERSION:
@@ -244,10 +324,9 @@ def load_cassette(path: PathLike) -> Cassette:
     if envelope.version < FORMAT_VERSION:
         return _migrate(path, data, fmt, envelope.version)
     try:
-        cassette: Cassette = fmt.cassette.decode(data)
+        return fmt.decode(data)
     except Exception as exc:
         raise _corrupt(path, f"{exc}") from exc
-    return cassette
 
 
 def as_lazy(source: Cassette | LazyCassette | PathLike) -> LazyCassette:

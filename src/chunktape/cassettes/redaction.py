@@ -42,6 +42,9 @@ KEY_PATTERNS: dict[str, re.Pattern[str]] = {
     "bearer token": re.compile(r"\b[Bb]earer\s+[A-Za-z0-9._~+/\-]{20,}=*"),
 }
 _ENV_NAME = re.compile(r".+_(?:API_KEY|TOKEN|SECRET)$")
+_KEY_PREFIXES = ("sk-", "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_", "AKIA", "AIza", "xox", "earer")
+"""A key-shaped string contains one of these; text without any of them skips the (slower) regexes."""
+_screen_encoder = msgspec.msgpack.Encoder()
 
 
 def env_secrets(environ: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -109,10 +112,55 @@ def _texts(interaction: Interaction, number: int) -> Iterator[tuple[str, str]]:
         yield f"interaction #{number} error message", interaction.outcome.message
 
 
-def _all_texts(cassette: Cassette) -> Iterator[tuple[str, str]]:
+def _screen_text(interaction: Interaction) -> tuple[str, bytes]:
+    """Everything in ``interaction`` that can hold a credential, as little text as possible.
+
+    Returns the streamed deltas in order (blocks separated by NUL, so a key split over deltas reassembles)
+    and the msgpack encoding of the rest: the request, the outcome, tool-call ids and names, and any
+    block-end whose content is not exactly what its deltas streamed. msgpack keeps strings as raw UTF-8,
+    so a literal anywhere in those fields shows up verbatim in the bytes.
+    """
+    parts: list[str] = []
+    others: list[object] = [interaction.request, interaction.outcome]
+    block_start = 0
+    for event in interaction.events:
+        chunk = event.chunk
+        kind = type(chunk)
+        if kind is TextDelta or kind is ReasoningDelta:
+            parts.append(chunk.text)  # type: ignore[union-attr]
+        elif kind is ToolCallDelta:
+            parts.append(chunk.arguments_delta)  # type: ignore[union-attr]
+            if chunk.id is not None or chunk.name is not None:  # type: ignore[union-attr]
+                others.append(chunk)
+        elif kind is BlockEnd:
+            block = chunk.block  # type: ignore[union-attr]
+            streamed = "".join(parts[block_start:])
+            if type(block) is ToolCallBlock:
+                others.append((block.id, block.name))
+                if block.arguments != streamed:
+                    others.append(block.arguments)
+            elif block.text != streamed:  # type: ignore[union-attr]
+                others.append(block.text)  # type: ignore[union-attr]
+            parts.append("\x00")
+            block_start = len(parts)
+        else:
+            parts.append("\x00")
+            block_start = len(parts)
+    return "".join(parts), _screen_encoder.encode(others)
+
+
+def _may_hold(interaction: Interaction, literals: Sequence[str], patterns: bool) -> bool:
+    """A cheap screen at C speed: can ``interaction`` hold a credential at all? Hits get the detailed walk."""
+    streamed, rest = _screen_text(interaction)
+    needles = [*literals, *(_KEY_PREFIXES if patterns else ())]
+    return any(needle in streamed or needle.encode() in rest for needle in needles)
+
+
+def _all_texts(cassette: Cassette, literals: Sequence[str], patterns: bool) -> Iterator[tuple[str, str]]:
     yield from _strings(msgspec.to_builtins(cassette.meta), "meta")
     for number, interaction in enumerate(cassette.interactions):
-        yield from _texts(interaction, number)
+        if _may_hold(interaction, literals, patterns):
+            yield from _texts(interaction, number)
 
 
 def _usable(secrets: Iterable[str]) -> list[str]:
@@ -130,7 +178,7 @@ def find_secrets(
     allowed = set(allow)
     literals = [secret for secret in _usable(secrets) if secret not in allowed]
     findings: list[str] = []
-    for where, text in _all_texts(cassette):
+    for where, text in _all_texts(cassette, literals, patterns):
         for secret in literals:
             if secret in text:
                 findings.append(f"credential {_mask(secret)} in {where}")
@@ -234,6 +282,8 @@ def _redact_request(request: RecordedRequest, secrets: Sequence[str], patterns: 
 def redact_interaction(interaction: Interaction, secrets: Sequence[str], *, patterns: bool = False) -> Interaction:
     """``interaction`` with every occurrence of ``secrets`` (and key patterns if asked) replaced."""
     secrets = _usable(secrets)
+    if not _may_hold(interaction, secrets, patterns):
+        return interaction
     events = list(interaction.events)
     changed = False
     for (_, kind), positions in _blocks(events).items():
