@@ -115,6 +115,30 @@ class _PackedCassette(msgspec.Struct, frozen=True, kw_only=True, rename="camel")
 _Stored: TypeAlias = _StoredInteraction | _PackedView
 
 
+class _LazyJson(msgspec.Struct, kw_only=True, rename="camel"):
+    """One pass over a JSON cassette: requests decoded, events left raw. ``version`` is required."""
+
+    version: int
+    meta: CassetteMeta = msgspec.field(default_factory=CassetteMeta)
+    interactions: list[_StoredInteraction] = []
+
+
+class _LazyPacked(msgspec.Struct, kw_only=True, rename="camel"):
+    """One pass over a msgpack cassette: requests decoded, event blobs viewed in place."""
+
+    version: int
+    meta: CassetteMeta = msgspec.field(default_factory=CassetteMeta)
+    interactions: list[_PackedView] = []
+
+
+class _FullJson(msgspec.Struct, kw_only=True, rename="camel"):
+    """A whole JSON cassette in one typed pass (``Cassette`` itself defaults ``version``; a file may not)."""
+
+    version: int
+    meta: CassetteMeta = msgspec.field(default_factory=CassetteMeta)
+    interactions: list[Interaction] = []
+
+
 class _Format:
     """The typed encoder and decoders for one encoding, built once and reused."""
 
@@ -126,16 +150,16 @@ class _Format:
         self.meta = module.Decoder(CassetteMeta)
         self.events = module.Decoder(list[Event])
         self.plain = module.Decoder()
-        self.stored: Any = module.Decoder(list[_StoredInteraction])
-        self.cassette: Any = module.Decoder(Cassette)
+        self.lazy: Any = module.Decoder(_LazyJson)
+        self.full: Any = module.Decoder(_FullJson)
 
     def encode(self, cassette: Cassette) -> bytes:
         data: bytes = msgspec.json.format(self._encoder.encode(cassette), indent=2)
         return data + b"\n"
 
-    def decode(self, data: bytes) -> Cassette:
-        cassette: Cassette = self.cassette.decode(data)
-        return cassette
+    def to_cassette(self, document: Any) -> Cassette:
+        """The ``Cassette`` for what ``self.full`` decoded."""
+        return Cassette(version=document.version, meta=document.meta, interactions=document.interactions)
 
 
 class _MsgpackFormat(_Format):
@@ -143,8 +167,8 @@ class _MsgpackFormat(_Format):
 
     def __init__(self) -> None:
         super().__init__(msgspec.msgpack)
-        self.stored = msgspec.msgpack.Decoder(list[_PackedView])
-        self.cassette = msgspec.msgpack.Decoder(_PackedCassette)
+        self.lazy = msgspec.msgpack.Decoder(_LazyPacked)
+        self.full = msgspec.msgpack.Decoder(_PackedCassette)
 
     def encode(self, cassette: Cassette) -> bytes:
         encode = self._encoder.encode
@@ -165,8 +189,8 @@ class _MsgpackFormat(_Format):
         data: bytes = encode(packed)
         return data
 
-    def decode(self, data: bytes) -> Cassette:
-        packed: _PackedCassette = self.cassette.decode(data)
+    def to_cassette(self, document: Any) -> Cassette:
+        packed: _PackedCassette = document
         decode = self.events.decode
         interactions = [
             Interaction(
@@ -257,10 +281,10 @@ def _read(path: Path) -> bytes:
         raise _corrupt(path, f"cannot be read: {exc.strerror or exc}") from exc
 
 
-def _check_version(path: Path, envelope: _Envelope) -> None:
-    if envelope.version > FORMAT_VERSION:
+def _check_version(path: Path, version: int) -> None:
+    if version > FORMAT_VERSION:
         raise LlmError(
-            f"{path} has format version {envelope.version}; this chunktape reads up to {FORMAT_VERSION}",
+            f"{path} has format version {version}; this chunktape reads up to {FORMAT_VERSION}",
             ErrorCode.CASSETTE_VERSION,
         )
 
@@ -291,13 +315,25 @@ def _migrate(path: Path, data: bytes, fmt: _Format, version: int) -> Cassette:
         raise _corrupt(path, f"after migration: {exc}") from exc
 
 
-def _decode_envelope(path: Path, data: bytes, fmt: _Format) -> _Envelope:
+def _decode(path: Path, data: bytes, decoder: Any, fmt: _Format) -> Any:
+    """Decode in one typed pass; None means "an older version: migrate". Failures are explained.
+
+    Only when the typed pass fails is the version looked at on its own, so a newer file whose shape
+    changed reports ``CASSETTE_VERSION`` rather than ``CASSETTE_CORRUPT``.
+    """
     try:
-        envelope: _Envelope = fmt.envelope.decode(data)
+        document = decoder.decode(data)
     except Exception as exc:
-        raise _corrupt(path, f"not a {fmt.name} cassette: {exc}") from exc
-    _check_version(path, envelope)
-    return envelope
+        try:
+            envelope: _Envelope = fmt.envelope.decode(data)
+        except Exception as inner:
+            raise _corrupt(path, f"not a {fmt.name} cassette: {inner}") from inner
+        _check_version(path, envelope.version)
+        if envelope.version < FORMAT_VERSION:
+            return None
+        raise _corrupt(path, f"{exc}") from exc
+    _check_version(path, document.version)
+    return None if document.version < FORMAT_VERSION else document
 
 
 def open_cassette(path: PathLike) -> LazyCassette:
@@ -305,15 +341,10 @@ def open_cassette(path: PathLike) -> LazyCassette:
     path = Path(path)
     data = _read(path)
     fmt = _format_for(path)
-    envelope = _decode_envelope(path, data, fmt)
-    if envelope.version < FORMAT_VERSION:
-        return LazyCassette(_migrate(path, data, fmt, envelope.version), path)
-    try:
-        meta = fmt.meta.decode(envelope.meta) if envelope.meta else CassetteMeta()
-        stored = fmt.stored.decode(envelope.interactions) if envelope.interactions else []
-    except Exception as exc:
-        raise _corrupt(path, f"{exc}") from exc
-    return LazyCassette._from_stored(path, meta, stored, fmt)
+    document = _decode(path, data, fmt.lazy, fmt)
+    if document is None:
+        return LazyCassette(_migrate(path, data, fmt, fmt.envelope.decode(data).version), path)
+    return LazyCassette._from_stored(path, document.meta, document.interactions, fmt)
 
 
 def load_cassette(path: PathLike) -> Cassette:
@@ -321,12 +352,12 @@ def load_cassette(path: PathLike) -> Cassette:
     path = Path(path)
     data = _read(path)
     fmt = _format_for(path)
-    envelope = _decode_envelope(path, data, fmt)
-    if envelope.version < FORMAT_VERSION:
-        return _migrate(path, data, fmt, envelope.version)
+    document = _decode(path, data, fmt.full, fmt)
+    if document is None:
+        return _migrate(path, data, fmt, fmt.envelope.decode(data).version)
     try:
-        return fmt.decode(data)
-    except Exception as exc:
+        return fmt.to_cassette(document)
+    except Exception as exc:  # a msgpack events blob that does not decode
         raise _corrupt(path, f"{exc}") from exc
 
 
