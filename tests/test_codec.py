@@ -304,3 +304,26 @@ def test_recover_reports_a_damaged_journal(tmp_path: Path) -> None:
         recover(path)
     assert caught.value.code is ErrorCode.CASSETTE_CORRUPT
     assert "line 2" in str(caught.value)
+
+
+_texts = st.text(st.characters(codec="utf-8"), max_size=12)
+
+
+@settings(max_examples=60, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(pieces=st.lists(_texts, min_size=1, max_size=8), times=st.lists(st.integers(0, 2**62), min_size=1))
+def test_any_text_round_trips_through_both_encodings(tmp_path: Path, pieces: list[str], times: list[int]) -> None:
+    chunks = text_stream(*pieces)
+    events = [Event(t_ns=times[n % len(times)], chunk=chunk) for n, chunk in enumerate(chunks)]
+    cassette = Cassette(
+        interactions=[
+            Interaction(
+                request=RecordedRequest.from_options(options("".join(pieces))),
+                events=events,
+                outcome=Raised(t_ns=1, code="TIMEOUT", message="".join(reversed(pieces))),
+            )
+        ]
+    )
+    for name in ENCODINGS:
+        save_cassette(cassette, tmp_path / name)
+        assert load_cassette(tmp_path / name) == cassette
+        assert open_cassette(tmp_path / name).interaction(0) == cassette.interactions[0]

@@ -141,3 +141,14 @@ def test_redact_function_redacts_request_chunks_and_errors() -> None:
     assert result.request.messages[0].content == f"key {REDACTED}"
     assert result.request.fingerprint == RecordedRequest.from_options(result.request).fingerprint
     assert result.outcome.message == f"bad {REDACTED}"  # type: ignore[union-attr]
+
+
+async def test_redact_and_find_take_a_path_too(tmp_path: Path) -> None:
+    path = tmp_path / "c.json"
+    inner = PacedAdapter(paced(text_stream("say bluebird-42 twice")))
+    await _record(path, inner)
+    assert find_secrets(path, ["bluebird-42"]) == [
+        "credential blue…(11 chars) in interaction #0 block 0 streamed text",
+        "credential blue…(11 chars) in interaction #0 chunk #2 block-end",
+    ]
+    assert find_secrets(redact(path, ["bluebird-42"]), ["bluebird-42"]) == []

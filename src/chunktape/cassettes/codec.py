@@ -43,6 +43,7 @@ __all__ = [
     "Journal",
     "LazyCassette",
     "append_interactions",
+    "as_cassette",
     "as_lazy",
     "cassette_lock",
     "encode_cassette",
@@ -359,6 +360,15 @@ def load_cassette(path: PathLike) -> Cassette:
         return fmt.to_cassette(document)
     except Exception as exc:  # a msgpack events blob that does not decode
         raise _corrupt(path, f"{exc}") from exc
+
+
+def as_cassette(source: Cassette | LazyCassette | PathLike) -> Cassette:
+    """Whatever a user passed (a ``Cassette``, a path, an opened cassette), fully decoded."""
+    if isinstance(source, Cassette):
+        return source
+    if isinstance(source, LazyCassette):
+        return source.to_cassette()
+    return load_cassette(source)
 
 
 def as_lazy(source: Cassette | LazyCassette | PathLike) -> LazyCassette:

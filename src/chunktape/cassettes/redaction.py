@@ -15,6 +15,7 @@ from typing import Any
 
 import msgspec
 
+from chunktape.cassettes.codec import LazyCassette, PathLike, as_cassette
 from chunktape.cassettes.model import Cassette, Event, Interaction, Raised, RecordedRequest
 from chunktape.errors import ErrorCode, LlmError
 from chunktape.protocol import (
@@ -168,13 +169,14 @@ def _usable(secrets: Iterable[str]) -> list[str]:
 
 
 def find_secrets(
-    cassette: Cassette,
+    cassette: Cassette | LazyCassette | PathLike,
     secrets: Iterable[str] = (),
     *,
     allow: Iterable[str] = (),
     patterns: bool = True,
 ) -> list[str]:
     """Where ``cassette`` still holds one of ``secrets`` or a key-shaped string; secrets are shown masked."""
+    cassette = as_cassette(cassette)
     allowed = set(allow)
     literals = [secret for secret in _usable(secrets) if secret not in allowed]
     findings: list[str] = []
@@ -191,7 +193,7 @@ def find_secrets(
 
 
 def check_secrets(
-    cassette: Cassette,
+    cassette: Cassette | LazyCassette | PathLike,
     secrets: Iterable[str] = (),
     *,
     allow: Iterable[str] = (),
@@ -326,12 +328,15 @@ def redact_interaction(interaction: Interaction, secrets: Sequence[str], *, patt
     return msgspec.structs.replace(interaction, request=request, events=events, outcome=outcome)
 
 
-def redact(cassette: Cassette, secrets: Iterable[str] = (), *, patterns: bool = True) -> Cassette:
+def redact(
+    cassette: Cassette | LazyCassette | PathLike, secrets: Iterable[str] = (), *, patterns: bool = True
+) -> Cassette:
     """A copy of ``cassette`` with ``secrets`` (and, by default, key-shaped strings) replaced by ``[REDACTED]``.
 
     Streamed deltas are redacted on the reassembled block, so the deltas still concatenate to the
     (redacted) block-end and the stream stays valid.
     """
+    cassette = as_cassette(cassette)
     usable = _usable(secrets)
     interactions = [redact_interaction(item, usable, patterns=patterns) for item in cassette.interactions]
     tags = {key: _redact_text(value, usable, patterns) for key, value in cassette.meta.tags.items()}
