@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -19,10 +20,12 @@ from chunktape import (
     Cancelled,
     Completed,
     ErrorCode,
+    GenerateOptions,
     LlmError,
     Raised,
     RecordingAdapter,
     ReplayAdapter,
+    StreamChunk,
     StreamViolationWarning,
     TextDelta,
     load_cassette,
@@ -316,3 +319,30 @@ def test_a_sigkilled_recording_loses_no_received_event(tmp_path: Path) -> None:
     assert len(interaction.events) == count + 1  # block-start and every delta
     assert interaction.chunks == text_stream(*[f"piece {n} " for n in range(count)])[: count + 1]
     assert isinstance(interaction.outcome, Cancelled)
+
+
+async def test_two_live_recorders_of_one_cassette_get_separate_journals(tmp_path: Path) -> None:
+    path = tmp_path / "shared.msgpack"
+    first = RecordingAdapter(PacedAdapter(paced(text_stream("one"))), path)
+    second = RecordingAdapter(PacedAdapter(paced(text_stream("two"))), path)
+    await collect(first.stream(options("1")))
+    await collect(second.stream(options("2")))
+    assert first.journal_path != second.journal_path
+    assert recover(first.journal_path).interactions[0].chunks == text_stream("one")
+    assert recover(second.journal_path).interactions[0].chunks == text_stream("two")
+    await first.aclose()
+    await second.aclose()
+    assert os.listdir(tmp_path) == ["shared.msgpack"]
+
+
+async def test_an_adapter_failing_before_its_generator_starts_is_recorded(tmp_path: Path) -> None:
+    class Refusing(PacedAdapter):
+        def stream(self, options: GenerateOptions) -> AsyncIterator[StreamChunk]:
+            raise LlmError("no such model", ErrorCode.UNSUPPORTED_OPTION)
+
+    async with RecordingAdapter(Refusing([]), tmp_path / "c.msgpack") as recorder:
+        with pytest.raises(LlmError):
+            await collect(recorder.stream(options()))
+    outcome = load_cassette(tmp_path / "c.msgpack").interactions[0].outcome
+    assert isinstance(outcome, Raised)
+    assert outcome.code == "UNSUPPORTED_OPTION"

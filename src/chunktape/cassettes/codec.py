@@ -500,6 +500,27 @@ def journal_path(cassette_path: PathLike) -> Path:
 _JOURNAL_STEP = 1 << 20
 
 
+def _claim_journal(path: Path) -> tuple[Path, int]:
+    """Open ``path`` (or ``path.1``, ``path.2``, ... if another live recorder holds it) under an exclusive lock.
+
+    Another process truncating a file we have mapped would crash us (SIGBUS), so each journal has one owner;
+    the kernel drops the lock when its owner dies, so a crashed recording's journal is reclaimed.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    for attempt in range(1000):
+        candidate = path if attempt == 0 else path.with_name(f"{path.name}.{attempt}")
+        fd = os.open(candidate, os.O_RDWR | os.O_CREAT, 0o644)
+        if fcntl is not None:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                os.close(fd)
+                continue
+        os.ftruncate(fd, 0)
+        return candidate, fd
+    raise LlmError(f"no free journal next to {path}", ErrorCode.INVALID_CONFIG)  # pragma: no cover
+
+
 class Journal:
     """Append-only JSON lines in a shared memory map, so a SIGKILL loses nothing already received.
 
@@ -514,9 +535,7 @@ class Journal:
     __slots__ = ("_buffer", "_fd", "_map", "_position", "_size", "path")
 
     def __init__(self, path: PathLike, meta: CassetteMeta) -> None:
-        self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        self.path, self._fd = _claim_journal(Path(path))
         self._map: mmap.mmap | None = None
         self._size = 0
         self._position = 0

@@ -138,7 +138,8 @@ class RecordingAdapter(LlmAdapter):
         self._slots.append(slot)
         if self._use_journal:
             if self._journal is None:
-                self._journal = Journal(self.journal_path, self.meta)
+                self._journal = Journal(journal_path(self.path), self.meta)
+                self.journal_path = self._journal.path  # another live recorder of this cassette may own the first
             self._journal.begin(slot.id, request, slot.started_at, slot.attempt)
         return slot
 
@@ -148,9 +149,10 @@ class RecordingAdapter(LlmAdapter):
         slot = self._begin(options)
         events, journal, ident = slot.events, self._journal, slot.id
         validator = StreamValidator() if self.validate else None
-        iterator = self.inner.stream(options)
+        iterator: AsyncIterator[StreamChunk] | None = None
         outcome: Outcome | None = None
         try:
+            iterator = self.inner.stream(options)
             async for chunk in iterator:
                 t_ns = round((loop.time() - start) * 1e9)
                 events.append(Event(t_ns=t_ns, chunk=chunk))
