@@ -346,3 +346,14 @@ async def test_an_adapter_failing_before_its_generator_starts_is_recorded(tmp_pa
     outcome = load_cassette(tmp_path / "c.msgpack").interactions[0].outcome
     assert isinstance(outcome, Raised)
     assert outcome.code == "UNSUPPORTED_OPTION"
+
+
+async def test_the_request_is_recorded_as_it_was_sent(tmp_path: Path) -> None:
+    from chunktape import Message
+
+    messages = [Message(role="user", content="first")]
+    async with RecordingAdapter(PacedAdapter(paced(text_stream("a"))), tmp_path / "c.msgpack") as recorder:
+        await collect(recorder.stream(GenerateOptions(model="m", messages=messages)))
+        messages.append(Message(role="assistant", content="a"))  # agents grow the list they passed in
+    (interaction,) = load_cassette(tmp_path / "c.msgpack").interactions
+    assert [message.content for message in interaction.request.messages] == ["first"]

@@ -87,26 +87,27 @@ class RecordedRequest(_Wire, frozen=True, kw_only=True):
 
     @classmethod
     def from_options(cls, options: GenerateOptions | RecordedRequest) -> RecordedRequest:
+        """The request as recorded. Lists are copied: agents often append to the list they passed in."""
         request = cls(
             model=options.model,
-            messages=options.messages,
-            tools=options.tools,
+            messages=list(options.messages),
+            tools=list(options.tools),
             max_tokens=options.max_tokens,
             temperature=options.temperature,
             reasoning=options.reasoning,
-            extra=options.extra,
+            extra=dict(options.extra),
         )
         return msgspec.structs.replace(request, fingerprint=request_fingerprint(request))
 
     def to_options(self) -> GenerateOptions:
         return GenerateOptions(
             model=self.model,
-            messages=self.messages,
-            tools=self.tools,
+            messages=list(self.messages),
+            tools=list(self.tools),
             max_tokens=self.max_tokens,
             temperature=self.temperature,
             reasoning=self.reasoning,
-            extra=self.extra,
+            extra=dict(self.extra),
         )
 
 
