@@ -24,6 +24,7 @@ from chunktape import (
     LlmError,
     Raised,
     RecordedRequest,
+    TextDelta,
     load_cassette,
     open_cassette,
     recover,
@@ -327,3 +328,16 @@ def test_any_text_round_trips_through_both_encodings(tmp_path: Path, pieces: lis
         save_cassette(cassette, tmp_path / name)
         assert load_cassette(tmp_path / name) == cassette
         assert open_cassette(tmp_path / name).interaction(0) == cassette.interactions[0]
+
+
+def test_a_journal_larger_than_its_mapped_window_recovers_whole(tmp_path: Path) -> None:
+    path = journal_path(tmp_path / "big.msgpack")
+    journal = Journal(path, CassetteMeta())
+    journal.begin(0, RecordedRequest.from_options(options()), None, 1)
+    chunks = [TextDelta(index=0, text=f"piece {n} " * 5) for n in range(40_000)]  # about 4 MiB of records
+    for position, chunk in enumerate(chunks):
+        journal.event(0, position, chunk)
+    journal.close(remove=False)
+    assert b"\x00" not in path.read_bytes()  # trimmed to what was written
+    (interaction,) = recover(path).interactions
+    assert interaction.chunks == chunks

@@ -527,39 +527,43 @@ class Journal:
     Each record is copied into a ``MAP_SHARED`` mapping of the file as it arrives. Those pages belong to the
     kernel's page cache, not to the process, so they reach the file even if the process is killed the next
     instant; a write is a memcpy instead of a syscall (recording overhead stays well under 3 µs a chunk).
-    Nothing is fsynced: a process crash loses nothing, a power loss can lose the tail. The file is grown
-    geometrically (its unwritten tail reads as NUL bytes) and trimmed on close; it is deleted once the
-    cassette is saved.
+    Nothing is fsynced: a process crash loses nothing, a power loss can lose the tail. Only a 1 MiB window
+    at the end is mapped; the file grows geometrically (its unwritten tail reads as NUL bytes) and is
+    trimmed on close; it is deleted once the cassette is saved.
     """
 
-    __slots__ = ("_buffer", "_fd", "_map", "_position", "_size", "path")
+    __slots__ = ("_buffer", "_fd", "_map", "_position", "_size", "_window_end", "_window_start", "path")
 
     def __init__(self, path: PathLike, meta: CassetteMeta) -> None:
         self.path, self._fd = _claim_journal(Path(path))
         self._map: mmap.mmap | None = None
         self._size = 0
         self._position = 0
+        self._window_start = self._window_end = 0
         self._buffer = bytearray()
-        self._grow(_JOURNAL_STEP)
         self._write(_JMeta(meta))
 
-    def _grow(self, needed: int) -> None:
-        size = max(2 * self._size, self._position + needed, _JOURNAL_STEP)
+    def _slide(self, needed: int) -> None:
+        """Map a fresh window starting at the write position; only the window counts towards memory."""
         if self._map is not None:
             self._map.close()
-        os.ftruncate(self._fd, size)
-        self._map = mmap.mmap(self._fd, size)
-        self._size = size
+        start = self._position - self._position % mmap.ALLOCATIONGRANULARITY
+        length = max(_JOURNAL_STEP, self._position - start + needed)
+        if start + length > self._size:
+            self._size = max(start + length, 2 * self._size)
+            os.ftruncate(self._fd, self._size)
+        self._map = mmap.mmap(self._fd, length, offset=start)
+        self._window_start, self._window_end = start, start + length
 
     def _write(self, record: _JRecord) -> None:
         buffer = self._buffer
         _journal_encoder.encode_into(record, buffer)
         buffer.append(10)
-        start = self._position
-        end = start + len(buffer)
-        if end > self._size:
-            self._grow(len(buffer))
-        self._map[start:end] = buffer  # type: ignore[index]
+        end = self._position + len(buffer)
+        if end > self._window_end:
+            self._slide(len(buffer))
+        offset = self._window_start
+        self._map[self._position - offset : end - offset] = buffer  # type: ignore[index]
         self._position = end
 
     def begin(self, id: int, request: RecordedRequest, started_at: datetime | None, attempt: int) -> None:
