@@ -15,7 +15,11 @@ from __future__ import annotations
 import asyncio
 import gc
 import json
+import os
+import resource
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -342,6 +346,79 @@ def bench_timing() -> dict[str, float]:
     }
 
 
+# -- 6. a 1,000,000-chunk cassette, peak memory ---------------------------------------------------------
+
+
+class CountingAdapter(LlmAdapter):
+    """Makes each chunk as it streams, so the adapter itself holds no memory."""
+
+    def __init__(self, count: int) -> None:
+        self.count = count
+
+    @property
+    def name(self) -> str:
+        return "counting"
+
+    async def stream(self, options: GenerateOptions) -> AsyncIterator[StreamChunk]:
+        yield BlockStart(index=0, block_type="text")
+        pieces = [f"w{n % 9973} " for n in range(self.count - 4)]
+        for piece in pieces:
+            yield TextDelta(index=0, text=piece)
+        yield BlockEnd(index=0, block=TextBlock(text="".join(pieces)))
+        yield UsageChunk(usage=TokenUsage(input_tokens=1, output_tokens=len(pieces)))
+        yield Finish(reason=FinishReason(kind="stop"))
+
+
+def _rss_mb() -> float:
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 1e6
+
+
+def _peak_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e3
+
+
+def memory_child(folder: str) -> None:
+    """Run in a fresh process: record, save, load and replay 1,000,000 chunks; print the figures as JSON."""
+    path = Path(folder) / "million.msgpack"
+    streams, per_stream = 10, 100_000
+    gc.collect()
+    baseline = _rss_mb()
+
+    async def record() -> None:
+        async with RecordingAdapter(CountingAdapter(per_stream), path) as recorder:
+            for number in range(streams):
+                await drain(recorder.stream(request(number)))
+
+    asyncio.run(record())
+    gc.collect()
+    before_load = _rss_mb()
+    cassette = load_cassette(path)
+    gc.collect()
+    decoded = _rss_mb() - before_load
+
+    async def replay() -> int:
+        adapter = ReplayAdapter(cassette)
+        return sum([await drain(adapter.stream(request(number))) for number in range(streams)])
+
+    replayed = asyncio.run(replay())
+    print(json.dumps({"chunks": replayed, "decoded": decoded, "peak": _peak_mb() - baseline}))
+
+
+def bench_memory() -> dict[str, float]:
+    with tempfile.TemporaryDirectory() as folder:
+        done = subprocess.run(
+            [sys.executable, __file__, "--memory-child", folder], capture_output=True, check=True, text=True
+        )
+    figures = json.loads(done.stdout)
+    return {
+        "chunks recorded, saved, loaded, replayed": figures["chunks"],
+        "decoded cassette MB": figures["decoded"],
+        "peak memory over baseline MB": figures["peak"],
+        "peak / decoded": figures["peak"] / figures["decoded"],
+    }
+
+
 def report(title: str, figures: dict[str, float]) -> None:
     print(f"\n{title}")
     for key, value in figures.items():
@@ -359,7 +436,11 @@ def main(repeat: int = 5) -> None:
             bench_files(repeat, folder),
         )
         report("recorded timing, real time, 5 ms gaps (targets: median < 1 ms, p99 < 5 ms)", bench_timing())
+    report("1,000,000 chunks: record, save, load, replay (target: peak < 4x decoded size)", bench_memory())
 
 
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:2] == ["--memory-child"]:
+        memory_child(sys.argv[2])
+    else:
+        main()
