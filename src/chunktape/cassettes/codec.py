@@ -1,9 +1,9 @@
 """Reading and writing cassette files: msgpack or JSON by suffix, atomic saves, a crash journal, migrations.
 
-Loading is lazy: ``open_cassette`` decodes the header and every request but keeps each interaction's events
-as ``msgspec.Raw`` until that interaction is first played, so matching one request in a large cassette does
-not pay for decoding all of its chunks. Every decode failure is ``LlmError(CASSETTE_CORRUPT)`` naming the
-file and what is wrong; nothing else escapes.
+Loading is lazy: ``open_cassette`` decodes the header and every request but leaves each interaction's events
+undecoded (a nested msgpack blob, or ``msgspec.Raw`` JSON) until that interaction is first played, so
+matching one request in a large cassette does not pay for decoding all of its chunks. Every decode failure
+is ``LlmError(CASSETTE_CORRUPT)`` naming the file and what is wrong; nothing else escapes.
 """
 
 from __future__ import annotations
@@ -66,11 +66,9 @@ MIGRATIONS: dict[int, Migration] = {}
 
 
 class _Envelope(msgspec.Struct, kw_only=True):
-    """The first, cheap pass: the version, with the rest left undecoded."""
+    """Just the version: read on its own only when the typed pass fails, or to pick migrations."""
 
     version: int
-    meta: msgspec.Raw = msgspec.Raw(b"")
-    interactions: msgspec.Raw = msgspec.Raw(b"")
 
 
 class _StoredInteraction(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
@@ -148,7 +146,6 @@ class _Format:
     def __init__(self, module: Any) -> None:
         self._encoder = module.Encoder()
         self.envelope = module.Decoder(_Envelope)
-        self.meta = module.Decoder(CassetteMeta)
         self.events = module.Decoder(list[Event])
         self.plain = module.Decoder()
         self.lazy: Any = module.Decoder(_LazyJson)
