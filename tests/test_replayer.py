@@ -104,7 +104,7 @@ async def test_a_mismatch_shows_the_closest_request_and_a_diff() -> None:
     )
     assert error.code is ErrorCode.CASSETTE_MISMATCH
     message = str(error)
-    assert "closest is interaction #0" in message
+    assert "Closest is interaction #0" in message
     assert "failing matchers: messages" in message
     assert (
         "messages[0].content: recorded 'what is the weather in Paris?', requested 'what is the weather in Rome?'"

@@ -55,6 +55,7 @@ MATCHERS: dict[str, Matcher] = {
 """Matchers by name; ``params`` is the generation parameters: max_tokens, temperature, reasoning, extra."""
 
 DEFAULT_MATCH: tuple[str, ...] = ("model", "messages", "tools", "params")
+_ADVICE = "re-record with --tape-mode new_episodes, or relax match_on"
 
 
 class RequestMatcher:
@@ -110,9 +111,10 @@ class RequestMatcher:
         lines = "\n".join(f"    {line}" for line in diff[:12])
         more = f"\n    ... and {len(diff) - 12} more difference(s)" if len(diff) > 12 else ""
         return LlmError(
-            f"no recorded interaction in {where} matches the request ({summary}); "
-            f"closest is interaction #{index} (failing matchers: {failing}), recorded vs requested:\n{lines}{more}\n",
+            f"no recorded interaction in {where} matches the request ({summary}); {_ADVICE}. "
+            f"Closest is interaction #{index} (failing matchers: {failing}), recorded vs requested:\n{lines}{more}",
             ErrorCode.CASSETTE_MISMATCH,
+            hint="",  # the advice is in the message, before the diff
         )
 
 
