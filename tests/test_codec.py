@@ -341,3 +341,26 @@ def test_a_journal_larger_than_its_mapped_window_recovers_whole(tmp_path: Path) 
     assert b"\x00" not in path.read_bytes()  # trimmed to what was written
     (interaction,) = recover(path).interactions
     assert interaction.chunks == chunks
+
+
+_APPENDER = """
+import sys
+from chunktape import CassetteMeta, load_cassette
+from chunktape.cassettes.codec import append_interactions
+source = load_cassette(sys.argv[1])
+for _ in range(10):
+    append_interactions(sys.argv[2], source.interactions, CassetteMeta())
+"""
+
+
+def test_processes_appending_to_one_cassette_keep_every_interaction(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    source = tmp_path / "one.msgpack"
+    save_cassette(make_cassette(1), source)
+    target = tmp_path / "shared" / "c.json"
+    processes = [subprocess.Popen([sys.executable, "-c", _APPENDER, str(source), str(target)]) for _ in range(4)]
+    assert [process.wait(timeout=60) for process in processes] == [0, 0, 0, 0]
+    assert len(load_cassette(target).interactions) == 40
+    assert os.listdir(target.parent) == ["c.json"]

@@ -320,3 +320,14 @@ async def test_replayed_chunks_are_the_recorded_objects_equal() -> None:
     tape = cassette(interaction([delta]))
     (got,) = await collect(ReplayAdapter(tape, timing=Timing.fixed(0, 0)).stream(options()))
     assert got == delta
+
+
+@pytest.mark.looptime
+async def test_a_recorded_error_is_raised_at_its_recorded_time() -> None:
+    raised = Raised(t_ns=2_500_000_000, code="PROVIDER_HTTP_ERROR", message="busy", status=503)
+    replay = ReplayAdapter(cassette(interaction([], outcome=raised)), timing=Timing.recorded())
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    _, error = await collect_until_error(replay.stream(options()))
+    assert error.status == 503
+    assert loop.time() - start == pytest.approx(2.5)
