@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
+
+from chunktape import LlmAdapter
 
 
 @pytest.fixture(scope="session", autouse=True)
 def _owned_default_loop() -> Iterator[None]:
     """Own the thread's default event loop and close it at the end.
 
-    pytest-asyncio's policy switch calls ``asyncio.get_event_loop()``, which creates a loop nobody closes
-    when none is set (pytest-asyncio #724); with ``filterwarnings = error`` that leak fails a random
+    pytest-asyncio's and looptime's hooks call ``asyncio.get_event_loop()``, which creates a loop nobody
+    closes when none is set (pytest-asyncio #724); with ``filterwarnings = error`` that leak fails a random
     later test. Setting one we own makes the saved-and-restored loop ours to close.
     """
     loop = asyncio.new_event_loop()
@@ -21,3 +23,13 @@ def _owned_default_loop() -> Iterator[None]:
     yield
     asyncio.set_event_loop(None)
     loop.close()
+
+
+@pytest.fixture
+def never_live() -> Callable[[], LlmAdapter]:
+    """A live-adapter factory that fails the test if a session ever calls it."""
+
+    def factory() -> LlmAdapter:
+        pytest.fail("the live adapter factory was called")
+
+    return factory

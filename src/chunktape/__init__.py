@@ -2,6 +2,25 @@
 
 __version__ = "0.1.0"
 
+from chunktape.cassettes import (
+    DEFAULT_MATCH,
+    FORMAT_VERSION,
+    Cancelled,
+    Cassette,
+    CassetteMeta,
+    Completed,
+    Event,
+    Interaction,
+    Matcher,
+    Outcome,
+    Raised,
+    RecordedRequest,
+    load_cassette,
+    open_cassette,
+    recover,
+    redact,
+    save_cassette,
+)
 from chunktape.errors import ErrorCode, LlmError, ProtocolViolation
 from chunktape.protocol import (
     PROTOCOL,
@@ -32,6 +51,9 @@ from chunktape.protocol import (
     UsageChunk,
     attribution_headers,
 )
+from chunktape.recorder import RecordingAdapter, StreamViolationWarning
+from chunktape.replayer import ReplayAdapter, Timing
+from chunktape.session import CassetteSession, RecordMode, SessionCall, use_cassette
 from chunktape.validation import StreamValidator, validate
 
 __all__ = [
@@ -42,24 +64,43 @@ __all__ = [
     "BlockStart",
     "BlockType",
     "CallId",
+    "Cancelled",
+    "Cassette",
+    "CassetteMeta",
+    "CassetteSession",
+    "Completed",
+    "DEFAULT_MATCH",
     "ErrorCode",
+    "Event",
+    "FORMAT_VERSION",
     "Finish",
     "FinishKind",
     "FinishReason",
     "GenerateOptions",
+    "Interaction",
     "LlmAdapter",
     "LlmError",
+    "Matcher",
     "Message",
+    "Outcome",
     "PROTOCOL",
     "ProtocolViolation",
+    "Raised",
     "ReasoningBlock",
     "ReasoningDelta",
     "ReasoningOption",
+    "RecordMode",
+    "RecordedRequest",
+    "RecordingAdapter",
+    "ReplayAdapter",
     "Role",
+    "SessionCall",
     "StreamChunk",
     "StreamValidator",
+    "StreamViolationWarning",
     "TextBlock",
     "TextDelta",
+    "Timing",
     "TokenUsage",
     "ToolCallBlock",
     "ToolCallDelta",
@@ -67,5 +108,11 @@ __all__ = [
     "UsageChunk",
     "__version__",
     "attribution_headers",
+    "load_cassette",
+    "open_cassette",
+    "recover",
+    "redact",
+    "save_cassette",
+    "use_cassette",
     "validate",
 ]

@@ -1,0 +1,55 @@
+"""Cassettes: the recorded-session file format, its codec, request matching and secret redaction."""
+
+from chunktape.cassettes.codec import (
+    MIGRATIONS,
+    LazyCassette,
+    journal_path,
+    load_cassette,
+    open_cassette,
+    recover,
+    save_cassette,
+)
+from chunktape.cassettes.matching import DEFAULT_MATCH, MATCHERS, Matcher, MatchOn, RequestMatcher
+from chunktape.cassettes.model import (
+    FORMAT_VERSION,
+    Cancelled,
+    Cassette,
+    CassetteMeta,
+    Completed,
+    Event,
+    Interaction,
+    Outcome,
+    Raised,
+    RecordedRequest,
+)
+from chunktape.cassettes.redaction import REDACTED, check_secrets, env_secrets, find_secrets, redact
+
+__all__ = [
+    "Cancelled",
+    "Cassette",
+    "CassetteMeta",
+    "Completed",
+    "DEFAULT_MATCH",
+    "Event",
+    "FORMAT_VERSION",
+    "Interaction",
+    "LazyCassette",
+    "MATCHERS",
+    "MIGRATIONS",
+    "MatchOn",
+    "Matcher",
+    "Outcome",
+    "REDACTED",
+    "Raised",
+    "RecordedRequest",
+    "RequestMatcher",
+    "check_secrets",
+    "env_secrets",
+    "find_secrets",
+    "journal_path",
+    "load_cassette",
+    "open_cassette",
+    "recover",
+    "redact",
+    "save_cassette",
+]

@@ -1,0 +1,164 @@
+"""The cassette file format: what one recorded session holds, as msgspec Structs.
+
+Field names follow the protocol's camelCase on the wire, so a ``.json`` cassette reads like the protocol's
+documentation. New fields must get defaults (msgspec schema evolution); anything else bumps
+``FORMAT_VERSION`` and adds a migration in ``codec.MIGRATIONS``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from datetime import UTC, datetime
+from typing import Any, TypeAlias
+
+import msgspec
+
+from chunktape.protocol import PROTOCOL, GenerateOptions, Message, StreamChunk, ToolSpec
+
+__all__ = [
+    "FORMAT_VERSION",
+    "Cancelled",
+    "Cassette",
+    "CassetteMeta",
+    "Completed",
+    "Event",
+    "Interaction",
+    "Outcome",
+    "Raised",
+    "RecordedRequest",
+    "request_fingerprint",
+]
+
+FORMAT_VERSION = 1
+"""The cassette format this library writes; older files are migrated on load, newer ones refused."""
+
+
+class _Wire(msgspec.Struct, frozen=True, kw_only=True, rename="camel", omit_defaults=True):
+    """Immutable, keyword-only, camelCase on the wire, defaults omitted (small files, easy evolution)."""
+
+
+class Event(_Wire, frozen=True, kw_only=True, gc=False):
+    """One chunk and when it arrived, in nanoseconds since the ``stream()`` call (event-loop clock)."""
+
+    t_ns: int
+    chunk: StreamChunk
+
+
+class Completed(_Wire, frozen=True, kw_only=True, tag_field="type", tag="completed"):
+    """The stream ended normally ``t_ns`` after the call."""
+
+    t_ns: int
+
+
+class Raised(_Wire, frozen=True, kw_only=True, tag_field="type", tag="raised"):
+    """The stream raised an ``LlmError`` (or another exception, recorded as ``INVALID_RESPONSE``)."""
+
+    t_ns: int
+    code: str
+    message: str
+    status: int | None = None
+    retry_after: float | None = None
+    exception_type: str | None = None
+    """The original exception class when it was not an ``LlmError``."""
+
+
+class Cancelled(_Wire, frozen=True, kw_only=True, tag_field="type", tag="cancelled"):
+    """The recording was cut short (consumer closed, task cancelled, abort signal, or a crash)."""
+
+    t_ns: int
+    reason: str | None = None
+
+
+Outcome: TypeAlias = Completed | Raised | Cancelled
+
+
+class RecordedRequest(_Wire, frozen=True, kw_only=True):
+    """A ``GenerateOptions`` without its runtime-only ``signal``, plus a ``fingerprint`` for matching."""
+
+    model: str
+    messages: list[Message]
+    tools: list[ToolSpec] = []
+    max_tokens: int | None = None
+    temperature: float | None = None
+    reasoning: str | None = None
+    extra: dict[str, Any] = {}
+    fingerprint: str = ""
+    """sha256 of the request's canonical JSON (keys sorted, fingerprint excluded)."""
+
+    @classmethod
+    def from_options(cls, options: GenerateOptions | RecordedRequest) -> RecordedRequest:
+        """The request as recorded. Lists are copied: agents often append to the list they passed in."""
+        request = cls(
+            model=options.model,
+            messages=list(options.messages),
+            tools=list(options.tools),
+            max_tokens=options.max_tokens,
+            temperature=options.temperature,
+            reasoning=options.reasoning,
+            extra=dict(options.extra),
+        )
+        return msgspec.structs.replace(request, fingerprint=request_fingerprint(request))
+
+    def to_options(self) -> GenerateOptions:
+        return GenerateOptions(
+            model=self.model,
+            messages=list(self.messages),
+            tools=list(self.tools),
+            max_tokens=self.max_tokens,
+            temperature=self.temperature,
+            reasoning=self.reasoning,
+            extra=dict(self.extra),
+        )
+
+
+def request_fingerprint(request: RecordedRequest) -> str:
+    """sha256 hex of the request's canonical JSON: sorted keys, without the fingerprint field itself."""
+    canonical = msgspec.structs.replace(request, fingerprint="")
+    return hashlib.sha256(msgspec.json.encode(canonical, order="sorted")).hexdigest()
+
+
+class Interaction(_Wire, frozen=True, kw_only=True):
+    """One ``stream()`` call: the request, every chunk with its timing, and how the stream ended."""
+
+    request: RecordedRequest
+    events: list[Event]
+    outcome: Outcome
+    started_at: datetime | None = None
+    """Wall-clock start (UTC), for humans; replay timing uses ``Event.t_ns`` only."""
+    attempt: int = 1
+    """1 for the first recorded call with this fingerprint, 2 for its first repeat (a retry), ..."""
+
+    @property
+    def chunks(self) -> list[StreamChunk]:
+        return [event.chunk for event in self.events]
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _recorder() -> str:
+    from chunktape import __version__
+
+    return f"chunktape {__version__}"
+
+
+class CassetteMeta(_Wire, frozen=True, kw_only=True):
+    """Who recorded the cassette, when, against which adapter and protocol."""
+
+    created_at: datetime = msgspec.field(default_factory=_now)
+    recorder: str = msgspec.field(default_factory=_recorder)
+    adapter: str = ""
+    protocol: str = PROTOCOL
+    tags: dict[str, str] = {}
+
+
+class Cassette(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+    """A recorded session: a header and the interactions in the order their ``stream()`` calls began.
+
+    Defaults are written out here (no ``omit_defaults``): ``version`` must be in every file.
+    """
+
+    version: int = FORMAT_VERSION
+    meta: CassetteMeta = msgspec.field(default_factory=CassetteMeta)
+    interactions: list[Interaction] = []

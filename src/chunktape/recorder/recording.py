@@ -1,0 +1,275 @@
+"""``RecordingAdapter``: wraps any adapter and records each stream as it passes through (a tee)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import warnings
+from collections import Counter
+from collections.abc import AsyncIterator, Mapping, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+
+from chunktape.cassettes.codec import Journal, append_interactions, journal_path, open_cassette, save_cassette
+from chunktape.cassettes.model import (
+    Cancelled,
+    Cassette,
+    CassetteMeta,
+    Completed,
+    Event,
+    Interaction,
+    Outcome,
+    Raised,
+    RecordedRequest,
+)
+from chunktape.cassettes.redaction import check_secrets, env_secrets, redact_interaction
+from chunktape.errors import ErrorCode, LlmError, ProtocolViolation
+from chunktape.protocol import GenerateOptions, LlmAdapter, ReasoningOption, StreamChunk
+from chunktape.validation import StreamValidator
+
+__all__ = ["RecordingAdapter", "StreamViolationWarning"]
+
+
+class StreamViolationWarning(UserWarning):
+    """A recorded stream broke a StreamChunk rule. It is recorded as-is, so the violation can be replayed."""
+
+
+class _Slot:
+    """One interaction while it is being recorded; frozen into an ``Interaction`` on save."""
+
+    __slots__ = ("attempt", "events", "id", "outcome", "request", "started_at", "violation")
+
+    def __init__(self, id: int, request: RecordedRequest, started_at: datetime, attempt: int) -> None:
+        self.id = id
+        self.request = request
+        self.started_at = started_at
+        self.attempt = attempt
+        self.events: list[Event] = []
+        self.outcome: Outcome | None = None
+        self.violation: ProtocolViolation | None = None
+
+    def freeze(self) -> Interaction:
+        outcome = self.outcome or Cancelled(
+            t_ns=self.events[-1].t_ns if self.events else 0,
+            reason="still streaming when the recorder was closed",
+        )
+        return Interaction(
+            request=self.request,
+            events=list(self.events),
+            outcome=outcome,
+            started_at=self.started_at,
+            attempt=self.attempt,
+        )
+
+
+class RecordingAdapter(LlmAdapter):
+    """Forwards every ``stream()`` call to ``inner`` and records it as one interaction of a cassette.
+
+    Each chunk reaches the caller as soon as ``inner`` yields it and is appended to a journal next to the
+    cassette at once, so a crash loses nothing received. The cassette itself is written on ``aclose()``
+    (or leaving ``async with``), after credentials are redacted (``redact``) and checked.
+
+    ``redact``: True redacts the credentials in use (``inner.secrets`` and ``*_API_KEY`` / ``*_TOKEN`` /
+    ``*_SECRET`` environment values); a sequence adds more literals to redact; False redacts nothing. A
+    credential still present at save raises ``SECRET_DETECTED`` unless listed in ``allow_secrets``.
+    ``append`` adds to an existing cassette instead of replacing it.
+    """
+
+    def __init__(
+        self,
+        inner: LlmAdapter,
+        cassette_path: str | os.PathLike[str],
+        *,
+        redact: bool | Sequence[str] = True,
+        allow_secrets: Sequence[str] = (),
+        validate: bool = True,
+        append: bool = False,
+        journal: bool = True,
+        tags: Mapping[str, str] | None = None,
+    ) -> None:
+        self.inner = inner
+        self.path = Path(cassette_path)
+        self.journal_path = journal_path(self.path)
+        self.redact = redact
+        self.allow_secrets = tuple(allow_secrets)
+        self.validate = validate
+        self.append = append
+        self.meta = CassetteMeta(adapter=inner.name, tags=dict(tags or {}))
+        self._use_journal = journal
+        self._journal: Journal | None = None
+        self._slots: list[_Slot] = []
+        self._attempts: Counter[str] = Counter()
+        self._closed = False
+        if append and self.path.exists():
+            self._attempts.update(request.fingerprint for request in open_cassette(self.path).requests)
+
+    @property
+    def name(self) -> str:
+        return self.inner.name
+
+    @property
+    def secrets(self) -> Sequence[str]:
+        return self.inner.secrets
+
+    def reasoning_options(self) -> Sequence[ReasoningOption]:
+        return self.inner.reasoning_options()
+
+    @property
+    def interactions(self) -> list[Interaction]:
+        """What was recorded so far, in the order the ``stream()`` calls began (unredacted)."""
+        return [slot.freeze() for slot in self._slots]
+
+    @property
+    def violations(self) -> list[tuple[int, ProtocolViolation]]:
+        """Protocol violations seen while recording, as (interaction number, violation)."""
+        return [(slot.id, slot.violation) for slot in self._slots if slot.violation is not None]
+
+    def _begin(self, options: GenerateOptions) -> _Slot:
+        if self._closed:
+            raise LlmError(f"the RecordingAdapter for {self.path} is closed", ErrorCode.INVALID_CONFIG)
+        request = RecordedRequest.from_options(options)
+        if self.redact is not False:
+            # Redact the request before the journal sees it; chunks are redacted at save.
+            probe = Interaction(request=request, events=[], outcome=Completed(t_ns=0))
+            request = redact_interaction(probe, self._secrets(), patterns=False).request
+        self._attempts[request.fingerprint] += 1
+        slot = _Slot(len(self._slots), request, datetime.now(UTC), self._attempts[request.fingerprint])
+        self._slots.append(slot)
+        if self._use_journal:
+            if self._journal is None:
+                self._journal = Journal(journal_path(self.path), self.meta)
+                self.journal_path = self._journal.path  # another live recorder of this cassette may own the first
+            self._journal.begin(slot.id, request, slot.started_at, slot.attempt)
+        return slot
+
+    async def stream(self, options: GenerateOptions) -> AsyncIterator[StreamChunk]:
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        slot = self._begin(options)
+        events, journal, ident = slot.events, self._journal, slot.id
+        validator = StreamValidator() if self.validate else None
+        iterator: AsyncIterator[StreamChunk] | None = None
+        outcome: Outcome | None = None
+        try:
+            iterator = self.inner.stream(options)
+            async for chunk in iterator:
+                t_ns = round((loop.time() - start) * 1e9)
+                events.append(Event(t_ns=t_ns, chunk=chunk))
+                if journal is not None:
+                    journal.event(ident, t_ns, chunk)
+                if validator is not None:
+                    try:
+                        validator.feed(chunk)
+                    except ProtocolViolation as violation:
+                        slot.violation, validator = violation, None
+                yield chunk
+            if validator is not None:
+                try:
+                    validator.close()
+                except ProtocolViolation as violation:
+                    slot.violation = violation
+            outcome = Completed(t_ns=self._now(loop, start))
+        except LlmError as error:
+            signal = options.signal
+            if error.code is ErrorCode.CANCELLED and signal is not None and signal.aborted:
+                outcome = Cancelled(t_ns=self._now(loop, start), reason="abort signal")
+            else:
+                outcome = Raised(
+                    t_ns=self._now(loop, start),
+                    code=error.code.value,
+                    message=error.message,
+                    status=error.status,
+                    retry_after=error.retry_after,
+                )
+            self._warn(slot)
+            raise
+        except GeneratorExit:
+            outcome = Cancelled(t_ns=self._now(loop, start), reason="consumer closed the stream")
+            raise
+        except asyncio.CancelledError:
+            outcome = Cancelled(t_ns=self._now(loop, start), reason="task cancelled")
+            raise
+        except Exception as error:
+            outcome = Raised(
+                t_ns=self._now(loop, start),
+                code=ErrorCode.INVALID_RESPONSE.value,
+                message=f"{type(error).__name__}: {error}",
+                exception_type=f"{type(error).__module__}.{type(error).__qualname__}",
+            )
+            self._warn(slot)
+            raise
+        finally:
+            slot.outcome = outcome or Cancelled(t_ns=self._now(loop, start), reason="interrupted")
+            if journal is not None and self._journal is journal:
+                journal.end(ident, slot.outcome)
+            aclose = getattr(iterator, "aclose", None)
+            if aclose is not None:
+                await aclose()
+        self._warn(slot, strict=True)
+
+    @staticmethod
+    def _now(loop: asyncio.AbstractEventLoop, start: float) -> int:
+        return round((loop.time() - start) * 1e9)
+
+    def _warn(self, slot: _Slot, *, strict: bool = False) -> None:
+        """Warn about a recorded violation; on error paths a warnings-as-errors filter must not mask the error."""
+        if slot.violation is None:
+            return
+        message = f"interaction #{slot.id} for {self.path}: {slot.violation}; recorded as-is"
+        if strict:
+            warnings.warn(message, StreamViolationWarning, stacklevel=2)
+            return
+        with contextlib.suppress(StreamViolationWarning):
+            warnings.warn(message, StreamViolationWarning, stacklevel=2)
+
+    def _secrets(self) -> list[str]:
+        secrets = [*self.inner.secrets, *env_secrets().values()]
+        if not isinstance(self.redact, bool):
+            secrets.extend(self.redact)
+        allowed = set(self.allow_secrets)
+        return [secret for secret in secrets if secret not in allowed]
+
+    def cassette(self) -> Cassette:
+        """The cassette as it would be saved now (redacted, not yet checked)."""
+        secrets = self._secrets() if self.redact is not False else []
+        interactions = [slot.freeze() for slot in self._slots]
+        if secrets:
+            interactions = [redact_interaction(item, secrets) for item in interactions]
+        return Cassette(meta=self.meta, interactions=interactions)
+
+    def save(self) -> Cassette | None:
+        """Write what was recorded (nothing is written if nothing was recorded) and drop the journal."""
+        if not self._slots:
+            self._drop_journal()
+            return None
+        cassette = self.cassette()
+        try:
+            check_secrets(
+                cassette,
+                [*self.inner.secrets, *env_secrets().values()],
+                allow=self.allow_secrets,
+                destination=self.path,
+            )
+        except LlmError:
+            self._drop_journal()  # it holds the unredacted stream
+            raise
+        if self.append:
+            written = append_interactions(self.path, cassette.interactions, cassette.meta)
+        else:
+            save_cassette(cassette, self.path)
+            written = cassette
+        self._drop_journal()
+        return written
+
+    def _drop_journal(self) -> None:
+        if self._journal is not None:
+            self._journal.close(remove=True)
+            self._journal = None
+
+    async def aclose(self) -> None:
+        """Save the cassette (once; later calls do nothing)."""
+        if self._closed:
+            return
+        self._closed = True
+        self.save()

@@ -1,0 +1,227 @@
+"""``ReplayAdapter``: plays recorded interactions back, exactly, with the chosen timing; never the network."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Protocol
+
+from chunktape import abort
+from chunktape.cassettes.codec import LazyCassette, as_lazy
+from chunktape.cassettes.matching import DEFAULT_MATCH, MatchOn, RequestMatcher
+from chunktape.cassettes.model import Cancelled, Cassette, Interaction, Raised, RecordedRequest
+from chunktape.errors import ErrorCode, LlmError
+from chunktape.protocol import GenerateOptions, LlmAdapter, StreamChunk
+from chunktape.replayer.timing import Timing
+
+__all__ = ["FaultPlan", "FaultPlanner", "ReplayAdapter"]
+
+
+class FaultPlan(Protocol):
+    """What the fault layer decided for one call (the seam ``replayer/injection.py`` plugs into).
+
+    ``before()`` may raise to fail the call before any chunk; ``wrap`` transforms the timed chunk stream;
+    ``consumes`` is False for an injected failure, so the recorded interaction stays for the retry.
+    """
+
+    @property
+    def consumes(self) -> bool: ...
+
+    def before(self) -> None: ...
+
+    def wrap(self, chunks: AsyncIterator[StreamChunk]) -> AsyncIterator[StreamChunk]: ...
+
+
+FaultPlanner = Callable[[int, RecordedRequest], "FaultPlan | None"]
+"""``planner(call_number, request)``: the plan for call #n (1-based), or None to replay it untouched."""
+
+
+class ReplayAdapter(LlmAdapter):
+    """An adapter that answers each request with the first unplayed recorded interaction that matches.
+
+    Identical requests replay in recorded order (so a recorded 429, 429, success retry replays as such); a
+    played interaction is used up unless ``allow_repeats``. Recorded errors are raised at the same position,
+    recordings that were cut short raise ``CASSETTE_EXHAUSTED`` when read past their end.
+    """
+
+    def __init__(
+        self,
+        cassette: Cassette | LazyCassette | str | os.PathLike[str],
+        *,
+        timing: Timing = Timing.instant(),  # noqa: B008 - Timing is frozen
+        faults: Sequence[object] = (),
+        match_on: MatchOn = DEFAULT_MATCH,
+        allow_repeats: bool = False,
+        name: str | None = None,
+    ) -> None:
+        self.source = as_lazy(cassette)
+        self.timing = timing
+        self.faults = tuple(faults)
+        self.matcher = RequestMatcher(match_on)
+        self.allow_repeats = allow_repeats
+        self.play_counts = [0] * len(self.source)
+        """How often each recorded interaction was played."""
+        self.calls = 0
+        """How many ``stream()`` calls were made."""
+        self._name = name or self.source.meta.adapter or "replay"
+        self._where = str(self.source.path) if self.source.path is not None else "the cassette"
+        self._planner = self._make_planner(self.faults)
+
+    def _make_planner(self, faults: tuple[object, ...]) -> FaultPlanner | None:
+        """Seam for the fault layer: turn ``faults`` into a per-call planner (None: no faults)."""
+        if not faults:
+            return None
+        raise LlmError("fault injection is not wired into ReplayAdapter yet", ErrorCode.INVALID_CONFIG)
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def path(self) -> str | None:
+        return None if self.source.path is None else str(self.source.path)
+
+    @property
+    def cassette(self) -> Cassette:
+        return self.source.to_cassette()
+
+    # -- matching ------------------------------------------------------------------------------
+
+    def _candidates(self, request: RecordedRequest) -> list[int]:
+        matcher = self.matcher
+        return [index for index, recorded in enumerate(self.source.requests) if matcher(request, recorded)]
+
+    def select(self, request: RecordedRequest) -> int:
+        """The interaction that would answer ``request`` now; raises ``CASSETTE_MISMATCH`` / ``CASSETTE_EXHAUSTED``."""
+        candidates = self._candidates(request)
+        counts = self.play_counts
+        for index in candidates:
+            if counts[index] == 0:
+                return index
+        if not candidates:
+            raise self.matcher.mismatch(request, self.source.requests, self._where)
+        if self.allow_repeats:
+            return min(candidates, key=lambda index: (counts[index], index))
+        numbers = ", ".join(f"#{index}" for index in candidates)
+        raise LlmError(
+            f"the request (model={request.model!r}) matches {len(candidates)} interaction(s) in {self._where} "
+            f"({numbers}), all already played",
+            ErrorCode.CASSETTE_EXHAUSTED,
+        )
+
+    def can_play(self, options: GenerateOptions | RecordedRequest) -> bool:
+        """Whether a ``stream(options)`` call now would replay something (rather than mismatch or run out)."""
+        try:
+            self.select(RecordedRequest.from_options(options))
+        except LlmError:
+            return False
+        return True
+
+    def unplayed(self) -> list[int]:
+        return [index for index, count in enumerate(self.play_counts) if count == 0]
+
+    def assert_all_played(self) -> None:
+        """Fail if a recorded interaction was never played (the code under test made fewer calls)."""
+        unplayed = self.unplayed()
+        if not unplayed:
+            return
+        requests = self.source.requests
+        listed = "; ".join(f"#{index} {_describe(requests[index])}" for index in unplayed[:10])
+        more = f"; and {len(unplayed) - 10} more" if len(unplayed) > 10 else ""
+        raise AssertionError(
+            f"{len(unplayed)} of {len(requests)} recorded interaction(s) in {self._where} were never played: "
+            f"{listed}{more}"
+        )
+
+    # -- playing -------------------------------------------------------------------------------
+
+    async def stream(self, options: GenerateOptions) -> AsyncIterator[StreamChunk]:
+        self.calls += 1
+        signal = options.signal
+        if signal is not None:
+            signal.throw_if_aborted()
+        request = RecordedRequest.from_options(options)
+        plan = self._planner(self.calls, request) if self._planner is not None else None
+        if plan is not None:
+            plan.before()
+        index = self.select(request)
+        if plan is None or plan.consumes:
+            self.play_counts[index] += 1
+        interaction = self.source.interaction(index)
+        if plan is None and self.timing.is_instant:
+            # The hot path: no sleeps, no wrapping; one generator between the consumer and the events.
+            if signal is None:
+                for event in interaction.events:
+                    yield event.chunk
+            else:
+                for event in interaction.events:
+                    if signal.aborted:
+                        raise signal.error()
+                    yield event.chunk
+            self._end(interaction, index)
+            return
+        chunks = self.timed(interaction, index, signal)
+        if plan is not None:
+            chunks = plan.wrap(chunks)
+        try:
+            async for chunk in chunks:
+                yield chunk
+        finally:
+            aclose = getattr(chunks, "aclose", None)
+            if aclose is not None:
+                await aclose()
+
+    async def timed(
+        self, interaction: Interaction, index: int, signal: abort.AbortSignal | None
+    ) -> AsyncIterator[StreamChunk]:
+        """The interaction's chunks released on this adapter's ``timing``, ending with its recorded outcome.
+
+        This is the stream a fault plan wraps; sleeps go through ``asyncio.sleep`` (virtual time works) and
+        stop at once on cancellation or an abort.
+        """
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        due = self.timing.offsets(interaction)
+        instant = self.timing.is_instant
+        for position, event in enumerate(interaction.events):
+            if not instant:
+                delay = start + due[position] - loop.time()
+                if delay > 0:
+                    await abort.sleep(delay, signal)
+            if signal is not None and signal.aborted:
+                raise signal.error()
+            yield event.chunk
+        if not instant:
+            delay = start + due[-1] - loop.time()
+            if delay > 0:
+                await abort.sleep(delay, signal)
+        self._end(interaction, index)
+
+    def _end(self, interaction: Interaction, index: int) -> None:
+        """Replay how the recorded stream ended."""
+        outcome = interaction.outcome
+        if type(outcome) is Raised:
+            raise _raised(outcome)
+        if type(outcome) is Cancelled:
+            reason = f" ({outcome.reason})" if outcome.reason else ""
+            raise LlmError(
+                f"interaction #{index} of {self._where} was cut short after {len(interaction.events)} chunk(s)"
+                f"{reason}; there is nothing more to replay",
+                ErrorCode.CASSETTE_EXHAUSTED,
+                hint="re-record the interaction to the end, or stop reading where the recording stops",
+            )
+
+
+def _raised(outcome: Raised) -> LlmError:
+    try:
+        code = ErrorCode(outcome.code)
+    except ValueError:  # recorded by a newer chunktape with a code this one does not know
+        return LlmError(f"{outcome.code}: {outcome.message}", ErrorCode.INVALID_RESPONSE, status=outcome.status)
+    return LlmError(outcome.message, code, status=outcome.status, retry_after=outcome.retry_after)
+
+
+def _describe(request: RecordedRequest) -> str:
+    last = request.messages[-1] if request.messages else None
+    text = "" if last is None else f", last {last.role} message {(last.content or '')[:40]!r}"
+    return f"(model {request.model!r}{text})"

@@ -1,0 +1,188 @@
+"""``use_cassette``: record or replay one cassette, picked by a vcrpy-style record mode."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from chunktape.cassettes.matching import DEFAULT_MATCH, MatchOn
+from chunktape.cassettes.model import Cassette, RecordedRequest
+from chunktape.errors import ErrorCode, LlmError
+from chunktape.protocol import GenerateOptions, LlmAdapter, StreamChunk
+from chunktape.recorder.recording import RecordingAdapter
+from chunktape.replayer.replaying import ReplayAdapter
+from chunktape.replayer.timing import Timing
+
+__all__ = ["CassetteSession", "RecordMode", "SessionCall", "use_cassette"]
+
+
+class RecordMode(StrEnum):
+    """When a session records, as in vcrpy."""
+
+    NONE = "none"
+    """Replay only; a request without a recording raises, the live adapter is never built."""
+    ONCE = "once"
+    """Record if the cassette does not exist yet, else replay only."""
+    NEW_EPISODES = "new_episodes"
+    """Replay what matches, record (and append) what does not."""
+    ALL = "all"
+    """Always record, replacing the cassette."""
+
+    @classmethod
+    def parse(cls, value: str | RecordMode) -> RecordMode:
+        try:
+            return cls(value)
+        except ValueError:
+            valid = ", ".join(mode.value for mode in cls)
+            raise LlmError(f"unknown record mode {value!r}; valid modes: {valid}", ErrorCode.INVALID_CONFIG) from None
+
+
+class SessionCall(msgspec.Struct, frozen=True, kw_only=True):
+    """One ``stream()`` call made through a session, and whether it was recorded live or replayed."""
+
+    request: RecordedRequest
+    recorded: bool
+
+
+class CassetteSession(LlmAdapter):
+    """The adapter ``use_cassette`` returns: replays, records, or both, for one cassette file.
+
+    ``path``, ``mode``, ``calls`` (every call, in order) and ``cassette`` (what the file holds, or will hold
+    once saved) are for test fixtures and reports. Save happens on ``aclose()`` / leaving ``async with``.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        live: Callable[[], LlmAdapter] | None,
+        mode: str | RecordMode,
+        replay_options: Mapping[str, Any],
+        record_options: Mapping[str, Any],
+    ) -> None:
+        self.path = Path(path)
+        self.mode = RecordMode.parse(mode)
+        self.calls: list[SessionCall] = []
+        self._live_factory = live
+        self._live: LlmAdapter | None = None
+        self._record_options = dict(record_options)
+        self._recorder: RecordingAdapter | None = None
+        self._replayer: ReplayAdapter | None = None
+        self._saved: Cassette | None = None
+        self._closed = False
+        if self.path.exists() and self.mode is not RecordMode.ALL:
+            self._replayer = ReplayAdapter(self.path, **replay_options)
+
+    @property
+    def name(self) -> str:
+        if self._replayer is not None:
+            return self._replayer.name
+        return self._live.name if self._live is not None else "cassette"
+
+    @property
+    def replayer(self) -> ReplayAdapter | None:
+        return self._replayer
+
+    @property
+    def recorder(self) -> RecordingAdapter | None:
+        return self._recorder
+
+    @property
+    def recording(self) -> bool:
+        """Whether a miss is recorded live (rather than raised)."""
+        if self.mode is RecordMode.NONE:
+            return False
+        return self.mode is not RecordMode.ONCE or self._replayer is None
+
+    @property
+    def cassette(self) -> Cassette:
+        """What the cassette file holds after this session: replayed and newly recorded interactions."""
+        if self._saved is not None:
+            return self._saved
+        base = self._replayer.cassette if self._replayer is not None else Cassette()
+        if self._recorder is None:
+            return base
+        recorded = self._recorder.cassette()
+        if self.mode is RecordMode.NEW_EPISODES:
+            return Cassette(meta=base.meta, interactions=[*base.interactions, *recorded.interactions])
+        return recorded
+
+    def _recording_adapter(self) -> RecordingAdapter:
+        if self._recorder is None:
+            if self._live_factory is None:
+                raise LlmError(
+                    f"record mode {self.mode.value!r} needs to record {self.path} but no live adapter factory was "
+                    "given (use_cassette(..., live=...))",
+                    ErrorCode.INVALID_CONFIG,
+                )
+            self._live = self._live_factory()
+            append = self.mode is RecordMode.NEW_EPISODES and self.path.exists()
+            self._recorder = RecordingAdapter(self._live, self.path, append=append, **self._record_options)
+        return self._recorder
+
+    def _route(self, options: GenerateOptions) -> tuple[LlmAdapter, bool]:
+        if self._closed:
+            raise LlmError(f"the cassette session for {self.path} is closed", ErrorCode.INVALID_CONFIG)
+        replayer = self._replayer
+        if replayer is not None and (self.mode is not RecordMode.NEW_EPISODES or replayer.can_play(options)):
+            return replayer, False
+        if self.mode is RecordMode.NONE:
+            raise LlmError(f"{self.path} does not exist", ErrorCode.CASSETTE_NOT_FOUND)
+        return self._recording_adapter(), True
+
+    async def stream(self, options: GenerateOptions) -> AsyncIterator[StreamChunk]:
+        adapter, recorded = self._route(options)
+        self.calls.append(SessionCall(request=RecordedRequest.from_options(options), recorded=recorded))
+        async with contextlib.aclosing(adapter.stream(options)) as chunks:  # type: ignore[type-var]
+            async for chunk in chunks:
+                yield chunk
+
+    def assert_all_played(self) -> None:
+        """Fail if a replayable interaction was never played."""
+        if self._replayer is not None:
+            self._replayer.assert_all_played()
+
+    async def aclose(self) -> None:
+        """Save what was recorded and close the live adapter (once)."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            if self._recorder is not None:
+                self._saved = self._recorder.save()
+        finally:
+            if self._live is not None:
+                await self._live.aclose()
+
+
+def use_cassette(
+    path: str | os.PathLike[str],
+    *,
+    live: Callable[[], LlmAdapter] | None = None,
+    mode: str | RecordMode = RecordMode.NONE,
+    timing: Timing = Timing.instant(),  # noqa: B008 - Timing is frozen
+    faults: Sequence[object] = (),
+    match_on: MatchOn = DEFAULT_MATCH,
+    allow_repeats: bool = False,
+    redact: bool | Sequence[str] = True,
+    allow_secrets: Sequence[str] = (),
+    validate: bool = True,
+) -> CassetteSession:
+    """An adapter that replays ``path`` or records into it with ``live()``, per ``mode`` (vcrpy semantics).
+
+    ``live`` is a factory, called only when something is actually recorded, so a real adapter and its API key
+    are never needed to replay. Use it as ``async with use_cassette(...) as adapter:``; it saves on exit.
+    """
+    return CassetteSession(
+        path,
+        live=live,
+        mode=mode,
+        replay_options={"timing": timing, "faults": faults, "match_on": match_on, "allow_repeats": allow_repeats},
+        record_options={"redact": redact, "allow_secrets": allow_secrets, "validate": validate},
+    )

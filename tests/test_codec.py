@@ -1,0 +1,366 @@
+"""Cassette files: both encodings, atomic saves, the lock, lazy loading, the journal, and bad files."""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from chunktape import (
+    FORMAT_VERSION,
+    Cancelled,
+    Cassette,
+    CassetteMeta,
+    Completed,
+    ErrorCode,
+    Event,
+    Interaction,
+    LlmError,
+    Raised,
+    RecordedRequest,
+    TextDelta,
+    load_cassette,
+    open_cassette,
+    recover,
+    save_cassette,
+)
+from chunktape.cassettes import codec
+from chunktape.cassettes.codec import Journal, append_interactions, journal_path
+from helpers import options, text_stream, tool_stream
+
+ENCODINGS = ["c.msgpack", "c.json"]
+
+
+def make_cassette(count: int = 3) -> Cassette:
+    interactions = []
+    for number in range(count):
+        chunks = (
+            text_stream(f"hello {number}", " world") if number % 2 == 0 else tool_stream("f", '{"a":', f"{number}}}")
+        )
+        events = [Event(t_ns=1_000_000 * (position + 1), chunk=chunk) for position, chunk in enumerate(chunks)]
+        outcome: Completed | Raised | Cancelled = Completed(t_ns=events[-1].t_ns + 1)
+        if number == 1:
+            outcome = Raised(t_ns=5, code="PROVIDER_HTTP_ERROR", message="slow down", status=429, retry_after=1.5)
+        interactions.append(
+            Interaction(
+                request=RecordedRequest.from_options(options(f"q{number}", temperature=0.5)),
+                events=events,
+                outcome=outcome,
+                attempt=1,
+            )
+        )
+    return Cassette(meta=CassetteMeta(adapter="test", tags={"suite": "codec"}), interactions=interactions)
+
+
+@pytest.mark.parametrize("name", ENCODINGS)
+def test_round_trip_is_lossless(tmp_path: Path, name: str) -> None:
+    cassette = make_cassette()
+    save_cassette(cassette, tmp_path / name)
+    assert load_cassette(tmp_path / name) == cassette
+    assert open_cassette(tmp_path / name).to_cassette() == cassette
+
+
+def test_json_and_msgpack_convert_losslessly(tmp_path: Path) -> None:
+    cassette = make_cassette()
+    save_cassette(cassette, tmp_path / "a.json")
+    save_cassette(load_cassette(tmp_path / "a.json"), tmp_path / "b.msgpack")
+    save_cassette(load_cassette(tmp_path / "b.msgpack"), tmp_path / "c.json")
+    assert (tmp_path / "a.json").read_bytes() == (tmp_path / "c.json").read_bytes()
+
+
+def test_json_is_pretty_and_uses_protocol_wire_names(tmp_path: Path) -> None:
+    save_cassette(make_cassette(), tmp_path / "c.json")
+    text = (tmp_path / "c.json").read_text()
+    assert '\n  "version": 1,' in text
+    assert '"blockType": "text"' in text
+    assert '"retryAfter": 1.5' in text
+
+
+def test_fingerprint_is_sha256_of_sorted_canonical_json() -> None:
+    import hashlib
+
+    request = RecordedRequest.from_options(options("x", temperature=0.2))
+    canonical = msgspec.json.encode(msgspec.structs.replace(request, fingerprint=""), order="sorted")
+    assert request.fingerprint == hashlib.sha256(canonical).hexdigest()
+    assert RecordedRequest.from_options(options("y")).fingerprint != request.fingerprint
+
+
+@pytest.mark.parametrize("name", ENCODINGS)
+def test_save_leaves_no_temp_file(tmp_path: Path, name: str) -> None:
+    save_cassette(make_cassette(), tmp_path / name)
+    save_cassette(make_cassette(1), tmp_path / name)
+    assert sorted(os.listdir(tmp_path)) == [name]
+
+
+def test_failed_save_keeps_the_old_file_and_leaves_no_temp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "c.msgpack"
+    save_cassette(make_cassette(1), path)
+    before = path.read_bytes()
+
+    def broken_replace(src: str, dst: str) -> None:
+        raise OSError("disk full")
+
+    monkeypatch.setattr(os, "replace", broken_replace)
+    with pytest.raises(OSError, match="disk full"):
+        save_cassette(make_cassette(3), path)
+    assert path.read_bytes() == before
+    assert os.listdir(tmp_path) == ["c.msgpack"]
+
+
+def test_concurrent_appends_keep_every_interaction(tmp_path: Path) -> None:
+    path = tmp_path / "shared.msgpack"
+    one = make_cassette(1).interactions
+
+    def writer() -> None:
+        for _ in range(5):
+            append_interactions(path, one, CassetteMeta())
+
+    threads = [threading.Thread(target=writer) for _ in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(load_cassette(path).interactions) == 30
+    assert os.listdir(tmp_path) == ["shared.msgpack"]
+
+
+@pytest.mark.parametrize("name", ENCODINGS)
+def test_open_decodes_events_only_when_an_interaction_is_used(tmp_path: Path, name: str) -> None:
+    path = tmp_path / name
+    good = make_cassette(2)
+    save_cassette(good, path)
+    document = (
+        msgspec.json.decode(path.read_bytes()) if name.endswith(".json") else msgspec.msgpack.decode(path.read_bytes())
+    )
+    bad_events = [{"tNs": "not a number"}]
+    if name.endswith(".json"):
+        document["interactions"][1]["events"] = bad_events
+        path.write_bytes(msgspec.json.encode(document))
+    else:  # msgpack holds each interaction's events as one nested blob
+        document["interactions"][1]["events"] = msgspec.msgpack.encode(bad_events)
+        path.write_bytes(msgspec.msgpack.encode(document))
+
+    lazy = open_cassette(path)
+    assert len(lazy) == 2
+    assert lazy.requests == [interaction.request for interaction in good.interactions]
+    assert lazy.interaction(0) == good.interactions[0]
+    with pytest.raises(LlmError) as caught:
+        lazy.interaction(1)
+    assert caught.value.code is ErrorCode.CASSETTE_CORRUPT
+    assert str(path) in str(caught.value)
+    assert "interaction #1" in str(caught.value)
+
+
+def test_missing_file_is_not_found(tmp_path: Path) -> None:
+    with pytest.raises(LlmError) as caught:
+        load_cassette(tmp_path / "nope.msgpack")
+    assert caught.value.code is ErrorCode.CASSETTE_NOT_FOUND
+    assert str(caught.value).startswith(f"[CASSETTE_NOT_FOUND] {tmp_path / 'nope.msgpack'} does not exist")
+
+
+# -- bad files -----------------------------------------------------------------------------------
+
+
+def _load_everything(path: Path) -> None:
+    load_cassette(path)
+    lazy = open_cassette(path)
+    for index in range(len(lazy)):
+        lazy.interaction(index)
+
+
+def _expect_code(path: Path, *codes: ErrorCode) -> LlmError:
+    with pytest.raises(LlmError) as caught:
+        _load_everything(path)
+    assert caught.value.code in codes
+    assert str(path) in str(caught.value)
+    return caught.value
+
+
+@settings(max_examples=200, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.binary(max_size=300), suffix=st.sampled_from([".msgpack", ".json"]))
+def test_random_bytes_raise_corrupt_or_version(tmp_path: Path, data: bytes, suffix: str) -> None:
+    path = tmp_path / f"random{suffix}"
+    path.write_bytes(data)
+    assert _error_code(path) in (None, ErrorCode.CASSETTE_CORRUPT, ErrorCode.CASSETTE_VERSION)
+
+
+def _error_code(path: Path) -> ErrorCode | None:
+    try:
+        _load_everything(path)
+    except LlmError as error:
+        return error.code
+    return None
+
+
+@pytest.mark.parametrize("name", ENCODINGS)
+def test_truncated_files_are_corrupt(tmp_path: Path, name: str) -> None:
+    source = tmp_path / f"full-{name}"
+    save_cassette(make_cassette(3), source)
+    data = source.read_bytes()
+    path = tmp_path / name
+    for offset in range(0, len(data) - 2, 10):
+        path.write_bytes(data[:offset])
+        _expect_code(path, ErrorCode.CASSETTE_CORRUPT)
+
+
+@pytest.mark.parametrize(
+    "document",
+    [
+        [],
+        "cassette",
+        None,
+        {},
+        {"version": "one"},
+        {"version": 1, "interactions": 5},
+        {"version": 1, "interactions": [{"request": {}}]},
+        {"version": 1, "interactions": [{"request": {"model": "m", "messages": []}, "events": [], "outcome": {}}]},
+        {"version": 1, "meta": {"createdAt": "yesterday"}, "interactions": []},
+        {"version": 1, "interactions": [], "meta": []},
+    ],
+)
+def test_valid_json_of_the_wrong_shape_is_corrupt(tmp_path: Path, document: Any) -> None:
+    path = tmp_path / "wrong.json"
+    path.write_bytes(msgspec.json.encode(document))
+    _expect_code(path, ErrorCode.CASSETTE_CORRUPT)
+
+
+@pytest.mark.parametrize("name", ENCODINGS)
+def test_a_future_version_is_refused(tmp_path: Path, name: str) -> None:
+    path = tmp_path / name
+    document = msgspec.to_builtins(make_cassette(1))
+    document["version"] = FORMAT_VERSION + 1
+    document["interactions"][0]["newField"] = {"anything": True}
+    path.write_bytes(msgspec.json.encode(document) if name.endswith(".json") else msgspec.msgpack.encode(document))
+    error = _expect_code(path, ErrorCode.CASSETTE_VERSION)
+    assert f"version {FORMAT_VERSION + 1}" in str(error)
+
+
+def test_older_versions_are_migrated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cassette = make_cassette(2)
+    document = msgspec.to_builtins(cassette)
+    document["version"] = 0
+    for interaction in document["interactions"]:  # pretend version 0 called events "chunks"
+        interaction["chunks"] = interaction.pop("events")
+    path = tmp_path / "old.json"
+    path.write_bytes(msgspec.json.encode(document))
+
+    with pytest.raises(LlmError) as caught:
+        load_cassette(path)
+    assert caught.value.code is ErrorCode.CASSETTE_CORRUPT
+    assert "no migration" in str(caught.value)
+
+    def v0_to_v1(old: dict[str, Any]) -> dict[str, Any]:
+        for interaction in old["interactions"]:
+            interaction["events"] = interaction.pop("chunks")
+        return old
+
+    monkeypatch.setitem(codec.MIGRATIONS, 0, v0_to_v1)
+    assert load_cassette(path) == cassette
+    assert open_cassette(path).to_cassette() == cassette
+
+
+# -- the journal ---------------------------------------------------------------------------------
+
+
+def test_recover_rebuilds_finished_and_cut_short_interactions(tmp_path: Path) -> None:
+    path = tmp_path / "c.msgpack"
+    chunks = text_stream("a", "b")
+    journal = Journal(journal_path(path), CassetteMeta(adapter="j"))
+    first = RecordedRequest.from_options(options("one"))
+    second = RecordedRequest.from_options(options("two"))
+    journal.begin(0, first, None, 1)
+    journal.begin(1, second, None, 1)
+    for position, chunk in enumerate(chunks):
+        journal.event(0, position, chunk)
+        if position < 3:
+            journal.event(1, position * 10, chunk)
+    journal.end(0, Completed(t_ns=99))
+    journal.close(remove=False)
+    # a torn final write, as a SIGKILL mid-write would leave
+    with open(journal_path(path), "ab") as file:
+        file.write(b'["event",1,40,{"type":"text-')
+
+    cassette = recover(journal_path(path))
+    assert cassette.meta.adapter == "j"
+    done, cut = cassette.interactions
+    assert done.request == first
+    assert [e.chunk for e in done.events] == chunks
+    assert done.outcome == Completed(t_ns=99)
+    assert cut.request == second
+    assert [e.chunk for e in cut.events] == chunks[:3]
+    assert isinstance(cut.outcome, Cancelled)
+    assert cut.outcome.t_ns == 20
+
+
+def test_recover_reports_a_damaged_journal(tmp_path: Path) -> None:
+    path = tmp_path / "c.msgpack.journal"
+    path.write_bytes(b'["meta",{}]\nnot json\n["begin",0,{"model":"m","messages":[]},null,1]\n')
+    with pytest.raises(LlmError) as caught:
+        recover(path)
+    assert caught.value.code is ErrorCode.CASSETTE_CORRUPT
+    assert "line 2" in str(caught.value)
+
+
+_texts = st.text(st.characters(codec="utf-8"), max_size=12)
+
+
+@settings(max_examples=60, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(pieces=st.lists(_texts, min_size=1, max_size=8), times=st.lists(st.integers(0, 2**62), min_size=1))
+def test_any_text_round_trips_through_both_encodings(tmp_path: Path, pieces: list[str], times: list[int]) -> None:
+    chunks = text_stream(*pieces)
+    events = [Event(t_ns=times[n % len(times)], chunk=chunk) for n, chunk in enumerate(chunks)]
+    cassette = Cassette(
+        interactions=[
+            Interaction(
+                request=RecordedRequest.from_options(options("".join(pieces))),
+                events=events,
+                outcome=Raised(t_ns=1, code="TIMEOUT", message="".join(reversed(pieces))),
+            )
+        ]
+    )
+    for name in ENCODINGS:
+        save_cassette(cassette, tmp_path / name)
+        assert load_cassette(tmp_path / name) == cassette
+        assert open_cassette(tmp_path / name).interaction(0) == cassette.interactions[0]
+
+
+def test_a_journal_larger_than_its_mapped_window_recovers_whole(tmp_path: Path) -> None:
+    path = journal_path(tmp_path / "big.msgpack")
+    journal = Journal(path, CassetteMeta())
+    journal.begin(0, RecordedRequest.from_options(options()), None, 1)
+    chunks = [TextDelta(index=0, text=f"piece {n} " * 5) for n in range(40_000)]  # about 4 MiB of records
+    for position, chunk in enumerate(chunks):
+        journal.event(0, position, chunk)
+    journal.close(remove=False)
+    assert b"\x00" not in path.read_bytes()  # trimmed to what was written
+    (interaction,) = recover(path).interactions
+    assert interaction.chunks == chunks
+
+
+_APPENDER = """
+import sys
+from chunktape import CassetteMeta, load_cassette
+from chunktape.cassettes.codec import append_interactions
+source = load_cassette(sys.argv[1])
+for _ in range(10):
+    append_interactions(sys.argv[2], source.interactions, CassetteMeta())
+"""
+
+
+def test_processes_appending_to_one_cassette_keep_every_interaction(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    source = tmp_path / "one.msgpack"
+    save_cassette(make_cassette(1), source)
+    target = tmp_path / "shared" / "c.json"
+    processes = [subprocess.Popen([sys.executable, "-c", _APPENDER, str(source), str(target)]) for _ in range(4)]
+    assert [process.wait(timeout=60) for process in processes] == [0, 0, 0, 0]
+    assert len(load_cassette(target).interactions) == 40
+    assert os.listdir(target.parent) == ["c.json"]

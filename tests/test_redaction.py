@@ -1,0 +1,154 @@
+"""Secrets never reach a cassette: redacted when known, refused (SECRET_DETECTED) when found."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from chunktape import (
+    ErrorCode,
+    GenerateOptions,
+    LlmError,
+    Message,
+    RecordingAdapter,
+    StreamChunk,
+    load_cassette,
+    redact,
+    validate,
+)
+from chunktape.cassettes.codec import journal_path
+from chunktape.cassettes.redaction import REDACTED, env_secrets, find_secrets
+from helpers import PacedAdapter, collect, options, paced, text_stream, tool_stream
+
+DECLARED = "hunter2-very-secret-value"
+PATTERN_KEY = "sk-abcdefghijklmnopqrstuvwxyz012345"
+
+
+async def _record(path: Path, inner: PacedAdapter, request: GenerateOptions | None = None, **kwargs: object) -> None:
+    async with RecordingAdapter(inner, path, **kwargs) as recorder:  # type: ignore[arg-type]
+        try:
+            await collect(recorder.stream(request or options()))
+        except LlmError as error:
+            if error.code is ErrorCode.SECRET_DETECTED:
+                raise
+    # saving happens on exit
+
+
+def _split_secret_stream(secret: str) -> list[StreamChunk]:
+    middle = len(secret) // 2
+    return text_stream("my key is ", secret[:middle], secret[middle:], " ok")
+
+
+async def test_a_declared_secret_split_across_two_deltas_is_detected(tmp_path: Path) -> None:
+    path = tmp_path / "c.msgpack"
+    inner = PacedAdapter(paced(_split_secret_stream(DECLARED)), secrets=[DECLARED])
+    with pytest.raises(LlmError) as caught:
+        await _record(path, inner, redact=False)
+    assert caught.value.code is ErrorCode.SECRET_DETECTED
+    assert "block 0 streamed text" in str(caught.value)
+    assert DECLARED not in str(caught.value)
+    assert not path.exists()
+    assert not journal_path(path).exists()  # the journal held it unredacted
+
+
+async def test_a_declared_secret_split_across_deltas_is_redacted_by_default(tmp_path: Path) -> None:
+    path = tmp_path / "c.json"
+    inner = PacedAdapter(paced(_split_secret_stream(DECLARED)), secrets=[DECLARED])
+    await _record(path, inner)
+    data = path.read_bytes()
+    assert DECLARED.encode() not in data
+    assert DECLARED[:8].encode() not in data  # neither half survives
+    chunks = load_cassette(path).interactions[0].chunks
+    validate(chunks)  # deltas still concatenate to the block-end
+    assert chunks[5].block.text == f"my key is {REDACTED} ok"  # type: ignore[union-attr]
+
+
+async def test_a_key_in_a_tool_argument_is_detected(tmp_path: Path) -> None:
+    chunks = tool_stream("login", '{"token": "sk-abcdefgh', 'ijklmnopqrstuvwxyz012345"}')
+    with pytest.raises(LlmError) as caught:
+        await _record(tmp_path / "c.msgpack", PacedAdapter(paced(chunks)))
+    assert caught.value.code is ErrorCode.SECRET_DETECTED
+    assert "api key (sk-...)" in str(caught.value)
+
+
+async def test_an_env_secret_in_a_request_message_is_redacted_or_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ACME_API_KEY", "acme-live-0123456789")
+    request = options("please use acme-live-0123456789 for the call")
+    with pytest.raises(LlmError) as caught:
+        await _record(tmp_path / "refused.msgpack", PacedAdapter(paced(text_stream("ok"))), request, redact=False)
+    assert caught.value.code is ErrorCode.SECRET_DETECTED
+    assert "request.messages[0].content" in str(caught.value)
+
+    await _record(tmp_path / "c.msgpack", PacedAdapter(paced(text_stream("ok"))), request)
+    recorded = load_cassette(tmp_path / "c.msgpack").interactions[0].request
+    assert recorded.messages[0].content == f"please use {REDACTED} for the call"
+    assert b"acme-live" not in (tmp_path / "c.msgpack").read_bytes()
+
+
+async def test_a_key_in_an_error_message_is_detected_unless_allowed(tmp_path: Path) -> None:
+    error = LlmError(f"invalid api key {PATTERN_KEY}", ErrorCode.PROVIDER_HTTP_ERROR, status=401)
+    with pytest.raises(LlmError) as caught:
+        await _record(tmp_path / "c.msgpack", PacedAdapter([], error=error))
+    assert caught.value.code is ErrorCode.SECRET_DETECTED
+    assert "error message" in str(caught.value)
+
+    await _record(tmp_path / "c.msgpack", PacedAdapter([], error=error), allow_secrets=[PATTERN_KEY])
+    assert PATTERN_KEY.encode() in (tmp_path / "c.msgpack").read_bytes()
+
+
+async def test_extra_literals_can_be_redacted(tmp_path: Path) -> None:
+    await _record(
+        tmp_path / "c.msgpack", PacedAdapter(paced(text_stream("codename bluebird-42"))), redact=["bluebird-42"]
+    )
+    assert b"bluebird" not in (tmp_path / "c.msgpack").read_bytes()
+
+
+def test_env_secrets_picks_credential_names_only() -> None:
+    environ = {
+        "OPENAI_API_KEY": "sk-long-enough",
+        "GITHUB_TOKEN": "ghp_abcdefgh",
+        "DB_SECRET": "s3cr3t-value",
+        "SHORT_TOKEN": "1",
+        "HOME": "/root/very/long/path",
+    }
+    assert env_secrets(environ) == {
+        "OPENAI_API_KEY": "sk-long-enough",
+        "GITHUB_TOKEN": "ghp_abcdefgh",
+        "DB_SECRET": "s3cr3t-value",
+    }
+
+
+def test_redact_function_redacts_request_chunks_and_errors() -> None:
+    from chunktape import Cassette, Event, Interaction, Raised, RecordedRequest
+
+    chunks = tool_stream("f", '{"k": "sk-abcdefghij', 'klmnopqrstuvwxyz012345"}')
+    interaction = Interaction(
+        request=RecordedRequest.from_options(
+            GenerateOptions(model="m", messages=[Message(role="user", content=f"key {DECLARED}")])
+        ),
+        events=[Event(t_ns=n, chunk=chunk) for n, chunk in enumerate(chunks)],
+        outcome=Raised(t_ns=9, code="PROVIDER_HTTP_ERROR", message=f"bad {DECLARED}"),
+    )
+    cassette = Cassette(interactions=[interaction])
+    assert len(find_secrets(cassette, [DECLARED])) >= 3
+    cleaned = redact(cassette, [DECLARED])
+    assert find_secrets(cleaned, [DECLARED]) == []
+    (result,) = cleaned.interactions
+    validate(result.chunks)
+    assert result.request.messages[0].content == f"key {REDACTED}"
+    assert result.request.fingerprint == RecordedRequest.from_options(result.request).fingerprint
+    assert result.outcome.message == f"bad {REDACTED}"  # type: ignore[union-attr]
+
+
+async def test_redact_and_find_take_a_path_too(tmp_path: Path) -> None:
+    path = tmp_path / "c.json"
+    inner = PacedAdapter(paced(text_stream("say bluebird-42 twice")))
+    await _record(path, inner)
+    assert find_secrets(path, ["bluebird-42"]) == [
+        "credential blue…(11 chars) in interaction #0 block 0 streamed text",
+        "credential blue…(11 chars) in interaction #0 chunk #2 block-end",
+    ]
+    assert find_secrets(redact(path, ["bluebird-42"]), ["bluebird-42"]) == []

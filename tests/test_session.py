@@ -1,0 +1,145 @@
+"""use_cassette and the record modes, with vcrpy's semantics."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from chunktape import CassetteSession, ErrorCode, LlmAdapter, LlmError, RecordMode, load_cassette, use_cassette
+from helpers import PacedAdapter, collect, collect_until_error, options, paced, text_stream
+
+
+class LiveFactory:
+    """Builds a PacedAdapter answering every request with ``reply <content>``; counts how often it is built."""
+
+    def __init__(self) -> None:
+        self.built = 0
+        self.adapters: list[PacedAdapter] = []
+
+    def __call__(self) -> LlmAdapter:
+        self.built += 1
+        adapter = PacedAdapter(lambda request: paced(text_stream(f"reply {request.messages[0].content}")))
+        self.adapters.append(adapter)
+        return adapter
+
+
+async def _session(path: Path, mode: str, live: Callable[[], LlmAdapter] | None, *questions: str) -> CassetteSession:
+    async with use_cassette(path, live=live, mode=mode) as tape:
+        for question in questions:
+            assert await collect(tape.stream(options(question))) == text_stream(f"reply {question}")
+    return tape
+
+
+def _questions(path: Path) -> list[str | None]:
+    return [interaction.request.messages[0].content for interaction in load_cassette(path).interactions]
+
+
+async def test_none_with_a_missing_file_is_not_found_and_never_builds_live(
+    tmp_path: Path, never_live: Callable[[], LlmAdapter]
+) -> None:
+    path = tmp_path / "missing.msgpack"
+    async with use_cassette(path, live=never_live, mode="none") as tape:
+        _, error = await collect_until_error(tape.stream(options()))
+    assert error.code is ErrorCode.CASSETTE_NOT_FOUND
+    assert str(error) == f"[CASSETTE_NOT_FOUND] {path} does not exist; record it with --tape-mode once"
+    assert not path.exists()
+
+
+async def test_none_replays_and_a_miss_is_a_mismatch(tmp_path: Path, never_live: Callable[[], LlmAdapter]) -> None:
+    path = tmp_path / "c.msgpack"
+    await _session(path, "once", LiveFactory(), "a")
+    async with use_cassette(path, live=never_live) as tape:
+        assert tape.mode is RecordMode.NONE
+        assert await collect(tape.stream(options("a"))) == text_stream("reply a")
+        _, error = await collect_until_error(tape.stream(options("b")))
+    assert error.code is ErrorCode.CASSETTE_MISMATCH
+    assert _questions(path) == ["a"]
+
+
+async def test_once_records_a_missing_cassette_then_only_replays(
+    tmp_path: Path, never_live: Callable[[], LlmAdapter]
+) -> None:
+    path = tmp_path / "c.json"
+    live = LiveFactory()
+    tape = await _session(path, "once", live, "a", "b")
+    assert live.built == 1
+    assert [call.recorded for call in tape.calls] == [True, True]
+    assert _questions(path) == ["a", "b"]
+    assert tape.cassette == load_cassette(path)
+
+    async with use_cassette(path, live=never_live, mode=RecordMode.ONCE) as replaying:
+        assert await collect(replaying.stream(options("b"))) == text_stream("reply b")
+        _, error = await collect_until_error(replaying.stream(options("new question")))
+    assert error.code is ErrorCode.CASSETTE_MISMATCH
+    assert [call.recorded for call in replaying.calls] == [False, False]
+    assert _questions(path) == ["a", "b"]
+
+
+async def test_new_episodes_replays_matches_and_appends_the_rest(tmp_path: Path) -> None:
+    path = tmp_path / "c.msgpack"
+    await _session(path, "once", LiveFactory(), "a")
+    live = LiveFactory()
+    tape = await _session(path, "new_episodes", live, "a", "b", "a")
+    assert live.built == 1
+    assert [call.recorded for call in tape.calls] == [False, True, True]  # a second "a" is a new episode
+    assert _questions(path) == ["a", "b", "a"]
+    assert [interaction.attempt for interaction in load_cassette(path).interactions] == [1, 1, 2]
+    assert tape.cassette == load_cassette(path)
+
+
+async def test_new_episodes_with_only_hits_never_builds_live(
+    tmp_path: Path, never_live: Callable[[], LlmAdapter]
+) -> None:
+    path = tmp_path / "c.msgpack"
+    await _session(path, "once", LiveFactory(), "a")
+    before = path.read_bytes()
+    await _session(path, "new_episodes", never_live, "a")
+    assert path.read_bytes() == before
+
+
+async def test_all_always_records_and_replaces(tmp_path: Path) -> None:
+    path = tmp_path / "c.msgpack"
+    await _session(path, "once", LiveFactory(), "a", "b")
+    live = LiveFactory()
+    tape = await _session(path, "all", live, "c")
+    assert live.built == 1
+    assert _questions(path) == ["c"]
+    assert tape.path == path
+
+
+async def test_live_is_closed_when_the_session_ends(tmp_path: Path) -> None:
+    closed: list[bool] = []
+
+    class Closing(PacedAdapter):
+        async def aclose(self) -> None:
+            closed.append(True)
+
+    async with use_cassette(tmp_path / "c.msgpack", live=lambda: Closing(paced(text_stream("x"))), mode="all") as t:
+        await collect(t.stream(options()))
+    assert closed == [True]
+
+
+async def test_an_unknown_mode_lists_the_valid_ones(tmp_path: Path) -> None:
+    with pytest.raises(LlmError) as caught:
+        use_cassette(tmp_path / "c.msgpack", mode="sometimes")
+    assert caught.value.code is ErrorCode.INVALID_CONFIG
+    assert "valid modes: none, once, new_episodes, all" in str(caught.value)
+
+
+async def test_recording_without_a_live_factory_is_a_config_error(tmp_path: Path) -> None:
+    async with use_cassette(tmp_path / "c.msgpack", mode="once") as tape:
+        _, error = await collect_until_error(tape.stream(options()))
+    assert error.code is ErrorCode.INVALID_CONFIG
+    assert "live=" in str(error)
+
+
+async def test_replay_options_reach_the_replayer(tmp_path: Path) -> None:
+    path = tmp_path / "c.msgpack"
+    await _session(path, "once", LiveFactory(), "a")
+    async with use_cassette(path, allow_repeats=True) as tape:
+        for _ in range(3):
+            assert await collect(tape.stream(options("a"))) == text_stream("reply a")
+        assert len(tape.calls) == 3
+        tape.assert_all_played()
