@@ -1,19 +1,16 @@
-"""Test helpers for faults: a replay-like adapter over scripted turns that applies a FaultPlan, and an agent loop."""
+"""Test helpers for faults: a ReplayAdapter over scripted turns with faults, and a minimal agent loop."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import AsyncIterator, Iterable, Sequence
 
-from chunktape import abort
-from chunktape.errors import ErrorCode, LlmError
+from chunktape import Cassette, Completed, Event, Interaction, RecordedRequest, ReplayAdapter, Timing
 from chunktape.faults import Fault
 from chunktape.harness import RetryPolicy, StreamObserver, Transcript, collect, stream_with_retry
 from chunktape.protocol import GenerateOptions, LlmAdapter, Message, StreamChunk, ToolCallBlock
 from chunktape.providers.demo import DEMO_TURNS
 from chunktape.providers.scripted import ScriptedTurn, script_chunks
-from chunktape.replayer.injection import FaultPlan
 
 
 async def from_list(chunks: Iterable[StreamChunk], *, between_s: float = 0.0) -> AsyncIterator[StreamChunk]:
@@ -23,12 +20,25 @@ async def from_list(chunks: Iterable[StreamChunk], *, between_s: float = 0.0) ->
         yield chunk
 
 
-class FaultyAdapter(LlmAdapter):
-    """Stands in for ReplayAdapter: serves recorded turns in order and applies a FaultPlan the documented way.
+def turns_cassette(turns: Sequence[ScriptedTurn], *, first_chunk_s: float, between_s: float) -> Cassette:
+    """A cassette holding one interaction per scripted turn, paced like a ScriptedAdapter would be."""
+    request = RecordedRequest.from_options(first_request())
+    interactions = []
+    for turn in turns:
+        offsets = [round((first_chunk_s + n * between_s) * 1e9) for n in range(len(script_chunks(turn)))]
+        events = [Event(t_ns=t_ns, chunk=chunk) for t_ns, chunk in zip(offsets, script_chunks(turn), strict=True)]
+        interactions.append(Interaction(request=request, events=events, outcome=Completed(t_ns=offsets[-1])))
+    return Cassette(interactions=interactions)
 
-    ``select`` -> ``before_stream`` -> ``wrap`` the timed stream; a turn is reserved when the call starts and
-    released when ``consumes_interaction`` is False (at once, or after an abandoned stall), so a retry
-    replays it.
+
+def _in_order(live: RecordedRequest, recorded: RecordedRequest) -> bool:
+    return True
+
+
+class FaultyAdapter(ReplayAdapter):
+    """A real ReplayAdapter over scripted turns, matched in recorded order whatever the request, with faults.
+
+    Tests of the harness and of injection run through the same replay path users get.
     """
 
     def __init__(
@@ -39,49 +49,12 @@ class FaultyAdapter(LlmAdapter):
         first_chunk_s: float = 0.1,
         between_s: float = 0.01,
     ) -> None:
-        self.turns = list(turns)
-        self.plan = FaultPlan(faults)
-        self.position = 0
-        self.first_chunk_s = first_chunk_s
-        self.between_s = between_s
-        self.call_times: list[float] = []
-        self.fault_ids: list[str | None] = []
+        tape = turns_cassette(turns, first_chunk_s=first_chunk_s, between_s=between_s)
+        super().__init__(tape, timing=Timing.recorded(), faults=faults, match_on=_in_order, name="faulty")
 
     @property
-    def name(self) -> str:
-        return "faulty"
-
-    @property
-    def calls(self) -> int:
-        return len(self.call_times)
-
-    async def _timed(self, turn: ScriptedTurn, options: GenerateOptions) -> AsyncIterator[StreamChunk]:
-        for position, chunk in enumerate(script_chunks(turn)):
-            await abort.sleep(self.first_chunk_s if position == 0 else self.between_s, options.signal)
-            yield chunk
-
-    async def stream(self, options: GenerateOptions) -> AsyncIterator[StreamChunk]:
-        self.call_times.append(asyncio.get_running_loop().time())
-        active = self.plan.select(options)
-        self.fault_ids.append(None if active is None else active.fault_id)
-        if active is not None:
-            active.before_stream()
-        if self.position >= len(self.turns):
-            raise LlmError(f"call #{self.calls}: every turn was played", ErrorCode.CASSETTE_EXHAUSTED)
-        turn = self.turns[self.position]
-        reserved = active is None or active.consumes_interaction
-        if reserved:
-            self.position += 1
-        chunks = self._timed(turn, options)
-        if active is not None:
-            chunks = active.wrap(chunks, options.signal)
-        try:
-            async with contextlib.aclosing(chunks) as closing:  # type: ignore[type-var]
-                async for chunk in closing:
-                    yield chunk
-        finally:
-            if reserved and active is not None and not active.consumes_interaction:
-                self.position -= 1  # abandoned during a stall: the retry replays the interaction
+    def fault_ids(self) -> list[str | None]:
+        return self.injected
 
 
 def first_request() -> GenerateOptions:

@@ -6,11 +6,13 @@ import asyncio
 import itertools
 import logging
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 import chunktape.harness as harness_module
+from chunktape import RecordingAdapter, ReplayAdapter, Timing
 from chunktape.abort import AbortController
 from chunktape.errors import ErrorCode, LlmError
 from chunktape.faults import (
@@ -550,3 +552,29 @@ async def test_observer_events_and_logging(caplog: pytest.LogCaptureFixture) -> 
     assert any(message.startswith("retry 1/3 in 1.000s") for message in messages)
     assert any(message.startswith("stream ended: reason=stop, tokens=830") for message in messages)
     assert any(message == "chunk: type=TextDelta" for message in messages)
+
+
+async def record_demo(path: Path) -> None:
+    """Record the demo agent session for real through RecordingAdapter (in the test's virtual time)."""
+    async with RecordingAdapter(demo_adapter(first_chunk_s=0.2, between_s=0.02), path) as recorder:
+        transcripts = await run_agent(recorder)
+    assert _reasons(transcripts) == ["tool_use", "tool_use", "stop"]
+
+
+@pytest.mark.looptime
+@pytest.mark.parametrize("name", list(STANDARD_FAULTS))
+async def test_every_standard_fault_over_a_recorded_cassette_ends_as_documented(tmp_path: Path, name: str) -> None:
+    await record_demo(tmp_path / "demo.msgpack")
+    fault = Targeted(fault=STANDARD_FAULTS[name], calls=[2])
+    replay = ReplayAdapter(tmp_path / "demo.msgpack", timing=Timing.recorded(), faults=[fault])
+    async with asyncio.timeout(3600):  # virtual seconds: a hang fails fast
+        transcripts = await run_agent(replay)
+    assert replay.injected[1] == name
+    for transcript in transcripts:
+        assert sum(isinstance(event, DoneEvent) for event in transcript.events) == 1
+        assert isinstance(_last(transcript), DoneEvent)
+    if name in RETRIED or name in SERVED:
+        assert _reasons(transcripts) == ["tool_use", "tool_use", "stop"]
+        replay.assert_all_played()  # the injected failure did not use up the recorded turn
+    else:
+        assert _reasons(transcripts) == ["tool_use", "error"]

@@ -1,9 +1,9 @@
-"""ReplayAdapter: matching, outcomes, timing (in virtual time), cancellation, and the fault seam."""
+"""ReplayAdapter: matching, outcomes, timing (in virtual time), cancellation, and faults at replay time."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,8 +28,8 @@ from chunktape import (
     Timing,
     save_cassette,
 )
+from chunktape.faults import Disconnect, FailFirst, HttpError, Stall, Targeted
 from chunktape.providers import ScriptedAdapter, ScriptedError, ScriptedTurn
-from chunktape.replayer import FaultPlanner
 from helpers import collect, collect_until_error, options, text_stream
 
 
@@ -267,41 +267,17 @@ async def test_aclose_stops_a_timed_replay() -> None:
         await anext(stream)
 
 
-# -- the fault seam ---------------------------------------------------------------------------------
+# -- faults at replay time -------------------------------------------------------------------------
 
 
-class _Plan:
-    def __init__(self, *, consumes: bool, fail: bool = False, drop_after: int | None = None) -> None:
-        self.consumes = consumes
-        self.fail = fail
-        self.drop_after = drop_after
-
-    def before(self) -> None:
-        if self.fail:
-            raise LlmError("injected 503", ErrorCode.PROVIDER_HTTP_ERROR, status=503)
-
-    async def wrap(self, chunks: AsyncIterator[StreamChunk]) -> AsyncIterator[StreamChunk]:
-        count = 0
-        async for chunk in chunks:
-            if count == self.drop_after:
-                raise LlmError("injected disconnect", ErrorCode.STREAM_ABORTED)
-            count += 1
-            yield chunk
-
-
-class _FaultyReplay(ReplayAdapter):
-    """What the fault layer will do: plan per call number, through the ``_make_planner`` seam."""
-
-    def _make_planner(self, faults: tuple[object, ...]) -> FaultPlanner | None:
-        plans = {1: _Plan(consumes=False, fail=True), 2: _Plan(consumes=False, drop_after=2)}
-        return lambda number, request: plans.get(number)
-
-
-async def test_the_fault_seam_fails_wraps_and_does_not_use_up_the_interaction() -> None:
+async def test_injected_failures_do_not_use_up_the_interaction() -> None:
     chunks = text_stream("a", "b")
-    replay = _FaultyReplay(cassette(interaction(chunks)), faults=("any",))
+    replay = ReplayAdapter(
+        cassette(interaction(chunks)),
+        faults=[Targeted(HttpError(503), calls=[1]), Targeted(Disconnect(after_chunks=2), calls=[2])],
+    )
     got, error = await collect_until_error(replay.stream(options()))
-    assert (got, error.status) == ([], 503)
+    assert (got, error.code, error.status) == ([], ErrorCode.PROVIDER_HTTP_ERROR, 503)
     got, error = await collect_until_error(replay.stream(options()))
     assert (got, error.code) == (chunks[:2], ErrorCode.STREAM_ABORTED)
     assert replay.play_counts == [0]
@@ -309,9 +285,32 @@ async def test_the_fault_seam_fails_wraps_and_does_not_use_up_the_interaction() 
     replay.assert_all_played()
 
 
-def test_faults_are_refused_until_the_fault_layer_is_wired() -> None:
+async def test_fail_first_over_one_interaction_fails_twice_then_succeeds() -> None:
+    chunks = text_stream("a")
+    replay = ReplayAdapter(cassette(interaction(chunks)), faults=[FailFirst(2, HttpError(503))])
+    for _ in range(2):
+        _, error = await collect_until_error(replay.stream(options()))
+        assert error.status == 503
+    assert await collect(replay.stream(options())) == chunks
+    with pytest.raises(LlmError) as exhausted:
+        await collect(replay.stream(options()))
+    assert exhausted.value.code is ErrorCode.CASSETTE_EXHAUSTED
+
+
+@pytest.mark.looptime
+async def test_a_completed_stall_serves_and_uses_up_the_interaction() -> None:
+    chunks = text_stream("a", "b")
+    replay = ReplayAdapter(cassette(interaction(chunks)), faults=[Stall(after_chunks=1, seconds=30)])
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    assert await collect(replay.stream(options())) == chunks
+    assert loop.time() - start == pytest.approx(30.0)
+    assert replay.play_counts == [1]
+
+
+def test_an_invalid_fault_is_refused_when_the_adapter_is_built() -> None:
     with pytest.raises(LlmError) as caught:
-        ReplayAdapter(cassette(), faults=("any",))
+        ReplayAdapter(cassette(), faults=("no-such-fault",))
     assert caught.value.code is ErrorCode.INVALID_CONFIG
 
 

@@ -1,6 +1,7 @@
-"""Replay: an adapter that plays recorded interactions back, with the chosen timing."""
+"""Replay: an adapter that plays recorded interactions back, with the chosen timing and faults."""
 
-from chunktape.replayer.replaying import FaultPlan, FaultPlanner, ReplayAdapter
+from chunktape.replayer.injection import ActiveFault, FaultPlan
+from chunktape.replayer.replaying import ReplayAdapter
 from chunktape.replayer.timing import Timing
 
-__all__ = ["FaultPlan", "FaultPlanner", "ReplayAdapter", "Timing"]
+__all__ = ["ActiveFault", "FaultPlan", "ReplayAdapter", "Timing"]

@@ -4,37 +4,20 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import AsyncIterator, Callable, Sequence
-from typing import Protocol
+from collections.abc import AsyncIterator, Iterable, Mapping
+from typing import Any
 
 from chunktape import abort
 from chunktape.cassettes.codec import LazyCassette, as_lazy
 from chunktape.cassettes.matching import DEFAULT_MATCH, MatchOn, RequestMatcher
 from chunktape.cassettes.model import Cancelled, Cassette, Interaction, Raised, RecordedRequest
 from chunktape.errors import ErrorCode, LlmError
+from chunktape.faults import Fault
 from chunktape.protocol import GenerateOptions, LlmAdapter, StreamChunk
+from chunktape.replayer.injection import FaultPlan
 from chunktape.replayer.timing import Timing
 
-__all__ = ["FaultPlan", "FaultPlanner", "ReplayAdapter"]
-
-
-class FaultPlan(Protocol):
-    """What the fault layer decided for one call (the seam ``replayer/injection.py`` plugs into).
-
-    ``before()`` may raise to fail the call before any chunk; ``wrap`` transforms the timed chunk stream;
-    ``consumes`` is False for an injected failure, so the recorded interaction stays for the retry.
-    """
-
-    @property
-    def consumes(self) -> bool: ...
-
-    def before(self) -> None: ...
-
-    def wrap(self, chunks: AsyncIterator[StreamChunk]) -> AsyncIterator[StreamChunk]: ...
-
-
-FaultPlanner = Callable[[int, RecordedRequest], "FaultPlan | None"]
-"""``planner(call_number, request)``: the plan for call #n (1-based), or None to replay it untouched."""
+__all__ = ["ReplayAdapter"]
 
 
 class ReplayAdapter(LlmAdapter):
@@ -50,14 +33,17 @@ class ReplayAdapter(LlmAdapter):
         cassette: Cassette | LazyCassette | str | os.PathLike[str],
         *,
         timing: Timing = Timing.instant(),  # noqa: B008 - Timing is frozen
-        faults: Sequence[object] = (),
+        faults: Iterable[Fault | str | Mapping[str, Any]] = (),
         match_on: MatchOn = DEFAULT_MATCH,
         allow_repeats: bool = False,
         name: str | None = None,
     ) -> None:
         self.source = as_lazy(cassette)
         self.timing = timing
-        self.faults = tuple(faults)
+        self.fault_plan = FaultPlan(faults)
+        """The faults applied at replay time, with their per-call state (FailFirst counters, Chaos draws)."""
+        self.injected: list[str | None] = []
+        """Per ``stream()`` call, the id of the fault injected into it, or None."""
         self.matcher = RequestMatcher(match_on)
         self.allow_repeats = allow_repeats
         self.play_counts = [0] * len(self.source)
@@ -66,13 +52,6 @@ class ReplayAdapter(LlmAdapter):
         """How many ``stream()`` calls were made."""
         self._name = name or self.source.meta.adapter or "replay"
         self._where = str(self.source.path) if self.source.path is not None else "the cassette"
-        self._planner = self._make_planner(self.faults)
-
-    def _make_planner(self, faults: tuple[object, ...]) -> FaultPlanner | None:
-        """Seam for the fault layer: turn ``faults`` into a per-call planner (None: no faults)."""
-        if not faults:
-            return None
-        raise LlmError("fault injection is not wired into ReplayAdapter yet", ErrorCode.INVALID_CONFIG)
 
     @property
     def name(self) -> str:
@@ -142,14 +121,16 @@ class ReplayAdapter(LlmAdapter):
         if signal is not None:
             signal.throw_if_aborted()
         request = RecordedRequest.from_options(options)
-        plan = self._planner(self.calls, request) if self._planner is not None else None
-        if plan is not None:
-            plan.before()
+        fault = self.fault_plan.select(options) if self.fault_plan else None
+        self.injected.append(None if fault is None else fault.fault_id)
+        if fault is not None:
+            # An injected HTTP error fails the call before matching: the provider never got that far.
+            fault.before_stream()
         index = self.select(request)
-        if plan is None or plan.consumes:
-            self.play_counts[index] += 1
+        # Reserve the interaction now, so concurrent calls with the same request get the next one.
+        self.play_counts[index] += 1
         interaction = self.source.interaction(index)
-        if plan is None and self.timing.is_instant:
+        if fault is None and self.timing.is_instant:
             # The hot path: no sleeps, no wrapping; one generator between the consumer and the events.
             if signal is None:
                 for event in interaction.events:
@@ -162,15 +143,16 @@ class ReplayAdapter(LlmAdapter):
             self._end(interaction, index)
             return
         chunks = self.timed(interaction, index, signal)
-        if plan is not None:
-            chunks = plan.wrap(chunks)
+        if fault is not None:
+            chunks = fault.wrap(chunks, signal)
         try:
             async for chunk in chunks:
                 yield chunk
         finally:
-            aclose = getattr(chunks, "aclose", None)
-            if aclose is not None:
-                await aclose()
+            await chunks.aclose()  # type: ignore[attr-defined]
+            if fault is not None and not fault.consumes_interaction:
+                # An injected failure never uses up the recording: the retry replays it.
+                self.play_counts[index] -= 1
 
     async def timed(
         self, interaction: Interaction, index: int, signal: abort.AbortSignal | None
