@@ -549,7 +549,7 @@ async def test_observer_events_and_logging(caplog: pytest.LogCaptureFixture) -> 
     assert seen[-1][1].reason == "stop"
     messages = [record.getMessage() for record in caplog.records]
     assert "stream started: model=demo-model, attempt=1" in messages
-    assert any(message.startswith("retry 1/3 in 1.000s") for message in messages)
+    assert any(message.startswith("server_error retry 1/2 in 1.000s") for message in messages), messages
     assert any(message.startswith("stream ended: reason=stop, tokens=830") for message in messages)
     assert any(message == "chunk: type=TextDelta" for message in messages)
 

@@ -2,6 +2,8 @@
 
 __version__ = "0.1.0"
 
+import logging
+
 from chunktape.cassettes import (
     DEFAULT_MATCH,
     FORMAT_VERSION,
@@ -55,6 +57,9 @@ from chunktape.recorder import RecordingAdapter, StreamViolationWarning
 from chunktape.replayer import ReplayAdapter, Timing
 from chunktape.session import CassetteSession, RecordMode, SessionCall, use_cassette
 from chunktape.validation import StreamValidator, validate
+
+# A library logs, it does not print: without this, WARNINGs reach stderr through logging.lastResort.
+logging.getLogger("chunktape").addHandler(logging.NullHandler())
 
 __all__ = [
     "AbortController",

@@ -305,8 +305,9 @@ class _Run:
                 assert error_class is not None
                 retries[error_class] = retries.get(error_class, 0) + 1
                 self.metrics.retry_count += 1
+                allowed = min(self.policy.rule(error_class).retries, self.policy.max_retries)
                 logger.warning(
-                    "retry %d/%d in %.3fs after: %s", self.metrics.retry_count, self.policy.max_retries, delay, error
+                    "%s retry %d/%d in %.3fs after: %s", error_class, retries[error_class], allowed, delay, error
                 )
                 try:
                     await abort.sleep(delay, self.signal)
