@@ -200,3 +200,12 @@ async def test_close_inside_a_loop_says_to_await_aclose(tmp_path: Path) -> None:
     with pytest.raises(LlmError, match="await aclose"):
         session.close()
     await session.aclose()
+
+
+async def test_new_episodes_keeps_a_cassette_written_meanwhile_by_another_process(tmp_path: Path) -> None:
+    path = tmp_path / "c.msgpack"
+    mine = use_cassette(path, live=LiveFactory(), mode="new_episodes")  # begins before the file exists
+    await _session(path, "new_episodes", LiveFactory(), "theirs")
+    async with mine:
+        await collect(mine.stream(options("mine")))
+    assert _questions(path) == ["theirs", "mine"]

@@ -127,7 +127,9 @@ class CassetteSession(LlmAdapter):
                     ErrorCode.INVALID_CONFIG,
                 )
             self._live = self._live_factory()
-            append = self.mode is RecordMode.NEW_EPISODES and self.path.exists()
+            # new_episodes appends even to a cassette that did not exist when the session began: another process
+            # (a pytest-xdist worker) may have written it since, and appending under the lock keeps both.
+            append = self.mode is RecordMode.NEW_EPISODES
             self._recorder = RecordingAdapter(self._live, self.path, append=append, **self._record_options)
         return self._recorder
 
