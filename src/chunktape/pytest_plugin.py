@@ -154,6 +154,7 @@ def _matrix_faults(value: object) -> list[tuple[str, Fault]]:
     return items
 
 
+@pytest.hookimpl(trylast=True)  # after @pytest.mark.parametrize, so the fault id comes last: test[x-http-429]
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     marker = metafunc.definition.get_closest_marker("tape_fault_matrix")
     if marker is None:
