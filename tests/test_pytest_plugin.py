@@ -431,3 +431,34 @@ def test_markers_are_registered_with_their_signature(pytester: pytest.Pytester) 
     help_text = run(pytester, "--help").stdout.str()
     assert "chunktape: record and replay LLM streams:" in help_text
     assert "--tape-mode={none,once,new_episodes,all}" in help_text
+
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+
+
+def test_the_readme_example_records_then_replays(pytester: pytest.Pytester) -> None:
+    """The README's "Testing an agent offline" files, as written there: no drift between docs and code."""
+    section = README.read_text().split("## Testing an agent offline", 1)[1].split("\n## ", 1)[0]
+    files = dict(re.findall(r"```\w+ (\S+)\n(.*?)```", section, flags=re.DOTALL))
+    assert sorted(files) == ["conftest.py", "pyproject.toml", "test_agent.py"]
+    for name, text in files.items():
+        (pytester.path / name).write_text(text)
+
+    recorded = run(pytester, "--tape-mode", "once", "-v")
+    recorded.assert_outcomes(passed=5)
+    recorded.stdout.fnmatch_lines(
+        [
+            "test_agent.py::test_capital_under_faults[[]no-fault[]] PASSED*",
+            "test_agent.py::test_capital_under_faults[[]http-401[]] PASSED*",
+            "test_agent.py::test_capital_under_faults[[]disconnect-mid-text[]] PASSED*",
+            "test_agent.py::test_capital_under_faults[[]fail-first-1-http-429[]] PASSED*",
+            "chunktape: wrote 2 cassette(s), 2 interaction(s):",
+        ]
+    )
+    folder = pytester.path / "cassettes" / "test_agent"
+    cassettes = {path.name: path.read_bytes() for path in folder.iterdir()}
+    assert sorted(cassettes) == ["test_capital.msgpack", "test_capital_under_faults.msgpack"]
+
+    offline = run(pytester, "--tape-strict")
+    offline.assert_outcomes(passed=5)
+    assert {path.name: path.read_bytes() for path in folder.iterdir()} == cassettes
