@@ -346,7 +346,7 @@ def test_recording_under_xdist_writes_every_cassette_and_appends_to_a_shared_one
     result.stdout.fnmatch_lines(["chunktape: wrote 4 cassette(s), 4 interaction(s):"])
 
     run(pytester, "-n", "2", "-k", "test_shared").assert_outcomes(passed=4)
-    assert sorted(questions(folder / "shared.msgpack")) == ["s0", "s1", "s2", "s3"]
+    assert sorted(map(str, questions(folder / "shared.msgpack"))) == ["s0", "s1", "s2", "s3"]
 
 
 def test_precedence_is_command_line_then_marker_then_ini_then_default(pytester: pytest.Pytester) -> None:
