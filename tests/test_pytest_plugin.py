@@ -107,31 +107,31 @@ def test_records_once_then_replays_offline_without_building_the_live_adapter(
 
 
         class TestGroup:
-            @pytest.mark.parametrize("q", ["a", "b/c"])
+            @pytest.mark.parametrize("q", ["a", "b/c", "long" * 40], ids=str)
             async def test_param(self, tape, q):
                 assert await ask(tape, q) == f"echo: {q}"
         """,
     )
     result = run(pytester, "--tape-mode", "once")
-    result.assert_outcomes(passed=3)
+    result.assert_outcomes(passed=4)
     folder = pytester.path / "cassettes" / "test_agent"
-    assert sorted(path.name for path in folder.iterdir()) == [
-        "TestGroup.test_param[a].msgpack",
-        "TestGroup.test_param[b_c].msgpack",
-        "test_hello.msgpack",
-    ]
+    names = sorted(path.name for path in folder.iterdir())
+    assert names[:2] == ["TestGroup.test_param[a].msgpack", "TestGroup.test_param[b_c].msgpack"]
+    assert re.fullmatch(r"TestGroup\.test_param\[[long]+-[0-9a-f]{12}\.msgpack", names[2])
+    assert len(names[2]) == 100 + len(".msgpack")
+    assert names[3] == "test_hello.msgpack"
     assert questions(folder / "test_hello.msgpack") == ["hello"]
     result.stdout.fnmatch_lines(
         [
-            "chunktape: wrote 3 cassette(s), 3 interaction(s):",
+            "chunktape: wrote 4 cassette(s), 4 interaction(s):",
             "  cassettes/test_agent/TestGroup.test_param[a].msgpack (1 interaction(s))",
         ]
     )
-    assert (pytester.path / "closed.log").read_text() == "closed\n" * 3  # closed at teardown, on a loop
+    assert (pytester.path / "closed.log").read_text() == "closed\n" * 4  # closed at teardown, on a loop
 
     monkeypatch.setenv("LIVE", "raise")
     offline = run(pytester, "--tape-strict")
-    offline.assert_outcomes(passed=3)
+    offline.assert_outcomes(passed=4)
     assert "chunktape: wrote" not in offline.stdout.str()
 
 
@@ -195,6 +195,11 @@ def test_replay_misses_fail_with_the_cassette_message_not_a_traceback(pytester: 
             assert False, "the agent gave up"
 
 
+        @pytest.mark.tape(name="corrupt")
+        async def test_corrupt(tape):
+            pass
+
+
         @pytest.mark.tape(name="recorded")
         async def test_record(tape):
             assert await ask(tape, "hello") == "echo: hello"
@@ -203,10 +208,12 @@ def test_replay_misses_fail_with_the_cassette_message_not_a_traceback(pytester: 
     other = pytester.mkdir("other")  # its own project: no conftest providing a live adapter
     (other / "pytest.ini").write_text("[pytest]\nasyncio_mode = auto\nasyncio_default_fixture_loop_scope = function\n")
     (other / "test_nolive.py").write_text(AGENT + "\n\nasync def test_needs_live(tape):\n    await ask(tape, 'x')\n")
-    run(pytester, "test_misses.py", "--tape-mode", "once", "-k", "test_record").assert_outcomes(passed=1, deselected=3)
+    run(pytester, "test_misses.py", "--tape-mode", "once", "-k", "test_record").assert_outcomes(passed=1, deselected=4)
+    (pytester.path / "cassettes" / "test_misses" / "corrupt.msgpack").write_bytes(b"not a cassette")
 
     result = run(pytester, "test_misses.py", "-k", "not test_record")
-    result.assert_outcomes(failed=3)
+    result.assert_outcomes(failed=3, errors=1)
+    result.stdout.fnmatch_lines(["cassettes/test_misses/corrupt.msgpack: [[]CASSETTE_CORRUPT[]] *"])
     result.stdout.fnmatch_lines(
         [
             "test_misses.py::test_missing: [[]CASSETTE_NOT_FOUND[]] no cassette at cassettes/test_misses/"

@@ -388,21 +388,27 @@ def tape(
                 f"yet; its fault-free run records it: pytest '{baseline}' --tape-mode once",
                 pytrace=False,
             )
-    session = use_cassette(
-        path,
-        live=None if mode is RecordMode.NONE else _live(tape_live_adapter),
-        mode=mode,
-        timing=timing,
-        faults=faults,
-        match_on=options.get("match_on") or DEFAULT_MATCH,
-    )
+    try:
+        session = use_cassette(
+            path,
+            live=None if mode is RecordMode.NONE else _live(tape_live_adapter),
+            mode=mode,
+            timing=timing,
+            faults=faults,
+            match_on=options.get("match_on") or DEFAULT_MATCH,
+        )
+    except LlmError as error:  # an unreadable cassette, a bad matcher: the message says what to do
+        pytest.fail(f"{_show(request.config, path)}: {error}", pytrace=False)
     adapter = Tape(session, _tape_fault, matrix_id if _tape_fault is not None else None)
     item.stash[_tape_key] = adapter
     yield adapter
     reports = item.stash.get(_reports_key, {})
     call = reports.get("call")
     passed = call is not None and call.passed and not hasattr(call, "wasxfail")
-    written = session.close(failed=not passed)
+    try:
+        written = session.close(failed=not passed)
+    except LlmError as error:  # a secret left in the recording: nothing was written
+        pytest.fail(f"{_show(request.config, path)}: {error}", pytrace=False)
     if written is not None:
         recorded = sum(1 for made in session.calls if made.recorded)
         total = len(session.cassette.interactions) if passed else recorded
