@@ -412,19 +412,39 @@ def anyio_backend():
     return "asyncio"
 """
 
+# A tape_live_adapter fixture may return an adapter rather than a factory; the user's fixture owns it.
+BORROWED = """
+import pytest
+from agent import ask
+from chunktape.providers.scripted import ScriptedTurn
+from conftest import Echo
+
+
+@pytest.fixture
+def tape_live_adapter():
+    return Echo([ScriptedTurn(text="mine")])
+
+
+@pytest.mark.asyncio
+async def test_borrowed(tape):
+    assert await ask(tape, "mine") == "mine"
+"""
+
 
 def test_async_tests_under_pytest_asyncio_strict_mode_and_anyio(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    project(pytester, asyncio_mode="strict", test_async=ASYNC_TESTS)
+    project(pytester, asyncio_mode="strict", test_async=ASYNC_TESTS, test_borrowed=BORROWED)
     result = run(pytester, "--tape-mode", "once")
-    result.assert_outcomes(passed=2)
-    folder = pytester.path / "cassettes" / "test_async"
-    assert questions(folder / "test_asyncio.msgpack") == ["asyncio"]
-    assert questions(folder / "test_anyio.msgpack") == ["anyio"]
+    result.assert_outcomes(passed=3)
+    folder = pytester.path / "cassettes"
+    assert questions(folder / "test_async" / "test_asyncio.msgpack") == ["asyncio"]
+    assert questions(folder / "test_async" / "test_anyio.msgpack") == ["anyio"]
+    assert questions(folder / "test_borrowed" / "test_borrowed.msgpack") == ["mine"]
+    # The two adapters the factory built were closed; the one the fixture returned is the fixture's to close.
     assert (pytester.path / "closed.log").read_text() == "closed\n" * 2
     monkeypatch.setenv("LIVE", "raise")
-    run(pytester, "--tape-strict").assert_outcomes(passed=2)
+    run(pytester, "--tape-strict").assert_outcomes(passed=3)
 
 
 def test_markers_are_registered_with_their_signature(pytester: pytest.Pytester) -> None:
