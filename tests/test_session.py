@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from pathlib import Path
 
@@ -143,3 +144,68 @@ async def test_replay_options_reach_the_replayer(tmp_path: Path) -> None:
             assert await collect(tape.stream(options("a"))) == text_stream("reply a")
         assert len(tape.calls) == 3
         tape.assert_all_played()
+
+
+def _record_sync(path: Path, mode: str, live: Callable[[], LlmAdapter], question: str) -> CassetteSession:
+    """Stream on one loop, then close where no loop runs: what a sync pytest fixture does around an async test."""
+    session = use_cassette(path, live=live, mode=mode)
+
+    async def run() -> None:
+        await collect(session.stream(options(question)))
+
+    loop = asyncio.new_event_loop()
+    try:
+        loop.run_until_complete(run())
+    finally:
+        loop.close()
+    return session
+
+
+def test_close_saves_and_closes_live_without_a_running_loop(tmp_path: Path) -> None:
+    closed: list[bool] = []
+
+    class Closing(PacedAdapter):
+        async def aclose(self) -> None:
+            asyncio.get_running_loop()  # closed on a loop, as an async adapter expects
+            closed.append(True)
+
+    path = tmp_path / "c.msgpack"
+    session = _record_sync(path, "once", lambda: Closing(paced(text_stream("reply a"))), "a")
+    assert session.close() == path
+    assert session.close() == path  # once
+    assert closed == [True]
+    assert _questions(path) == ["a"]
+    assert session.written == path
+
+
+def test_a_failed_recording_is_kept_beside_and_never_replaces_the_cassette(tmp_path: Path) -> None:
+    path = tmp_path / "c.msgpack"
+    _record_sync(path, "once", LiveFactory(), "a").close()
+    session = _record_sync(path, "all", LiveFactory(), "b")
+    assert session.close(failed=True) == tmp_path / "c.failed.msgpack"
+    assert session.failed_path == tmp_path / "c.failed.msgpack"
+    assert _questions(path) == ["a"]
+    assert _questions(session.failed_path) == ["b"]
+    assert not list(tmp_path.glob("*.journal*"))
+
+
+def test_close_without_a_recording_writes_nothing(tmp_path: Path, never_live: Callable[[], LlmAdapter]) -> None:
+    session = use_cassette(tmp_path / "c.msgpack", live=never_live)
+    assert session.close(failed=True) is None
+    assert list(tmp_path.iterdir()) == []
+
+
+async def test_close_inside_a_loop_says_to_await_aclose(tmp_path: Path) -> None:
+    session = use_cassette(tmp_path / "c.msgpack")
+    with pytest.raises(LlmError, match="await aclose"):
+        session.close()
+    await session.aclose()
+
+
+async def test_new_episodes_keeps_a_cassette_written_meanwhile_by_another_process(tmp_path: Path) -> None:
+    path = tmp_path / "c.msgpack"
+    mine = use_cassette(path, live=LiveFactory(), mode="new_episodes")  # begins before the file exists
+    await _session(path, "new_episodes", LiveFactory(), "theirs")
+    async with mine:
+        await collect(mine.stream(options("mine")))
+    assert _questions(path) == ["theirs", "mine"]

@@ -1,1 +1,511 @@
-"""pytest plugin (entry point ``pytest11: chunktape``). Registered now; the fixtures arrive with the plugin issue."""
+"""pytest plugin (entry point ``pytest11: chunktape``): a cassette per test, record modes, a fault matrix.
+
+The ``tape`` fixture is this test's adapter: it replays ``<test dir>/cassettes/<module>/<Class.test>.msgpack``
+or records it through the ``tape_live_adapter`` fixture, per the record mode. Where a setting comes from,
+first match wins:
+
+- record mode: ``--tape-mode`` > ``@pytest.mark.tape(mode=...)`` > ini ``tape_mode`` > ``none``
+- cassette folder: a ``tape_dir`` fixture override > ``--tape-dir`` > ini ``tape_dir`` > next to the test file
+- strict playback: ``--tape-strict`` > ini ``tape_strict`` > off
+
+Saving happens at teardown, once the test's outcome is known (a sync fixture, so it works the same under
+pytest-asyncio and anyio): a test that did not pass never replaces its cassette, its recording is kept beside
+it as ``<name>.failed.msgpack``. ``@pytest.mark.tape_fault_matrix`` runs a test once fault-free (``[no-fault]``,
+which records when the mode says so) and once per fault, replaying that cassette with the fault injected.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import re
+from collections.abc import AsyncIterator, Callable, Generator, Iterable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from chunktape.cassettes.matching import DEFAULT_MATCH
+from chunktape.cassettes.model import Cassette
+from chunktape.errors import ErrorCode, LlmError
+from chunktape.faults import STANDARD_FAULTS, Fault, fault_id, parse_fault, parse_faults
+from chunktape.protocol import GenerateOptions, LlmAdapter, ReasoningOption, StreamChunk
+from chunktape.replayer.timing import Timing
+from chunktape.session import CassetteSession, RecordMode, SessionCall, use_cassette
+
+__all__ = ["BASELINE_ID", "Tape"]
+
+BASELINE_ID = "no-fault"
+"""The test id of the fault matrix's fault-free run, the one that records the shared cassette."""
+
+LiveAdapter = LlmAdapter | Callable[[], LlmAdapter]
+"""What a ``tape_live_adapter`` fixture returns: a factory (called only to record) or an adapter."""
+
+_MODES = [mode.value for mode in RecordMode]
+_TAPE_ARGS = ("name", "mode", "faults", "timing", "match_on")
+_CASSETTE_CODES = frozenset({ErrorCode.CASSETTE_NOT_FOUND, ErrorCode.CASSETTE_MISMATCH, ErrorCode.CASSETTE_EXHAUSTED})
+_UNSAFE = re.compile(r"[^A-Za-z0-9._\-\[\]]+")
+_MAX_NAME = 100
+_PROPERTY = "chunktape"
+
+_tape_key = pytest.StashKey["Tape"]()
+_reports_key = pytest.StashKey[dict[str, pytest.TestReport]]()
+
+
+# -- configuration --------------------------------------------------------------------------------
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("chunktape", "chunktape: record and replay LLM streams")
+    group.addoption(
+        "--tape-mode",
+        dest="tape_mode",
+        choices=_MODES,
+        default=None,
+        help="when the tape fixture records: none (replay only, the default: never calls a provider), "
+        "once (record missing cassettes), new_episodes (record and append requests without a match), "
+        "all (re-record everything). Overrides @pytest.mark.tape(mode=...) and the tape_mode ini.",
+    )
+    group.addoption(
+        "--tape-dir",
+        dest="tape_dir",
+        default=None,
+        metavar="DIR",
+        help="root folder for cassettes (default: a cassettes/ folder next to each test file).",
+    )
+    group.addoption(
+        "--tape-strict",
+        dest="tape_strict",
+        action="store_true",
+        default=None,
+        help="fail a test that leaves recorded interactions of its cassette unplayed.",
+    )
+    parser.addini("tape_mode", f"default record mode of the tape fixture: {', '.join(_MODES)}", default="")
+    parser.addini("tape_dir", "root folder for cassettes, relative to the ini file", default="")
+    parser.addini("tape_strict", "fail tests that leave recorded interactions unplayed", type="bool", default=False)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "tape(name=None, mode=None, faults=(), timing=None, match_on=None): the tape fixture's cassette: its file "
+        "name, record mode (--tape-mode wins), faults injected on replay, replay Timing and request matchers.",
+    )
+    config.addinivalue_line(
+        "markers",
+        "tape_fault_matrix(faults=STANDARD_FAULTS): run the test fault-free ([no-fault], which records) and once "
+        "per fault ([http-429], ...), replaying the test's cassette with the fault, exposed as tape.fault.",
+    )
+    ini_mode = str(config.getini("tape_mode"))
+    if ini_mode and ini_mode not in _MODES:
+        raise pytest.UsageError(f"ini option tape_mode = {ini_mode!r} is not a record mode; valid: {', '.join(_MODES)}")
+    config.pluginmanager.register(_Summary(config), "chunktape-summary")
+
+
+def _record_mode(config: pytest.Config, marker_mode: object) -> RecordMode:
+    """Command line > marker > ini > ``none``."""
+    cli = config.getoption("tape_mode")
+    if cli is not None:
+        return RecordMode(cli)
+    if marker_mode is not None:
+        if not isinstance(marker_mode, str):
+            pytest.fail(f"@pytest.mark.tape(mode=...) must be one of {', '.join(_MODES)}", pytrace=False)
+        try:
+            return RecordMode.parse(marker_mode)
+        except LlmError as error:
+            pytest.fail(f"@pytest.mark.tape(mode=...): {error.message}", pytrace=False)
+    ini = str(config.getini("tape_mode"))
+    return RecordMode(ini) if ini else RecordMode.NONE
+
+
+def _strict(config: pytest.Config) -> bool:
+    cli = config.getoption("tape_strict")
+    return bool(cli) if cli is not None else bool(config.getini("tape_strict"))
+
+
+def _root_dir(config: pytest.Config) -> Path | None:
+    cli = config.getoption("tape_dir")
+    if cli:
+        return config.invocation_params.dir / str(cli)
+    ini = str(config.getini("tape_dir"))
+    if ini:
+        base = config.inipath.parent if config.inipath is not None else config.rootpath
+        return base / ini
+    return None
+
+
+# -- the fault matrix -----------------------------------------------------------------------------
+
+
+def _matrix_faults(value: object) -> list[tuple[str, Fault]]:
+    """The matrix's faults with their test ids: a mapping id → fault, or faults / standard ids / fault dicts."""
+    if isinstance(value, Mapping):
+        items = [(str(key), parse_fault(fault)) for key, fault in value.items()]
+    elif isinstance(value, Iterable) and not isinstance(value, str | bytes):
+        items = [(fault_id(fault), fault) for fault in parse_faults(value)]
+    else:
+        raise LlmError(
+            "tape_fault_matrix(faults=...) takes a mapping or a sequence of faults", ErrorCode.INVALID_CONFIG
+        )
+    ids = [ident for ident, _ in items]
+    duplicates = sorted({ident for ident in ids if ids.count(ident) > 1} | ({BASELINE_ID} & set(ids)))
+    if duplicates:
+        raise LlmError(f"tape_fault_matrix: duplicate test ids {duplicates}", ErrorCode.INVALID_CONFIG)
+    return items
+
+
+@pytest.hookimpl(trylast=True)  # after @pytest.mark.parametrize, so the fault id comes last: test[x-http-429]
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    marker = metafunc.definition.get_closest_marker("tape_fault_matrix")
+    if marker is None:
+        return
+    where = metafunc.definition.nodeid
+    if "tape" not in metafunc.fixturenames:
+        pytest.fail(f"{where}: @pytest.mark.tape_fault_matrix needs the test to use the tape fixture", pytrace=False)
+    unknown = set(marker.kwargs) - {"faults"}
+    if len(marker.args) > 1 or unknown:
+        pytest.fail(f"{where}: the marker's signature is tape_fault_matrix(faults=STANDARD_FAULTS)", pytrace=False)
+    value = marker.args[0] if marker.args else marker.kwargs.get("faults", STANDARD_FAULTS)
+    try:
+        items = _matrix_faults(value)
+    except LlmError as error:
+        pytest.fail(f"{where}: {error.message}", pytrace=False)
+    metafunc.parametrize(
+        "_tape_fault",
+        [None, *(fault for _, fault in items)],
+        ids=[BASELINE_ID, *(ident for ident, _ in items)],
+        indirect=True,
+    )
+
+
+@pytest.fixture
+def _tape_fault(request: pytest.FixtureRequest) -> Fault | None:
+    """The fault the matrix injects into this run (None outside the matrix and in its ``[no-fault]`` run)."""
+    fault: Fault | None = getattr(request, "param", None)
+    return fault
+
+
+# -- the fixtures ---------------------------------------------------------------------------------
+
+
+class Tape(LlmAdapter):
+    """The ``tape`` fixture: the test's ``CassetteSession``, plus the fault the matrix injects (``fault``).
+
+    It is closed and saved by the fixture at teardown, once the test's outcome is known, so ``aclose()`` and
+    ``async with tape`` do nothing here.
+    """
+
+    def __init__(self, session: CassetteSession, fault: Fault | None, fault_name: str | None) -> None:
+        self.session = session
+        self.fault = fault
+        """The fault injected by ``tape_fault_matrix`` into every call (None when fault-free)."""
+        self.fault_id = fault_name
+        self.error: LlmError | None = None
+        """The first cassette miss (not found, mismatch, exhausted), reported even if the code under test caught it."""
+
+    @property
+    def name(self) -> str:
+        return self.session.name
+
+    @property
+    def path(self) -> Path:
+        return self.session.path
+
+    @property
+    def mode(self) -> RecordMode:
+        return self.session.mode
+
+    @property
+    def calls(self) -> list[SessionCall]:
+        return self.session.calls
+
+    @property
+    def cassette(self) -> Cassette:
+        return self.session.cassette
+
+    @property
+    def injected(self) -> list[str | None]:
+        """Per replayed call, the id of the fault injected into it, or None."""
+        replayer = self.session.replayer
+        return [] if replayer is None else list(replayer.injected)
+
+    def reasoning_options(self) -> Sequence[ReasoningOption]:
+        return self.session.reasoning_options()
+
+    async def stream(self, options: GenerateOptions) -> AsyncIterator[StreamChunk]:
+        try:
+            async with contextlib.aclosing(self.session.stream(options)) as chunks:  # type: ignore[type-var]
+                async for chunk in chunks:
+                    yield chunk
+        except LlmError as error:
+            if error.code in _CASSETTE_CODES and self.error is None:
+                self.error = error
+            raise
+
+    async def aclose(self) -> None:
+        """Nothing: the fixture saves at teardown, after the test's outcome is known."""
+
+
+class _Borrowed(LlmAdapter):
+    """An adapter the user's fixture owns: recorded through, never closed by the session."""
+
+    def __init__(self, inner: LlmAdapter) -> None:
+        self.inner = inner
+
+    @property
+    def name(self) -> str:
+        return self.inner.name
+
+    @property
+    def secrets(self) -> Sequence[str]:
+        return self.inner.secrets
+
+    def reasoning_options(self) -> Sequence[ReasoningOption]:
+        return self.inner.reasoning_options()
+
+    def stream(self, options: GenerateOptions) -> AsyncIterator[StreamChunk]:
+        return self.inner.stream(options)
+
+    async def aclose(self) -> None:
+        """Nothing: whoever made the adapter closes it."""
+
+
+@pytest.fixture
+def tape_live_adapter() -> LiveAdapter:
+    """Override in conftest.py to return a factory of your real adapter (or an adapter); used only to record."""
+
+    def missing() -> LlmAdapter:
+        pytest.fail(
+            "chunktape: recording needs a live adapter, and none is configured. Define a fixture in conftest.py:\n\n"
+            "    @pytest.fixture\n"
+            "    def tape_live_adapter():\n"
+            "        return lambda: MyProviderAdapter(api_key=os.environ['MY_API_KEY'])\n\n"
+            "It is called only when a cassette is recorded (--tape-mode once/new_episodes/all).",
+            pytrace=False,
+        )
+
+    return missing
+
+
+@pytest.fixture
+def tape_dir(request: pytest.FixtureRequest) -> Path:
+    """The folder of this module's cassettes: ``<test dir>/cassettes/<module>``, or under ``--tape-dir``.
+
+    Override it (in a module, class or conftest.py) to keep cassettes somewhere else.
+    """
+    test_file = request.path
+    root = _root_dir(request.config)
+    if root is None:
+        return test_file.parent / "cassettes" / test_file.stem
+    try:
+        relative = test_file.parent.relative_to(request.config.rootpath)
+    except ValueError:
+        relative = Path()
+    return root / relative / test_file.stem
+
+
+def _file_name(name: str) -> str:
+    """A safe file name: unsafe characters replaced, long names shortened with a hash; ``.msgpack`` by default."""
+    if not name.endswith((".msgpack", ".json")):
+        name += ".msgpack"
+    stem, dot, suffix = name.rpartition(".")
+    safe = _UNSAFE.sub("_", stem).strip("_.") or "cassette"
+    if len(safe) > _MAX_NAME:
+        digest = hashlib.sha256(stem.encode()).hexdigest()[:12]
+        safe = f"{safe[: _MAX_NAME - 13]}-{digest}"
+    return f"{safe}{dot}{suffix}"
+
+
+def _test_name(item: pytest.Item, matrix_id: str | None) -> str:
+    """``Class.test_name[param-id]``; the fault matrix's own id is left out, so its runs share one cassette."""
+    parts = item.nodeid.split("::")[1:]
+    last = parts[-1]
+    if matrix_id is not None and last.endswith("]") and "[" in last:
+        base, _, ident = last[:-1].partition("[")
+        if ident == matrix_id:
+            ident = ""
+        elif ident.endswith(f"-{matrix_id}"):
+            ident = ident[: -len(matrix_id) - 1]
+        elif ident.startswith(f"{matrix_id}-"):
+            ident = ident[len(matrix_id) + 1 :]
+        last = f"{base}[{ident}]" if ident else base
+    return ".".join([*parts[:-1], last])
+
+
+def _marker_kwargs(item: pytest.Item) -> dict[str, Any]:
+    marker = item.get_closest_marker("tape")
+    if marker is None:
+        return {}
+    if marker.args:
+        pytest.fail("@pytest.mark.tape takes keyword arguments only: " + ", ".join(_TAPE_ARGS), pytrace=False)
+    unknown = sorted(set(marker.kwargs) - set(_TAPE_ARGS))
+    if unknown:
+        pytest.fail(f"@pytest.mark.tape: unknown {unknown}; valid: {', '.join(_TAPE_ARGS)}", pytrace=False)
+    return dict(marker.kwargs)
+
+
+def _live(value: LiveAdapter) -> Callable[[], LlmAdapter]:
+    if isinstance(value, LlmAdapter):
+        return lambda: _Borrowed(value)
+    if callable(value):
+        return value
+    pytest.fail(f"tape_live_adapter must return an LlmAdapter or a factory of one, got {value!r}", pytrace=False)
+
+
+@pytest.fixture
+def tape(
+    request: pytest.FixtureRequest, tape_dir: Path, tape_live_adapter: LiveAdapter, _tape_fault: Fault | None
+) -> Iterator[Tape]:
+    """This test's adapter: replays its cassette, or records it per the record mode; saved at teardown."""
+    item = request.node
+    assert isinstance(item, pytest.Item)
+    options = _marker_kwargs(item)
+    mode = _record_mode(request.config, options.get("mode"))
+    matrix_id = None
+    if _tape_fault is not None:
+        matrix_id = fault_id(_tape_fault)
+    elif item.get_closest_marker("tape_fault_matrix") is not None:
+        matrix_id = BASELINE_ID
+    name = options.get("name") or _test_name(item, matrix_id)
+    path = tape_dir / _file_name(str(name))
+    try:
+        faults = parse_faults(options.get("faults", ()))
+        timing = options.get("timing") or Timing.instant()
+        if not isinstance(timing, Timing):
+            raise LlmError("@pytest.mark.tape(timing=...) takes a Timing", ErrorCode.INVALID_CONFIG)
+    except LlmError as error:
+        pytest.fail(f"@pytest.mark.tape: {error.message}", pytrace=False)
+    if _tape_fault is not None:
+        # A recording made under an injected fault would record the fault, not the provider: replay only.
+        mode = RecordMode.NONE
+        faults.append(_tape_fault)
+        if not path.exists():
+            baseline = item.nodeid.replace(f"[{matrix_id}]", f"[{BASELINE_ID}]").replace(
+                f"-{matrix_id}]", f"-{BASELINE_ID}]"
+            )
+            pytest.fail(
+                f"[CASSETTE_NOT_FOUND] the fault matrix replays {_show(request.config, path)}, which does not exist "
+                f"yet; its fault-free run records it: pytest '{baseline}' --tape-mode once",
+                pytrace=False,
+            )
+    try:
+        session = use_cassette(
+            path,
+            live=None if mode is RecordMode.NONE else _live(tape_live_adapter),
+            mode=mode,
+            timing=timing,
+            faults=faults,
+            match_on=options.get("match_on") or DEFAULT_MATCH,
+        )
+    except LlmError as error:  # an unreadable cassette, a bad matcher: the message says what to do
+        pytest.fail(f"{_show(request.config, path)}: {error}", pytrace=False)
+    adapter = Tape(session, _tape_fault, matrix_id if _tape_fault is not None else None)
+    item.stash[_tape_key] = adapter
+    yield adapter
+    reports = item.stash.get(_reports_key, {})
+    call = reports.get("call")
+    passed = call is not None and call.passed and not hasattr(call, "wasxfail")
+    try:
+        written = session.close(failed=not passed)
+    except LlmError as error:  # a secret left in the recording: nothing was written
+        pytest.fail(f"{_show(request.config, path)}: {error}", pytrace=False)
+    if written is not None:
+        recorded = sum(1 for made in session.calls if made.recorded)
+        total = len(session.cassette.interactions) if passed else recorded
+        item.user_properties.append(
+            (_PROPERTY, {"path": _show(request.config, written), "interactions": total, "failed": not passed})
+        )
+
+
+def _show(config: pytest.Config, path: Path) -> str:
+    try:
+        return str(path.relative_to(config.rootpath))
+    except ValueError:
+        return str(path)
+
+
+# -- outcomes and reports -------------------------------------------------------------------------
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
+    """``--tape-strict``: a test that passed but left recorded interactions unplayed fails, listing them."""
+    result = yield
+    adapter = item.stash.get(_tape_key, None)
+    if adapter is not None and adapter.fault is None and _strict(item.config):
+        try:
+            adapter.session.assert_all_played()
+        except AssertionError as error:
+            pytest.fail(f"--tape-strict: {error}", pytrace=False)
+    return result
+
+
+def _cassette_error(error: BaseException | None) -> LlmError | None:
+    """The cassette miss behind a failure, also when the code under test wrapped it in its own exception."""
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if isinstance(error, LlmError) and error.code in _CASSETTE_CODES:
+            return error
+        error = error.__cause__ or error.__context__
+    return None
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """Remember each phase's report (teardown saves by outcome); shorten cassette misses to their message."""
+    report = yield
+    item.stash.setdefault(_reports_key, {})[report.when] = report
+    adapter = item.stash.get(_tape_key, None)
+    if adapter is None or report.when != "call" or not report.failed:
+        return report
+    error = _cassette_error(call.excinfo.value if call.excinfo is not None else None)
+    if error is not None:
+        text = str(error)
+        if error.code is ErrorCode.CASSETTE_NOT_FOUND:
+            text = (
+                f"[CASSETTE_NOT_FOUND] no cassette at {_show(item.config, adapter.path)} (record mode "
+                f"{adapter.mode.value!r} only replays); record it with: pytest '{item.nodeid}' --tape-mode once"
+            )
+        report.longrepr = f"{item.nodeid}: {text}"
+    elif adapter.error is not None:
+        report.sections.append(("chunktape", f"the cassette reported (and the test caught): {adapter.error}"))
+    return report
+
+
+class _Summary:
+    """Collects the cassettes written (from teardown reports, so pytest-xdist workers' count too) and prints them."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self.written: dict[str, int] = {}
+        self.failed: dict[str, tuple[int, str]] = {}
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.when != "teardown":
+            return
+        for name, value in report.user_properties:
+            if name == _PROPERTY and isinstance(value, dict):
+                if value["failed"]:
+                    self.failed[value["path"]] = (value["interactions"], report.nodeid)
+                else:
+                    self.written[value["path"]] = value["interactions"]
+
+    def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
+        if not self.written and not self.failed:
+            return
+        terminalreporter.write_sep("-", "chunktape")
+        if self.written:
+            total = sum(self.written.values())
+            terminalreporter.write_line(f"chunktape: wrote {len(self.written)} cassette(s), {total} interaction(s):")
+            for path, count in sorted(self.written.items()):
+                terminalreporter.write_line(f"  {path} ({count} interaction(s))")
+        if self.failed:
+            terminalreporter.write_line(
+                f"chunktape: {len(self.failed)} test(s) did not pass while recording; their cassettes were left "
+                "as they were and the recordings kept beside them:"
+            )
+            for path, (count, nodeid) in sorted(self.failed.items()):
+                terminalreporter.write_line(f"  {path} ({count} interaction(s)) from {nodeid}")

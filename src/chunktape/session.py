@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
@@ -54,7 +55,8 @@ class CassetteSession(LlmAdapter):
     """The adapter ``use_cassette`` returns: replays, records, or both, for one cassette file.
 
     ``path``, ``mode``, ``calls`` (every call, in order) and ``cassette`` (what the file holds, or will hold
-    once saved) are for test fixtures and reports. Save happens on ``aclose()`` / leaving ``async with``.
+    once saved) are for test fixtures and reports. Save happens on ``aclose()`` / leaving ``async with``, or on
+    ``close()`` where no event loop runs (a sync pytest fixture's teardown).
     """
 
     def __init__(
@@ -75,7 +77,10 @@ class CassetteSession(LlmAdapter):
         self._recorder: RecordingAdapter | None = None
         self._replayer: ReplayAdapter | None = None
         self._saved: Cassette | None = None
+        self._save_done = False
         self._closed = False
+        self.written: Path | None = None
+        """The file this session wrote on save: ``path``, ``failed_path``, or None when nothing was recorded."""
         if self.path.exists() and self.mode is not RecordMode.ALL:
             self._replayer = ReplayAdapter(self.path, **replay_options)
 
@@ -122,7 +127,9 @@ class CassetteSession(LlmAdapter):
                     ErrorCode.INVALID_CONFIG,
                 )
             self._live = self._live_factory()
-            append = self.mode is RecordMode.NEW_EPISODES and self.path.exists()
+            # new_episodes appends even to a cassette that did not exist when the session began: another process
+            # (a pytest-xdist worker) may have written it since, and appending under the lock keeps both.
+            append = self.mode is RecordMode.NEW_EPISODES
             self._recorder = RecordingAdapter(self._live, self.path, append=append, **self._record_options)
         return self._recorder
 
@@ -148,17 +155,75 @@ class CassetteSession(LlmAdapter):
         if self._replayer is not None:
             self._replayer.assert_all_played()
 
+    @property
+    def failed_path(self) -> Path:
+        """Where ``save(failed=True)`` keeps a recording: ``<name>.failed<suffix>`` beside the cassette."""
+        return self.path.with_name(f"{self.path.stem}.failed{self.path.suffix}")
+
+    def save(self, *, failed: bool = False) -> Path | None:
+        """Write what was recorded (once; no event loop needed) and return the file written, None if nothing was.
+
+        ``failed=True`` is for a recording whose test failed: it goes to ``failed_path``, for inspection, and the
+        cassette is left as it was, so a failed run never replaces a good cassette. Only the interactions this
+        session recorded are kept there (in ``new_episodes`` mode, not the replayed ones).
+        """
+        if self._save_done:
+            return self.written
+        self._save_done = True
+        recorder = self._recorder
+        if recorder is None:
+            return None
+        if failed:
+            # The session owns its recorder: point it at the side file, replacing rather than appending.
+            recorder.path, recorder.append = self.failed_path, False
+            if recorder.save() is not None:
+                self.written = self.failed_path
+        else:
+            self._saved = recorder.save()
+            if self._saved is not None:
+                self.written = self.path
+        return self.written
+
     async def aclose(self) -> None:
         """Save what was recorded and close the live adapter (once)."""
         if self._closed:
             return
         self._closed = True
         try:
-            if self._recorder is not None:
-                self._saved = self._recorder.save()
+            self.save()
         finally:
-            if self._live is not None:
-                await self._live.aclose()
+            live, self._live = self._live, None
+            if live is not None:
+                await live.aclose()
+
+    def close(self, *, failed: bool = False) -> Path | None:
+        """``save(failed=...)``, then close a live adapter the factory built, where no event loop is running.
+
+        For sync teardown (a pytest fixture used by async tests): saving needs no loop, and the live adapter's
+        ``aclose()`` runs on a private loop that is closed afterwards; the thread's current loop is not touched.
+        """
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            pass
+        else:
+            raise LlmError(
+                "CassetteSession.close() cannot run inside an event loop; await aclose() instead",
+                ErrorCode.INVALID_CONFIG,
+            )
+        if self._closed:
+            return self.written
+        self._closed = True
+        try:
+            return self.save(failed=failed)
+        finally:
+            live, self._live = self._live, None
+            if live is not None:
+                loop = asyncio.new_event_loop()
+                try:
+                    loop.run_until_complete(live.aclose())
+                finally:
+                    loop.close()
 
 
 def use_cassette(
