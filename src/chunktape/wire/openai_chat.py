@@ -428,7 +428,9 @@ class OpenAIChatDecoder:
         if call.id is None:
             call.id = call_id
             out.append(ToolCallDelta(index=call.block_index, id=call_id, arguments_delta=""))
-        out.append(BlockEnd(index=call.block_index, block=ToolCallBlock(id=call_id, name=call.name, arguments=arguments)))
+        out.append(
+            BlockEnd(index=call.block_index, block=ToolCallBlock(id=call_id, name=call.name, arguments=arguments))
+        )
         call.state = "done"
         self._live = None
         self._pieces = []

@@ -49,7 +49,17 @@ SseItem = SseEvent | SseComment
 class SseParser:
     """Incremental parser: ``feed(bytes)`` returns the items completed so far, ``close()`` the rest."""
 
-    __slots__ = ("_bom_checked", "_data", "_decoder", "_event", "_id", "_pending", "_retry", "_skip_lf", "last_event_id")
+    __slots__ = (
+        "_bom_checked",
+        "_data",
+        "_decoder",
+        "_event",
+        "_id",
+        "_pending",
+        "_retry",
+        "_skip_lf",
+        "last_event_id",
+    )
 
     def __init__(self) -> None:
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
