@@ -155,7 +155,7 @@ class OpenAICompatAdapter(LlmAdapter):
             parser = SseParser()
             decoder = OpenAIChatDecoder()
             deadline = None if self.idle_timeout is None else loop.time() + self.idle_timeout
-            raw = response.aiter_raw()
+            raw = response.aiter_bytes()
             while not decoder.done:
                 piece = await guard.run(anext(raw, None), deadline, "waiting for data from the provider")
                 items = parser.feed(piece) if piece is not None else parser.close()
@@ -183,7 +183,7 @@ class OpenAICompatAdapter(LlmAdapter):
 
     async def _http_error(self, response: httpx.Response, guard: _Guard) -> LlmError:
         body = bytearray()
-        async for piece in _aiter_guarded(response.aiter_raw(), guard):
+        async for piece in _aiter_guarded(response.aiter_bytes(), guard):
             body += piece
             if len(body) >= _MAX_ERROR_BODY:
                 break
