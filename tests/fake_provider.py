@@ -109,9 +109,9 @@ class FakeProvider:
         with self._lock:
             self._queue.extend(responses)
 
-    async def wait_disconnected(self, timeout: float = 10.0) -> bool:
+    async def wait_disconnected(self, limit_s: float = 10.0) -> bool:
         """True once the server saw a client leave mid-body (waits in a thread, not on the test's loop)."""
-        return await asyncio.to_thread(self.disconnected.wait, timeout)
+        return await asyncio.to_thread(self.disconnected.wait, limit_s)
 
     async def _handle(self, request: Request) -> Response:
         raw = await request.body()
