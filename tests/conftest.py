@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 
 import pytest
 
 from fake_provider import FakeProvider
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    # looptime's plugin calls policy.get_event_loop() around sync tests too; on Python 3.11 that silently
+    # creates a loop nobody closes (a ResourceWarning, i.e. an error here). Declaring "no loop" up front makes
+    # it raise instead, which looptime expects; pytest-asyncio sets its own loops for async tests.
+    asyncio.set_event_loop(None)
 
 
 @pytest.fixture(scope="session")
