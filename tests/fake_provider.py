@@ -56,6 +56,8 @@ class SeenRequest:
     path: str
     headers: dict[str, str]
     json: Any
+    disconnected: threading.Event = field(default_factory=threading.Event)
+    """Set when the client went away before this request's body was complete."""
 
 
 class FakeProvider:
@@ -67,7 +69,6 @@ class FakeProvider:
         self.requests: list[SeenRequest] = []
         self.disconnects = 0
         """How many bodies ended because the client went away (not because the body was done)."""
-        self.disconnected = threading.Event()
         self.completed = 0
         self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -103,15 +104,18 @@ class FakeProvider:
             self.requests.clear()
             self.disconnects = 0
             self.completed = 0
-            self.disconnected.clear()
 
     def enqueue(self, *responses: FakeResponse) -> None:
         with self._lock:
             self._queue.extend(responses)
 
-    async def wait_disconnected(self, limit_s: float = 10.0) -> bool:
-        """True once the server saw a client leave mid-body (waits in a thread, not on the test's loop)."""
-        return await asyncio.to_thread(self.disconnected.wait, limit_s)
+    async def wait_disconnected(self, request: int = -1, limit_s: float = 10.0) -> bool:
+        """True once the client left request ``request`` mid-body (waits in a thread, not on the test's loop).
+
+        Per request, so a body still draining from an earlier test can never answer for this one.
+        """
+        seen = self.requests[request]
+        return await asyncio.to_thread(seen.disconnected.wait, limit_s)
 
     async def _handle(self, request: Request) -> Response:
         raw = await request.body()
@@ -119,16 +123,17 @@ class FakeProvider:
             body: Any = json.loads(raw) if raw else None
         except ValueError:
             body = raw.decode(errors="replace")
+        seen = SeenRequest(request.method, request.url.path, dict(request.headers), body)
         with self._lock:
-            self.requests.append(SeenRequest(request.method, request.url.path, dict(request.headers), body))
+            self.requests.append(seen)
             spec = self._queue.popleft() if self._queue else None
         if spec is None:
             return JSONResponse({"error": {"message": "fake provider: no response queued"}}, status_code=500)
         return StreamingResponse(
-            self._body(spec), status_code=spec.status, headers=spec.headers, media_type=spec.content_type
+            self._body(spec, seen), status_code=spec.status, headers=spec.headers, media_type=spec.content_type
         )
 
-    async def _body(self, spec: FakeResponse) -> AsyncIterator[bytes]:
+    async def _body(self, spec: FakeResponse, seen: SeenRequest) -> AsyncIterator[bytes]:
         finished = False
         try:
             sent = 0
@@ -153,7 +158,7 @@ class FakeProvider:
                     self.completed += 1
                 elif spec.reset_after is None:
                     self.disconnects += 1
-                    self.disconnected.set()
+                    seen.disconnected.set()
 
 
 def _pieces(spec: FakeResponse) -> Iterator[bytes]:

@@ -105,6 +105,18 @@ def test_in_order_tool_calls_stream_live() -> None:
     ]
 
 
+def test_more_arguments_for_a_call_already_closed_is_an_invalid_response() -> None:
+    body = sse(
+        chunk(tool_delta(0, "{}", id="c0", name="f")),
+        chunk(tool_delta(1, "{}", id="c1", name="g")),
+        chunk(tool_delta(0, "")),  # empty: harmless, ignored
+        chunk(tool_delta(0, "{}")),
+    )
+    with pytest.raises(LlmError, match="after it was complete") as info:
+        decode_openai_sse(body)
+    assert info.value.code is ErrorCode.INVALID_RESPONSE
+
+
 def test_openai_usage_only_chunk_after_the_finish_chunk_still_comes_before_finish() -> None:
     chunks = decode_openai_sse(openai_usage_after_finish())
     validate(chunks)

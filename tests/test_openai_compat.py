@@ -251,6 +251,19 @@ async def test_error_body_served_as_octet_stream_and_plain_text(fake_provider: F
     assert info.value.status == 502
 
 
+async def test_a_json_body_instead_of_a_stream(fake_provider: FakeProvider) -> None:
+    fake_provider.enqueue(
+        FakeResponse(body=b'{"error": {"message": "quota exceeded", "code": 429}}', content_type="application/json"),
+        FakeResponse(body=b'{"choices": []}', content_type="application/json"),
+    )
+    with pytest.raises(LlmError, match="quota exceeded") as info:
+        await collect(adapter_for(fake_provider))
+    assert info.value.status == 429
+    with pytest.raises(LlmError, match="instead of an event stream") as info:
+        await collect(adapter_for(fake_provider))
+    assert info.value.code is ErrorCode.INVALID_RESPONSE
+
+
 async def test_connection_refused_is_stream_aborted() -> None:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

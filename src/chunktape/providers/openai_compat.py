@@ -152,6 +152,8 @@ class OpenAICompatAdapter(LlmAdapter):
             response = await guard.run(client.send(request, stream=True), None, "waiting for the response headers")
             if response.status_code >= 300:
                 raise await self._http_error(response, guard)
+            if response.headers.get("content-type", "").startswith("application/json"):
+                raise await self._not_a_stream(response, guard)
             parser = SseParser()
             decoder = OpenAIChatDecoder()
             deadline = None if self.idle_timeout is None else loop.time() + self.idle_timeout
@@ -181,12 +183,30 @@ class OpenAICompatAdapter(LlmAdapter):
             if response is not None:
                 await response.aclose()
 
-    async def _http_error(self, response: httpx.Response, guard: _Guard) -> LlmError:
+    async def _read_capped(self, response: httpx.Response, guard: _Guard) -> bytes:
         body = bytearray()
         async for piece in _aiter_guarded(response.aiter_bytes(), guard):
             body += piece
             if len(body) >= _MAX_ERROR_BODY:
                 break
+        return bytes(body)
+
+    async def _not_a_stream(self, response: httpx.Response, guard: _Guard) -> LlmError:
+        """A 2xx JSON body instead of an event stream: an error object some gateways send, or no streaming."""
+        body = await self._read_capped(response, guard)
+        try:
+            payload: Any = _decoder.decode(body)
+        except msgspec.DecodeError:
+            payload = None
+        if isinstance(payload, dict) and payload.get("error") is not None:
+            return error_from_payload(payload, what=f"{self.name} answered with an error")
+        snippet = body[:200].decode(errors="replace")
+        return LlmError(
+            f"{self.name} answered with JSON instead of an event stream: {snippet!r}", ErrorCode.INVALID_RESPONSE
+        )
+
+    async def _http_error(self, response: httpx.Response, guard: _Guard) -> LlmError:
+        body = await self._read_capped(response, guard)
         status = response.status_code
         text = bytes(body).decode(errors="replace").strip()
         try:

@@ -268,9 +268,9 @@ class OpenAIChatDecoder:
             raise LlmError(
                 f"unparseable chunk from the provider ({exc}): {_snippet(data)}", ErrorCode.INVALID_RESPONSE, cause=exc
             ) from exc
-        return self.feed_chunk(chunk)
+        return self._feed_chunk(chunk)
 
-    def feed_chunk(self, chunk: _Chunk) -> list[StreamChunk]:
+    def _feed_chunk(self, chunk: _Chunk) -> list[StreamChunk]:
         if chunk.error is not None:
             raise error_from_payload(chunk.error, what="the provider reported an error mid-stream")
         out: list[StreamChunk] = []
