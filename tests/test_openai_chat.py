@@ -117,6 +117,22 @@ def test_more_arguments_for_a_call_already_closed_is_an_invalid_response() -> No
     assert info.value.code is ErrorCode.INVALID_RESPONSE
 
 
+def test_tool_calls_without_an_index_are_told_apart_by_id() -> None:
+    body = sse(
+        chunk({"tool_calls": [{"id": "a", "function": {"name": "f", "arguments": "{}"}}]}),
+        chunk({"tool_calls": [{"id": "b", "function": {"name": "g", "arguments": '{"x"'}}]}),
+        chunk({"tool_calls": [{"function": {"arguments": ": 1}"}}]}),
+        chunk({}, finish_reason="tool_calls", usage={"prompt_tokens": None, "completion_tokens": 3}),
+    )
+    chunks = decode_openai_sse(body)
+    validate(chunks)
+    assert blocks(chunks) == [
+        ToolCallBlock(id=CallId("a"), name="f", arguments="{}"),
+        ToolCallBlock(id=CallId("b"), name="g", arguments='{"x": 1}'),
+    ]
+    assert tail(chunks)[0] == UsageChunk(usage=TokenUsage(input_tokens=0, output_tokens=3))
+
+
 def test_openai_usage_only_chunk_after_the_finish_chunk_still_comes_before_finish() -> None:
     chunks = decode_openai_sse(openai_usage_after_finish())
     validate(chunks)

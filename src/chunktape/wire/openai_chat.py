@@ -79,7 +79,7 @@ class _Function(msgspec.Struct):
 
 
 class _ToolCall(msgspec.Struct):
-    index: int = 0
+    index: int | None = None
     id: str | None = None
     type: str | None = None
     function: _Function | None = None
@@ -107,8 +107,8 @@ class _CompletionDetails(msgspec.Struct):
 
 
 class _Usage(msgspec.Struct):
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
     prompt_cache_hit_tokens: int | None = None
     prompt_tokens_details: _PromptDetails | None = None
     completion_tokens_details: _CompletionDetails | None = None
@@ -157,8 +157,8 @@ def usage_from_wire(usage: _Usage) -> TokenUsage:
         cached = usage.prompt_tokens_details.cached_tokens
     details = usage.completion_tokens_details
     return TokenUsage(
-        input_tokens=usage.prompt_tokens,
-        output_tokens=usage.completion_tokens,
+        input_tokens=usage.prompt_tokens or 0,
+        output_tokens=usage.completion_tokens or 0,
         cached_input_tokens=cached,
         reasoning_tokens=details.reasoning_tokens if details is not None else None,
     )
@@ -344,13 +344,14 @@ class OpenAIChatDecoder:
         self._block_type = None
 
     def _tool(self, delta: _ToolCall, out: list[StreamChunk]) -> None:
-        call = self._calls.get(delta.index)
+        key = self._call_key(delta)
+        call = self._calls.get(key)
         function = delta.function
         name = function.name if function is not None else None
         arguments = (function.arguments if function is not None else None) or ""
         new_id = delta.id or None
         if call is None:
-            call = self._calls[delta.index] = _Call()
+            call = self._calls[key] = _Call()
         else:
             # Providers may repeat id/name on later deltas; the first one counts.
             if new_id is not None and call.id is not None:
@@ -362,7 +363,7 @@ class OpenAIChatDecoder:
         if call.state == "done":
             if arguments or new_id or name:
                 raise LlmError(
-                    f"tool call #{delta.index} received more data after it was complete: {arguments!r}",
+                    f"tool call #{key} received more data after it was complete: {arguments!r}",
                     ErrorCode.INVALID_RESPONSE,
                 )
             return
@@ -382,6 +383,17 @@ class OpenAIChatDecoder:
             self._end_live(out)
             nxt = min(key for key, c in self._calls.items() if c.state == "buffered")
             self._go_live(self._calls[nxt], out)
+
+    def _call_key(self, delta: _ToolCall) -> int:
+        """The provider's ``index``; servers that omit it get one per new id (else the latest call)."""
+        if delta.index is not None:
+            return delta.index
+        if delta.id and all(call.id != delta.id for call in self._calls.values()):
+            return max(self._calls, default=-1) + 1
+        for key in reversed(self._calls):
+            if not delta.id or self._calls[key].id == delta.id:
+                return key
+        return 0
 
     def _go_live(self, call: _Call, out: list[StreamChunk]) -> None:
         self._start("tool-call", out)
