@@ -48,6 +48,8 @@ class FakeResponse:
     stall: bool = False
     """After the body, send ``: keep-alive`` comments (never data) until the client disconnects."""
     keepalive_interval: float = 0.01
+    headers_delay: float = 0.0
+    """Wait this long before answering at all (no status line yet)."""
 
 
 @dataclass
@@ -129,6 +131,8 @@ class FakeProvider:
             spec = self._queue.popleft() if self._queue else None
         if spec is None:
             return JSONResponse({"error": {"message": "fake provider: no response queued"}}, status_code=500)
+        if spec.headers_delay:
+            await asyncio.sleep(spec.headers_delay)
         return StreamingResponse(
             self._body(spec, seen), status_code=spec.status, headers=spec.headers, media_type=spec.content_type
         )

@@ -375,6 +375,25 @@ async def test_abort_signal_while_waiting_for_data(fake_provider: FakeProvider) 
     await adapter.aclose()
 
 
+async def test_abort_signal_while_waiting_for_the_response_headers(fake_provider: FakeProvider) -> None:
+    controller = AbortController()
+    fake_provider.enqueue(FakeResponse(body=deepseek_reasoning_then_text(), headers_delay=60))
+    asyncio.get_running_loop().call_later(0.05, controller.abort)
+    async with asyncio.timeout(10):  # a bound for a hung test, not a timing assertion
+        with pytest.raises(LlmError) as info:
+            await collect(adapter_for(fake_provider), _with_signal(controller))
+    assert info.value.code is ErrorCode.CANCELLED
+
+
+async def test_no_response_within_the_timeout(fake_provider: FakeProvider) -> None:
+    fake_provider.enqueue(FakeResponse(body=deepseek_reasoning_then_text(), headers_delay=60))
+    async with asyncio.timeout(10):
+        with pytest.raises(LlmError) as info:
+            await collect(adapter_for(fake_provider, timeout=0.1))
+    assert info.value.code is ErrorCode.TIMEOUT
+    assert info.value.recoverable
+
+
 async def test_already_aborted_signal_sends_nothing(fake_provider: FakeProvider) -> None:
     controller = AbortController()
     controller.abort()

@@ -148,8 +148,9 @@ class OpenAICompatAdapter(LlmAdapter):
         loop = asyncio.get_running_loop()
         guard = _Guard(signal)
         response: httpx.Response | None = None
+        raw: AsyncIterator[bytes] | None = None
         try:
-            response = await guard.run(client.send(request, stream=True), None, "waiting for the response headers")
+            response = await guard.run(client.send(request, stream=True), None, "no response headers")
             if response.status_code >= 300:
                 raise await self._http_error(response, guard)
             if response.headers.get("content-type", "").startswith("application/json"):
@@ -159,7 +160,7 @@ class OpenAICompatAdapter(LlmAdapter):
             deadline = None if self.idle_timeout is None else loop.time() + self.idle_timeout
             raw = response.aiter_bytes()
             while not decoder.done:
-                piece = await guard.run(anext(raw, None), deadline, "waiting for data from the provider")
+                piece = await guard.run(anext(raw, None), deadline, f"no data event for {self.idle_timeout}s")
                 items = parser.feed(piece) if piece is not None else parser.close()
                 for item in items:
                     chunks = decoder.feed_item(item)
@@ -172,6 +173,8 @@ class OpenAICompatAdapter(LlmAdapter):
                     break
             for chunk in decoder.close():
                 yield chunk
+        except httpx.DecodingError as exc:
+            raise LlmError(f"{self.name}: undecodable body ({exc})", ErrorCode.INVALID_RESPONSE, cause=exc) from exc
         except httpx.TimeoutException as exc:
             raise LlmError(f"{self.name}: timed out ({exc})", ErrorCode.TIMEOUT, cause=exc) from exc
         except httpx.HTTPError as exc:
@@ -180,6 +183,9 @@ class OpenAICompatAdapter(LlmAdapter):
             ) from exc
         finally:
             guard.close()
+            closer = getattr(raw, "aclose", None)
+            if closer is not None:
+                await closer()
             if response is not None:
                 await response.aclose()
 
@@ -261,7 +267,7 @@ class _Guard:
             return task.result()
         if self.signal is not None and self.signal.aborted:
             raise self.signal.error()
-        raise LlmError(f"no data within the idle timeout while {doing}", ErrorCode.TIMEOUT)
+        raise LlmError(f"timed out: {doing}", ErrorCode.TIMEOUT)
 
     def close(self) -> None:
         if self._remove is not None:
@@ -270,7 +276,7 @@ class _Guard:
 
 
 async def _aiter_guarded(iterator: AsyncIterator[bytes], guard: _Guard) -> AsyncIterator[bytes]:
-    while (piece := await guard.run(anext(iterator, None), None, "reading the error body")) is not None:
+    while (piece := await guard.run(anext(iterator, None), None, "no error body")) is not None:
         yield piece
 
 
