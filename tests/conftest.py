@@ -1,4 +1,4 @@
-"""Shared fixtures for the chunktape test suite."""
+"""Shared fixtures. ``fake_provider``: a loopback OpenAI-compatible server (see ``tests/fake_provider.py``)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from chunktape import LlmAdapter
+from fake_provider import FakeProvider
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -33,3 +34,19 @@ def never_live() -> Callable[[], LlmAdapter]:
         pytest.fail("the live adapter factory was called")
 
     return factory
+
+
+@pytest.fixture(scope="session")
+def fake_provider_server() -> Iterator[FakeProvider]:
+    """One loopback server per test session (per xdist worker), shut down cleanly at the end."""
+    server = FakeProvider()
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def fake_provider(fake_provider_server: FakeProvider) -> FakeProvider:
+    """The loopback provider with an empty response queue and request log; ``.url`` is its base URL."""
+    fake_provider_server.reset()
+    return fake_provider_server

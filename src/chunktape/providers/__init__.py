@@ -1,5 +1,6 @@
-"""Adapters that produce streams: the scripted offline adapter (and, later, real providers)."""
+"""Adapters that produce streams: the scripted offline adapter and real OpenAI-compatible providers."""
 
+from chunktape.providers.openai_compat import OpenAICompatAdapter
 from chunktape.providers.scripted import (
     ScriptedAdapter,
     ScriptedError,
@@ -8,4 +9,11 @@ from chunktape.providers.scripted import (
     script_chunks,
 )
 
-__all__ = ["ScriptedAdapter", "ScriptedError", "ScriptedToolCall", "ScriptedTurn", "script_chunks"]
+__all__ = [
+    "OpenAICompatAdapter",
+    "ScriptedAdapter",
+    "ScriptedError",
+    "ScriptedToolCall",
+    "ScriptedTurn",
+    "script_chunks",
+]

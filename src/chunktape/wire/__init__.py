@@ -1,0 +1,28 @@
+"""The OpenAI-compatible wire format, written once: lossless SSE and chat-completion chunk JSON <-> StreamChunk.
+
+Imports only ``protocol`` and ``errors``; the adapter, the replay server, ``render_sse`` and the vcrpy import
+all sit above it.
+"""
+
+from chunktape.wire.openai_chat import (
+    OpenAIChatDecoder,
+    chunks_to_openai_dicts,
+    chunks_to_openai_events,
+    decode_openai_sse,
+    options_to_openai_request,
+)
+from chunktape.wire.sse import SseComment, SseEvent, SseItem, SseParser, parse_sse, write_sse
+
+__all__ = [
+    "OpenAIChatDecoder",
+    "SseComment",
+    "SseEvent",
+    "SseItem",
+    "SseParser",
+    "chunks_to_openai_dicts",
+    "chunks_to_openai_events",
+    "decode_openai_sse",
+    "options_to_openai_request",
+    "parse_sse",
+    "write_sse",
+]

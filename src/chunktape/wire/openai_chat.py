@@ -1,0 +1,611 @@
+"""The OpenAI-compatible ``chat.completion.chunk`` format in both directions, written once.
+
+Decoding (provider -> us): ``OpenAIChatDecoder`` turns chunk JSON into a *valid* StreamChunk sequence:
+
+- ``delta.reasoning_content`` (DeepSeek) or ``delta.reasoning`` (OpenRouter, Groq) -> a reasoning block,
+  ``delta.content`` -> a text block; empty strings, ``null`` and ``delta: {}`` are ignored.
+- ``delta.tool_calls[i]`` -> one tool-call block per provider ``index``. The protocol forbids interleaved
+  blocks, but providers may interleave calls by index, so: the first call streams live; a delta for another
+  index is buffered. The live call is closed (and the next buffered call, lowest index first, goes live with
+  its buffered pieces replayed as they came) once a different index has arrived *and* the live call's
+  arguments are complete JSON. Anything still open or buffered is flushed, in index order, when the
+  tool-call phase ends (text/reasoning resumes, or the stream finishes). In-order providers therefore stream
+  every call live; interleaving ones are delayed, never invalid. A delta arriving for a call already closed
+  raises ``INVALID_RESPONSE`` unless it is empty.
+- ``usage`` (on the last content chunk as DeepSeek sends it, or in a ``choices: []`` chunk after the finish
+  chunk as OpenAI does) -> ``UsageChunk``; ``finish_reason`` -> ``Finish``. Both are held until the stream
+  ends (``[DONE]`` or end of body), so ``usage`` always precedes ``finish``.
+- An in-band ``"error"`` object, or an ``event: error``, raises ``LlmError`` with the provider's message:
+  ``PROVIDER_HTTP_ERROR`` with ``status`` when the payload carries an HTTP-like status (``code: 400``,
+  ``status_code``), else ``STREAM_ABORTED`` (the provider gave up mid-stream; a retry may help).
+  Unparseable data raises ``INVALID_RESPONSE``.
+
+Encoding (us -> wire): ``chunks_to_openai_dicts`` / ``chunks_to_openai_events`` render a chunk stream as an
+OpenAI-style stream (role chunk, one chunk per delta, finish chunk, usage-only chunk, ``[DONE]``) that the
+decoder turns back into ``==`` chunks. What the format cannot carry: a finish ``detail`` except on ``error``
+(where it becomes the ``finish_reason``), two adjacent blocks of the same text/reasoning type (they merge),
+and blocks without deltas.
+
+``options_to_openai_request`` builds the request body from ``GenerateOptions``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import Any, Literal
+
+import msgspec
+
+from chunktape.errors import ErrorCode, LlmError
+from chunktape.protocol import (
+    BlockEnd,
+    BlockStart,
+    CallId,
+    Finish,
+    FinishKind,
+    FinishReason,
+    GenerateOptions,
+    Message,
+    ReasoningBlock,
+    ReasoningDelta,
+    StreamChunk,
+    TextBlock,
+    TextDelta,
+    TokenUsage,
+    ToolCallBlock,
+    ToolCallDelta,
+    UsageChunk,
+)
+from chunktape.wire.sse import SseComment, SseEvent, SseItem, SseParser, write_sse
+
+__all__ = [
+    "DONE",
+    "OpenAIChatDecoder",
+    "chunks_to_openai_dicts",
+    "chunks_to_openai_events",
+    "decode_openai_sse",
+    "error_from_payload",
+    "options_to_openai_request",
+]
+
+DONE = "[DONE]"
+
+# -- the provider's JSON, typed and lenient (unknown fields are ignored) ----------------------------
+
+
+class _Function(msgspec.Struct):
+    name: str | None = None
+    arguments: str | None = None
+
+
+class _ToolCall(msgspec.Struct):
+    index: int | None = None
+    id: str | None = None
+    type: str | None = None
+    function: _Function | None = None
+
+
+class _Delta(msgspec.Struct):
+    content: str | None = None
+    reasoning_content: str | None = None
+    reasoning: str | None = None
+    tool_calls: list[_ToolCall] | None = None
+
+
+class _Choice(msgspec.Struct):
+    index: int = 0
+    delta: _Delta | None = None
+    finish_reason: str | None = None
+
+
+class _PromptDetails(msgspec.Struct):
+    cached_tokens: int | None = None
+
+
+class _CompletionDetails(msgspec.Struct):
+    reasoning_tokens: int | None = None
+
+
+class _Usage(msgspec.Struct):
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    prompt_cache_hit_tokens: int | None = None
+    prompt_tokens_details: _PromptDetails | None = None
+    completion_tokens_details: _CompletionDetails | None = None
+
+
+class _Chunk(msgspec.Struct):
+    choices: list[_Choice] | None = None
+    usage: _Usage | None = None
+    error: Any = None
+
+
+_chunk_decoder = msgspec.json.Decoder(_Chunk)
+_any_decoder = msgspec.json.Decoder()
+_encoder = msgspec.json.Encoder()
+
+_FINISH_FROM_WIRE: dict[str, FinishKind] = {
+    "stop": "stop",
+    "length": "length",
+    "tool_calls": "tool-calls",
+    "function_call": "tool-calls",
+    "content_filter": "content-filter",
+    "error": "error",
+    "cancelled": "cancelled",
+}
+_FINISH_TO_WIRE: dict[FinishKind, str] = {
+    "stop": "stop",
+    "length": "length",
+    "tool-calls": "tool_calls",
+    "content-filter": "content_filter",
+    "error": "error",
+    "cancelled": "cancelled",
+}
+
+
+def finish_from_wire(reason: str) -> FinishReason:
+    """Map a ``finish_reason``; unknown ones (``insufficient_system_resource``) are errors with the reason."""
+    kind = _FINISH_FROM_WIRE.get(reason)
+    if kind is None:
+        return FinishReason(kind="error", detail=reason)
+    return FinishReason(kind=kind)
+
+
+def usage_from_wire(usage: _Usage) -> TokenUsage:
+    cached = usage.prompt_cache_hit_tokens
+    if cached is None and usage.prompt_tokens_details is not None:
+        cached = usage.prompt_tokens_details.cached_tokens
+    details = usage.completion_tokens_details
+    return TokenUsage(
+        input_tokens=usage.prompt_tokens or 0,
+        output_tokens=usage.completion_tokens or 0,
+        cached_input_tokens=cached,
+        reasoning_tokens=details.reasoning_tokens if details is not None else None,
+    )
+
+
+def error_from_payload(payload: Any, *, what: str = "the provider reported an error") -> LlmError:
+    """Build an ``LlmError`` from an error object or body (``{"error": {...}}``, ``{"message": ...}``, text).
+
+    ``PROVIDER_HTTP_ERROR`` with ``status`` when the payload names an HTTP status, else ``STREAM_ABORTED``.
+    """
+    error = payload.get("error", payload) if isinstance(payload, dict) else payload
+    message: str
+    status: int | None = None
+    if isinstance(error, dict):
+        raw = error.get("message")
+        message = raw if isinstance(raw, str) and raw else _encoder.encode(error).decode()
+        for key in ("status_code", "status", "code"):
+            value = error.get(key)
+            if isinstance(value, int) and not isinstance(value, bool) and 400 <= value <= 599:
+                status = value
+                break
+        kind = error.get("type") or error.get("code")
+        if isinstance(kind, str) and kind and kind not in message:
+            message = f"{message} ({kind})"
+    else:
+        message = str(error)
+    if status is not None:
+        return LlmError(f"{what}: {message}", ErrorCode.PROVIDER_HTTP_ERROR, status=status)
+    return LlmError(f"{what}: {message}", ErrorCode.STREAM_ABORTED)
+
+
+# -- decoding ---------------------------------------------------------------------------------------
+
+
+class _Call:
+    """One provider tool call (by its ``index``): what we know and, while not live, its buffered pieces."""
+
+    __slots__ = ("block_index", "id", "name", "pieces", "state")
+
+    def __init__(self) -> None:
+        self.id: str | None = None
+        self.name: str | None = None
+        self.pieces: list[tuple[str | None, str | None, str]] = []
+        self.state: Literal["buffered", "live", "done"] = "buffered"
+        self.block_index = -1
+
+
+class OpenAIChatDecoder:
+    """Stateful decoder: feed SSE items (or chunk JSON), get StreamChunks; ``close()`` at the end of the body.
+
+    Every chunk list returned, concatenated, is a stream that satisfies ``validate()``; a failure raises
+    ``LlmError`` (the chunks returned before it stay valid so far).
+    """
+
+    __slots__ = (
+        "_block",
+        "_block_type",
+        "_calls",
+        "_done",
+        "_finish",
+        "_live",
+        "_next_index",
+        "_pieces",
+        "_usage",
+    )
+
+    def __init__(self) -> None:
+        self._next_index = 0
+        self._block = -1
+        self._block_type: Literal["text", "reasoning", "tool-call"] | None = None
+        self._pieces: list[str] = []
+        self._calls: dict[int, _Call] = {}
+        self._live: _Call | None = None
+        self._usage: TokenUsage | None = None
+        self._finish: FinishReason | None = None
+        self._done = False
+
+    @property
+    def done(self) -> bool:
+        """True once ``data: [DONE]`` arrived."""
+        return self._done
+
+    def feed_item(self, item: SseItem) -> list[StreamChunk]:
+        """Decode one SSE item: comments are skipped, ``event: error`` raises, ``[DONE]`` ends the stream."""
+        if isinstance(item, SseComment) or item.data is None:
+            return []
+        if item.event == "error":
+            try:
+                payload: Any = _any_decoder.decode(item.data)
+            except msgspec.DecodeError:
+                payload = item.data
+            raise error_from_payload(payload, what="the provider sent an error event")
+        return self.feed_data(item.data)
+
+    def feed_data(self, data: str | bytes) -> list[StreamChunk]:
+        """Decode one ``data:`` payload (a chunk JSON object, or ``[DONE]``)."""
+        if self._done:
+            if not data.strip():
+                return []
+            raise LlmError(f"data after [DONE]: {_snippet(data)}", ErrorCode.INVALID_RESPONSE)
+        if data == DONE or data == DONE.encode():
+            self._done = True
+            return []
+        try:
+            chunk = _chunk_decoder.decode(data)
+        except msgspec.DecodeError as exc:
+            raise LlmError(
+                f"unparseable chunk from the provider ({exc}): {_snippet(data)}", ErrorCode.INVALID_RESPONSE, cause=exc
+            ) from exc
+        return self._feed_chunk(chunk)
+
+    def _feed_chunk(self, chunk: _Chunk) -> list[StreamChunk]:
+        if chunk.error is not None:
+            raise error_from_payload(chunk.error, what="the provider reported an error mid-stream")
+        out: list[StreamChunk] = []
+        if chunk.usage is not None:
+            self._usage = usage_from_wire(chunk.usage)
+        for choice in chunk.choices or ():
+            if choice.index != 0:
+                raise LlmError(
+                    f"the provider sent choice #{choice.index}; only one choice (n=1) is supported",
+                    ErrorCode.INVALID_RESPONSE,
+                )
+            delta = choice.delta
+            if delta is not None:
+                reasoning = delta.reasoning_content or delta.reasoning
+                if reasoning:
+                    self._text("reasoning", reasoning, out)
+                if delta.content:
+                    self._text("text", delta.content, out)
+                for call in delta.tool_calls or ():
+                    self._tool(call, out)
+            if choice.finish_reason is not None:
+                self._finish = finish_from_wire(choice.finish_reason)
+        return out
+
+    def close(self) -> list[StreamChunk]:
+        """End of body: close blocks, emit ``usage`` then ``finish``.
+
+        A body that ended without ``[DONE]`` and without any ``finish_reason`` was cut short:
+        ``STREAM_ABORTED``. ``[DONE]`` without a ``finish_reason`` counts as ``stop``.
+        """
+        if self._finish is None and not self._done:
+            raise LlmError("the stream ended before the provider finished it", ErrorCode.STREAM_ABORTED)
+        out: list[StreamChunk] = []
+        self._end_block(out)
+        if self._usage is not None:
+            out.append(UsageChunk(usage=self._usage))
+        out.append(Finish(reason=self._finish or FinishReason(kind="stop")))
+        return out
+
+    # -- blocks --------------------------------------------------------------------------------------
+
+    def _text(self, kind: Literal["text", "reasoning"], text: str, out: list[StreamChunk]) -> None:
+        if self._block_type != kind:
+            self._end_block(out)
+            self._start(kind, out)
+        self._pieces.append(text)
+        out.append(
+            TextDelta(index=self._block, text=text) if kind == "text" else ReasoningDelta(index=self._block, text=text)
+        )
+
+    def _start(self, kind: Literal["text", "reasoning", "tool-call"], out: list[StreamChunk]) -> None:
+        self._block = self._next_index
+        self._next_index += 1
+        self._block_type = kind
+        self._pieces = []
+        out.append(BlockStart(index=self._block, block_type=kind))
+
+    def _end_block(self, out: list[StreamChunk]) -> None:
+        """Close the open block; ending the tool-call phase flushes every buffered call in index order."""
+        if self._block_type == "text":
+            out.append(BlockEnd(index=self._block, block=TextBlock(text="".join(self._pieces))))
+        elif self._block_type == "reasoning":
+            out.append(BlockEnd(index=self._block, block=ReasoningBlock(text="".join(self._pieces))))
+        elif self._block_type == "tool-call":
+            self._end_live(out)
+            for key in sorted(self._calls):
+                call = self._calls[key]
+                if call.state == "buffered":
+                    self._go_live(call, out)
+                    self._end_live(out)
+        self._block_type = None
+
+    def _tool(self, delta: _ToolCall, out: list[StreamChunk]) -> None:
+        key = self._call_key(delta)
+        call = self._calls.get(key)
+        function = delta.function
+        name = function.name if function is not None else None
+        arguments = (function.arguments if function is not None else None) or ""
+        new_id = delta.id or None
+        if call is None:
+            call = self._calls[key] = _Call()
+        else:
+            # Providers may repeat id/name on later deltas; the first one counts.
+            if new_id is not None and call.id is not None:
+                new_id = None
+            if name is not None and call.name is not None:
+                name = None
+        if not name:
+            name = None
+        if call.state == "done":
+            if arguments or new_id or name:
+                raise LlmError(
+                    f"tool call #{key} received more data after it was complete: {arguments!r}",
+                    ErrorCode.INVALID_RESPONSE,
+                )
+            return
+        if new_id is not None:
+            call.id = new_id
+        if name is not None:
+            call.name = name
+        if call.state == "live":
+            self._call_delta(call, new_id, name, arguments, out)
+            return
+        call.pieces.append((new_id, name, arguments))
+        live = self._live
+        if live is None or self._block_type != "tool-call":
+            self._end_block(out)
+            self._go_live(call, out)
+        elif _complete_json("".join(self._pieces)):
+            self._end_live(out)
+            nxt = min(key for key, c in self._calls.items() if c.state == "buffered")
+            self._go_live(self._calls[nxt], out)
+
+    def _call_key(self, delta: _ToolCall) -> int:
+        """The provider's ``index``; servers that omit it get one per new id (else the latest call)."""
+        if delta.index is not None:
+            return delta.index
+        if delta.id and all(call.id != delta.id for call in self._calls.values()):
+            return max(self._calls, default=-1) + 1
+        for key in reversed(self._calls):
+            if not delta.id or self._calls[key].id == delta.id:
+                return key
+        return 0
+
+    def _go_live(self, call: _Call, out: list[StreamChunk]) -> None:
+        self._start("tool-call", out)
+        call.state = "live"
+        call.block_index = self._block
+        self._live = call
+        pieces, call.pieces = call.pieces, []
+        for piece_id, piece_name, arguments in pieces:
+            self._call_delta(call, piece_id, piece_name, arguments, out)
+
+    def _call_delta(
+        self, call: _Call, call_id: str | None, name: str | None, arguments: str, out: list[StreamChunk]
+    ) -> None:
+        if call_id is None and name is None and not arguments:
+            return
+        self._pieces.append(arguments)
+        out.append(
+            ToolCallDelta(
+                index=call.block_index,
+                id=CallId(call_id) if call_id is not None else None,
+                name=name,
+                arguments_delta=arguments,
+            )
+        )
+
+    def _end_live(self, out: list[StreamChunk]) -> None:
+        call = self._live
+        if call is None:
+            return
+        arguments = "".join(self._pieces)
+        if not arguments:
+            # Some servers send no arguments at all for a parameterless call; "{}" keeps the block valid JSON.
+            arguments = "{}"
+            out.append(ToolCallDelta(index=call.block_index, arguments_delta=arguments))
+        if call.name is None:
+            raise LlmError(f"tool call #{call.block_index} never got a function name", ErrorCode.INVALID_RESPONSE)
+        if not _complete_json(arguments):
+            raise LlmError(
+                f"tool call {call.name!r} has arguments that are not valid JSON: {_snippet(arguments)}",
+                ErrorCode.INVALID_RESPONSE,
+            )
+        # A provider that never sends an id still gets a stable one, derived from the block position.
+        call_id = CallId(call.id or f"call_{call.block_index}")
+        if call.id is None:
+            call.id = call_id
+            out.append(ToolCallDelta(index=call.block_index, id=call_id, arguments_delta=""))
+        out.append(
+            BlockEnd(index=call.block_index, block=ToolCallBlock(id=call_id, name=call.name, arguments=arguments))
+        )
+        call.state = "done"
+        self._live = None
+        self._pieces = []
+
+
+def _complete_json(text: str) -> bool:
+    try:
+        _any_decoder.decode(text)
+    except msgspec.DecodeError:
+        return False
+    return True
+
+
+def _snippet(data: str | bytes, limit: int = 120) -> str:
+    text = data.decode(errors="replace") if isinstance(data, bytes) else data
+    return repr(text if len(text) <= limit else text[: limit - 3] + "...")
+
+
+def decode_openai_sse(body: bytes) -> list[StreamChunk]:
+    """Decode a whole recorded SSE body into StreamChunks (the vcrpy import and tests use this)."""
+    parser = SseParser()
+    decoder = OpenAIChatDecoder()
+    out: list[StreamChunk] = []
+    for item in parser.feed(body) + parser.close():
+        out.extend(decoder.feed_item(item))
+    out.extend(decoder.close())
+    return out
+
+
+# -- encoding ---------------------------------------------------------------------------------------
+
+
+def chunks_to_openai_dicts(
+    chunks: Iterable[StreamChunk], *, model: str, created: int = 0, id: str = "chatcmpl-chunktape"
+) -> Iterator[dict[str, Any]]:
+    """Render StreamChunks as ``chat.completion.chunk`` objects that ``OpenAIChatDecoder`` maps back to ``==``.
+
+    Layout: a role chunk, one chunk per delta, a chunk with ``finish_reason``, then a usage-only chunk with
+    ``choices: []`` (OpenAI's ``include_usage`` shape). Block starts and ends are implicit in the format.
+    """
+    base: dict[str, Any] = {"id": id, "object": "chat.completion.chunk", "created": created, "model": model}
+
+    def chunk(delta: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
+        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
+        return {**base, "choices": [choice]}
+
+    yield chunk({"role": "assistant", "content": ""})
+    tool_numbers: dict[int, int] = {}
+    usage: TokenUsage | None = None
+    for item in chunks:
+        match item:
+            case TextDelta():
+                yield chunk({"content": item.text})
+            case ReasoningDelta():
+                yield chunk({"reasoning_content": item.text})
+            case ToolCallDelta():
+                number = tool_numbers.setdefault(item.index, len(tool_numbers))
+                call: dict[str, Any] = {"index": number}
+                function: dict[str, Any] = {}
+                if item.id is not None:
+                    call["id"] = item.id
+                    call["type"] = "function"
+                if item.name is not None:
+                    function["name"] = item.name
+                function["arguments"] = item.arguments_delta
+                call["function"] = function
+                yield chunk({"tool_calls": [call]})
+            case UsageChunk():
+                usage = item.usage
+            case Finish():
+                yield chunk({}, finish_to_wire(item.reason))
+            case BlockStart() | BlockEnd():
+                pass
+    if usage is not None:
+        yield {**base, "choices": [], "usage": usage_to_wire(usage)}
+
+
+def chunks_to_openai_events(
+    chunks: Iterable[StreamChunk], *, model: str, created: int = 0, id: str = "chatcmpl-chunktape"
+) -> Iterator[bytes]:
+    """The SSE bytes of ``chunks_to_openai_dicts``, one ``data:`` event each, then ``data: [DONE]``.
+
+    ``[DONE]`` is written only when the stream has a ``finish`` (a cut-short recording ends without it).
+    """
+    finished = False
+    for obj in chunks_to_openai_dicts(chunks, model=model, created=created, id=id):
+        choices = obj.get("choices") or []
+        if choices and choices[0].get("finish_reason") is not None:
+            finished = True
+        yield write_sse([SseEvent(data=_encoder.encode(obj).decode())])
+    if finished:
+        yield write_sse([SseEvent(data=DONE)])
+
+
+def finish_to_wire(reason: FinishReason) -> str:
+    if reason.kind == "error" and reason.detail and reason.detail not in _FINISH_FROM_WIRE:
+        return reason.detail
+    return _FINISH_TO_WIRE[reason.kind]
+
+
+def usage_to_wire(usage: TokenUsage) -> dict[str, Any]:
+    wire: dict[str, Any] = {
+        "prompt_tokens": usage.input_tokens,
+        "completion_tokens": usage.output_tokens,
+        "total_tokens": usage.input_tokens + usage.output_tokens,
+    }
+    if usage.cached_input_tokens is not None:
+        wire["prompt_tokens_details"] = {"cached_tokens": usage.cached_input_tokens}
+        wire["prompt_cache_hit_tokens"] = usage.cached_input_tokens
+    if usage.reasoning_tokens is not None:
+        wire["completion_tokens_details"] = {"reasoning_tokens": usage.reasoning_tokens}
+    return wire
+
+
+# -- requests ---------------------------------------------------------------------------------------
+
+
+def message_to_openai(message: Message) -> dict[str, Any]:
+    """One message; ``reasoning_content`` goes back only on assistant tool-call turns (DeepSeek's rule)."""
+    wire: dict[str, Any] = {"role": message.role, "content": message.content}
+    if message.name is not None:
+        wire["name"] = message.name
+    if message.role == "tool":
+        if message.tool_call_id is None:
+            raise LlmError("a tool message needs tool_call_id", ErrorCode.UNSUPPORTED_OPTION)
+        wire["tool_call_id"] = message.tool_call_id
+    if message.tool_calls:
+        if message.role != "assistant":
+            raise LlmError(f"tool_calls on a {message.role} message", ErrorCode.UNSUPPORTED_OPTION)
+        wire["tool_calls"] = [
+            {"id": call.id, "type": "function", "function": {"name": call.name, "arguments": call.arguments}}
+            for call in message.tool_calls
+        ]
+        if message.reasoning_content is not None:
+            wire["reasoning_content"] = message.reasoning_content
+    return wire
+
+
+def options_to_openai_request(
+    options: GenerateOptions, *, model: str | None = None, extra_fields: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The streaming request body: messages, tools, limits, ``stream_options.include_usage``, then ``extra``.
+
+    ``extra_fields`` (e.g. what a reasoning effort maps to) are merged before ``options.extra``.
+    """
+    body: dict[str, Any] = {
+        "model": model or options.model,
+        "messages": [message_to_openai(message) for message in options.messages],
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    if options.tools:
+        body["tools"] = [
+            {
+                "type": "function",
+                "function": {"name": tool.name, "description": tool.description, "parameters": tool.parameters},
+            }
+            for tool in options.tools
+        ]
+    if options.max_tokens is not None:
+        body["max_tokens"] = options.max_tokens
+    if options.temperature is not None:
+        body["temperature"] = options.temperature
+    body.update(extra_fields or {})
+    body.update(options.extra)
+    return body

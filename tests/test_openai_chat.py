@@ -1,0 +1,391 @@
+"""The OpenAI-compatible chunk mapping: every provider quirk decodes to a valid stream; encoding round-trips."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from chunktape import (
+    BlockEnd,
+    BlockStart,
+    CallId,
+    ErrorCode,
+    Finish,
+    FinishKind,
+    FinishReason,
+    GenerateOptions,
+    LlmError,
+    Message,
+    ReasoningBlock,
+    ReasoningDelta,
+    StreamChunk,
+    TextBlock,
+    TextDelta,
+    TokenUsage,
+    ToolCallBlock,
+    ToolCallDelta,
+    ToolSpec,
+    UsageChunk,
+    validate,
+)
+from chunktape.wire.openai_chat import (
+    OpenAIChatDecoder,
+    chunks_to_openai_dicts,
+    chunks_to_openai_events,
+    decode_openai_sse,
+    options_to_openai_request,
+)
+from chunktape.wire.sse import SseParser
+from fake_provider import (
+    chunk,
+    deepseek_parallel_tools,
+    deepseek_reasoning_then_text,
+    groq_error_event,
+    openai_usage_after_finish,
+    openrouter_inband_error,
+    sse,
+    tool_delta,
+)
+
+
+def blocks(chunks: list[StreamChunk]) -> list[Any]:
+    return [c.block for c in chunks if isinstance(c, BlockEnd)]
+
+
+def tail(chunks: list[StreamChunk]) -> list[StreamChunk]:
+    return [c for c in chunks if isinstance(c, UsageChunk | Finish)]
+
+
+def test_deepseek_reasoning_then_text_with_usage_on_the_finish_chunk() -> None:
+    chunks = decode_openai_sse(deepseek_reasoning_then_text())
+    validate(chunks)
+    assert blocks(chunks) == [
+        ReasoningBlock(text="Hmm, a greeting. 🤔"),
+        TextBlock(text="Hello there! 😊"),
+    ]
+    assert tail(chunks) == [
+        UsageChunk(usage=TokenUsage(input_tokens=491, output_tokens=129, cached_input_tokens=448, reasoning_tokens=40)),
+        Finish(reason=FinishReason(kind="stop")),
+    ]
+
+
+@pytest.mark.parametrize("interleaved", [False, True])
+def test_parallel_tool_calls_come_out_as_consecutive_blocks_in_index_order(interleaved: bool) -> None:
+    chunks = decode_openai_sse(deepseek_parallel_tools(interleaved=interleaved))
+    validate(chunks)
+    assert blocks(chunks) == [
+        TextBlock(text="我可以帮。"),
+        ToolCallBlock(
+            id=CallId("call_00_beijing"),
+            name="get_current_weather",
+            arguments='{"location": "北京", "format": "celsius"}',
+        ),
+        ToolCallBlock(id=CallId("call_01_luoyang"), name="get_current_weather", arguments='{"location": "洛阳"}'),
+    ]
+    assert tail(chunks)[-1] == Finish(reason=FinishReason(kind="tool-calls"))
+
+
+def test_in_order_tool_calls_stream_live() -> None:
+    """The first call's block ends as soon as the second call starts: nothing waits for the finish chunk."""
+    decoder = OpenAIChatDecoder()
+    out = decoder.feed_data(json.dumps(chunk(tool_delta(0, '{"a": 1}', id="c0", name="f"))))
+    assert out == [
+        BlockStart(index=0, block_type="tool-call"),
+        ToolCallDelta(index=0, id=CallId("c0"), name="f", arguments_delta='{"a": 1}'),
+    ]
+    out = decoder.feed_data(json.dumps(chunk(tool_delta(1, "{}", id="c1", name="g"))))
+    assert out == [
+        BlockEnd(index=0, block=ToolCallBlock(id=CallId("c0"), name="f", arguments='{"a": 1}')),
+        BlockStart(index=1, block_type="tool-call"),
+        ToolCallDelta(index=1, id=CallId("c1"), name="g", arguments_delta="{}"),
+    ]
+
+
+def test_more_arguments_for_a_call_already_closed_is_an_invalid_response() -> None:
+    body = sse(
+        chunk(tool_delta(0, "{}", id="c0", name="f")),
+        chunk(tool_delta(1, "{}", id="c1", name="g")),
+        chunk(tool_delta(0, "")),  # empty: harmless, ignored
+        chunk(tool_delta(0, "{}")),
+    )
+    with pytest.raises(LlmError, match="after it was complete") as info:
+        decode_openai_sse(body)
+    assert info.value.code is ErrorCode.INVALID_RESPONSE
+
+
+def test_tool_calls_without_an_index_are_told_apart_by_id() -> None:
+    body = sse(
+        chunk({"tool_calls": [{"id": "a", "function": {"name": "f", "arguments": "{}"}}]}),
+        chunk({"tool_calls": [{"id": "b", "function": {"name": "g", "arguments": '{"x"'}}]}),
+        chunk({"tool_calls": [{"function": {"arguments": ": 1}"}}]}),
+        chunk({}, finish_reason="tool_calls", usage={"prompt_tokens": None, "completion_tokens": 3}),
+    )
+    chunks = decode_openai_sse(body)
+    validate(chunks)
+    assert blocks(chunks) == [
+        ToolCallBlock(id=CallId("a"), name="f", arguments="{}"),
+        ToolCallBlock(id=CallId("b"), name="g", arguments='{"x": 1}'),
+    ]
+    assert tail(chunks)[0] == UsageChunk(usage=TokenUsage(input_tokens=0, output_tokens=3))
+
+
+def test_openai_usage_only_chunk_after_the_finish_chunk_still_comes_before_finish() -> None:
+    chunks = decode_openai_sse(openai_usage_after_finish())
+    validate(chunks)
+    assert [(b.name, b.arguments) for b in blocks(chunks)] == [
+        ("get_weather", '{"city": "Mexico City"}'),
+        ("get_product_name", "{}"),
+    ]
+    assert tail(chunks) == [
+        UsageChunk(usage=TokenUsage(input_tokens=417, output_tokens=44, cached_input_tokens=0, reasoning_tokens=0)),
+        Finish(reason=FinishReason(kind="tool-calls")),
+    ]
+
+
+def test_openrouter_in_band_error_object_raises_with_the_providers_message() -> None:
+    parser, decoder = SseParser(), OpenAIChatDecoder()
+    emitted: list[StreamChunk] = []
+
+    def consume() -> None:
+        for item in parser.feed(openrouter_inband_error()):
+            emitted.extend(decoder.feed_item(item))
+
+    with pytest.raises(LlmError) as info:
+        consume()
+    assert info.value.code is ErrorCode.PROVIDER_HTTP_ERROR
+    assert info.value.status == 400
+    assert "Token limit reached" in str(info.value)
+    assert emitted[-1] == ReasoningDelta(index=0, text=" to respond.")
+
+
+def test_groq_error_event_raises_with_the_providers_message() -> None:
+    with pytest.raises(LlmError, match="Tool call validation failed") as info:
+        decode_openai_sse(groq_error_event())
+    assert info.value.status == 400
+
+
+def test_in_band_error_without_a_status_is_a_broken_stream() -> None:
+    with pytest.raises(LlmError, match="overloaded") as info:
+        decode_openai_sse(sse(chunk({"content": "x"}), {"error": {"message": "overloaded"}}))
+    assert info.value.code is ErrorCode.STREAM_ABORTED
+
+
+@pytest.mark.parametrize(
+    ("reason", "expected"),
+    [
+        ("stop", FinishReason(kind="stop")),
+        ("length", FinishReason(kind="length")),
+        ("tool_calls", FinishReason(kind="tool-calls")),
+        ("content_filter", FinishReason(kind="content-filter")),
+        ("insufficient_system_resource", FinishReason(kind="error", detail="insufficient_system_resource")),
+    ],
+)
+def test_finish_reasons(reason: str, expected: FinishReason) -> None:
+    chunks = decode_openai_sse(sse(chunk({"content": "x"}), chunk({}, finish_reason=reason)))
+    validate(chunks)
+    assert chunks[-1] == Finish(reason=expected)
+
+
+def test_empty_deltas_and_nulls_are_ignored() -> None:
+    body = sse(
+        chunk({}),
+        chunk({"content": None}),
+        chunk({"content": ""}),
+        chunk({"content": "a"}),
+        chunk({}, finish_reason="stop"),
+    )
+    assert decode_openai_sse(body) == [
+        BlockStart(index=0, block_type="text"),
+        TextDelta(index=0, text="a"),
+        BlockEnd(index=0, block=TextBlock(text="a")),
+        Finish(reason=FinishReason(kind="stop")),
+    ]
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        sse("data: {not json\n\n"),
+        sse({"choices": "nope"}),
+        sse(chunk(tool_delta(0, '{"a":', id="c", name="f")), chunk({}, finish_reason="tool_calls")),
+        sse({"choices": [{"index": 1, "delta": {"content": "x"}}]}),
+    ],
+    ids=["garbage", "wrong-shape", "arguments-not-json", "second-choice"],
+)
+def test_unparseable_data_is_an_invalid_response(body: bytes) -> None:
+    with pytest.raises(LlmError) as info:
+        decode_openai_sse(body)
+    assert info.value.code is ErrorCode.INVALID_RESPONSE
+
+
+def test_a_body_cut_short_is_a_broken_stream_but_done_without_finish_is_stop() -> None:
+    with pytest.raises(LlmError) as info:
+        decode_openai_sse(sse(chunk({"content": "x"}), done=False))
+    assert info.value.code is ErrorCode.STREAM_ABORTED
+    assert decode_openai_sse(sse(chunk({"content": "x"})))[-1] == Finish(reason=FinishReason(kind="stop"))
+
+
+def test_missing_tool_call_id_and_empty_arguments_still_give_a_valid_block() -> None:
+    body = sse(
+        chunk({"tool_calls": [{"index": 0, "function": {"name": "now"}}]}), chunk({}, finish_reason="tool_calls")
+    )
+    chunks = decode_openai_sse(body)
+    validate(chunks)
+    assert blocks(chunks) == [ToolCallBlock(id=CallId("call_0"), name="now", arguments="{}")]
+
+
+# -- encoding --------------------------------------------------------------------------------------
+
+_piece = st.text(st.characters(blacklist_categories=["Cs"]), min_size=1, max_size=6)
+_json_value = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=5),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3),
+    max_leaves=6,
+)
+
+
+@st.composite
+def valid_streams(draw: st.DrawFn) -> list[StreamChunk]:
+    """Valid streams the OpenAI format can carry: no empty blocks, no two adjacent text/reasoning blocks."""
+    kinds = draw(st.lists(st.sampled_from(["text", "reasoning", "tool"]), max_size=6))
+    chunks: list[StreamChunk] = []
+    previous = None
+    index = 0
+    for kind in kinds:
+        if kind == previous and kind != "tool":
+            continue
+        previous = kind
+        chunks.append(BlockStart(index=index, block_type="tool-call" if kind == "tool" else kind))  # type: ignore[arg-type]
+        if kind == "tool":
+            arguments = json.dumps(draw(_json_value), ensure_ascii=draw(st.booleans()))
+            cuts = sorted(draw(st.lists(st.integers(0, len(arguments)), max_size=4)))
+            pieces = [arguments[a:b] for a, b in zip([0, *cuts], [*cuts, len(arguments)], strict=True)]
+            pieces = [pieces[0]] + [p for p in pieces[1:] if p]
+            call_id, name = CallId(f"call_{index}"), draw(st.sampled_from(["get_weather", "查询", "f"]))
+            chunks.append(ToolCallDelta(index=index, id=call_id, name=name, arguments_delta=pieces[0]))
+            chunks += [ToolCallDelta(index=index, arguments_delta=p) for p in pieces[1:]]
+            chunks.append(BlockEnd(index=index, block=ToolCallBlock(id=call_id, name=name, arguments=arguments)))
+        else:
+            pieces = draw(st.lists(_piece, min_size=1, max_size=4))
+            if kind == "text":
+                chunks += [TextDelta(index=index, text=p) for p in pieces]
+                chunks.append(BlockEnd(index=index, block=TextBlock(text="".join(pieces))))
+            else:
+                chunks += [ReasoningDelta(index=index, text=p) for p in pieces]
+                chunks.append(BlockEnd(index=index, block=ReasoningBlock(text="".join(pieces))))
+        index += 1
+    optional = st.none() | st.integers(0, 10**6)
+    if draw(st.booleans()):
+        usage = TokenUsage(
+            input_tokens=draw(st.integers(0, 10**6)),
+            output_tokens=draw(st.integers(0, 10**6)),
+            cached_input_tokens=draw(optional),
+            reasoning_tokens=draw(optional),
+        )
+        chunks.append(UsageChunk(usage=usage))
+    finish: FinishKind = draw(st.sampled_from(["stop", "tool-calls", "length", "content-filter", "error", "cancelled"]))
+    detail = draw(st.sampled_from([None, "insufficient_system_resource"])) if finish == "error" else None
+    chunks.append(Finish(reason=FinishReason(kind=finish, detail=detail)))
+    validate(chunks)
+    return chunks
+
+
+@given(chunks=valid_streams(), piece=st.integers(1, 64))
+def test_encoder_decoder_round_trip(chunks: list[StreamChunk], piece: int) -> None:
+    body = b"".join(chunks_to_openai_events(chunks, model="deepseek-chat", created=1, id="x"))
+    parser, decoder = SseParser(), OpenAIChatDecoder()
+    decoded: list[StreamChunk] = []
+    for start in range(0, len(body), piece):
+        for item in parser.feed(body[start : start + piece]):
+            decoded += decoder.feed_item(item)
+    for item in parser.close():
+        decoded += decoder.feed_item(item)
+    decoded += decoder.close()
+    assert decoded == chunks
+
+
+def test_encoded_stream_looks_like_openai() -> None:
+    chunks: list[StreamChunk] = [
+        BlockStart(index=0, block_type="tool-call"),
+        ToolCallDelta(index=0, id=CallId("c"), name="f", arguments_delta="{}"),
+        BlockEnd(index=0, block=ToolCallBlock(id=CallId("c"), name="f", arguments="{}")),
+        UsageChunk(usage=TokenUsage(input_tokens=3, output_tokens=1)),
+        Finish(reason=FinishReason(kind="tool-calls")),
+    ]
+    dicts = list(chunks_to_openai_dicts(chunks, model="m", created=5, id="i"))
+    assert dicts[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+    assert dicts[1]["choices"][0]["delta"]["tool_calls"] == [
+        {"index": 0, "id": "c", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    ]
+    assert dicts[2]["choices"][0]["finish_reason"] == "tool_calls"
+    assert dicts[3]["choices"] == []
+    assert dicts[3]["usage"] == {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4}
+    assert all(d["object"] == "chat.completion.chunk" and d["model"] == "m" for d in dicts)
+    events = list(chunks_to_openai_events(chunks, model="m"))
+    assert events[-1] == b"data: [DONE]\n\n"
+    assert b"[DONE]" not in b"".join(chunks_to_openai_events(chunks[:-1], model="m"))
+
+
+# -- requests --------------------------------------------------------------------------------------
+
+
+def test_request_body_carries_tools_tool_turns_reasoning_content_and_extra() -> None:
+    call = ToolCallBlock(id=CallId("call_1"), name="get_weather", arguments='{"city": "Paris"}')
+    options = GenerateOptions(
+        model="deepseek-reasoner",
+        messages=[
+            Message(role="system", content="be brief"),
+            Message(role="user", content="weather?"),
+            Message(role="assistant", content=None, tool_calls=[call], reasoning_content="need the tool"),
+            Message(role="tool", content="sunny", tool_call_id="call_1"),
+            Message(role="assistant", content="Sunny.", reasoning_content="dropped: not a tool-call turn"),
+        ],
+        tools=[ToolSpec(name="get_weather", description="d", parameters={"type": "object"})],
+        max_tokens=100,
+        temperature=0.2,
+        extra={"top_p": 0.9},
+    )
+    body = options_to_openai_request(options)
+    assert body == {
+        "model": "deepseek-reasoner",
+        "messages": [
+            {"role": "system", "content": "be brief"},
+            {"role": "user", "content": "weather?"},
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": "call_1",
+                        "type": "function",
+                        "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+                    }
+                ],
+                "reasoning_content": "need the tool",
+            },
+            {"role": "tool", "content": "sunny", "tool_call_id": "call_1"},
+            {"role": "assistant", "content": "Sunny."},
+        ],
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "tools": [
+            {
+                "type": "function",
+                "function": {"name": "get_weather", "description": "d", "parameters": {"type": "object"}},
+            }
+        ],
+        "max_tokens": 100,
+        "temperature": 0.2,
+        "top_p": 0.9,
+    }
+
+
+def test_a_tool_message_without_its_call_id_is_refused() -> None:
+    options = GenerateOptions(model="m", messages=[Message(role="tool", content="x")])
+    with pytest.raises(LlmError) as info:
+        options_to_openai_request(options)
+    assert info.value.code is ErrorCode.UNSUPPORTED_OPTION

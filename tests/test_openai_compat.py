@@ -1,0 +1,543 @@
+"""OpenAICompatAdapter against a real loopback server: streams, real captures, HTTP errors, aborts, timeouts."""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import json
+import os
+import socket
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from chunktape import (
+    AbortController,
+    BlockEnd,
+    ErrorCode,
+    Finish,
+    FinishReason,
+    GenerateOptions,
+    LlmError,
+    Message,
+    ReasoningBlock,
+    StreamChunk,
+    StreamValidator,
+    TextBlock,
+    TokenUsage,
+    ToolCallBlock,
+    UsageChunk,
+    attribution_headers,
+    validate,
+)
+from chunktape.providers import OpenAICompatAdapter
+from chunktape.providers.openai_compat import DEEPSEEK_REASONING
+from fake_provider import (
+    DEEPSEEK_400_BODY,
+    DribbleTransport,
+    FakeProvider,
+    FakeResponse,
+    chunk,
+    deepseek_parallel_tools,
+    deepseek_reasoning_then_text,
+    groq_error_event,
+    openai_usage_after_finish,
+    openrouter_inband_error,
+    sse,
+)
+
+OPTIONS = GenerateOptions(model="deepseek-chat", messages=[Message(role="user", content="hi")])
+DELIVERIES = ["whole", "server-pieces", "client-dribble"]
+
+
+def _captures_dir() -> Path:
+    env = os.environ.get("CHUNKTAPE_CAPTURES")
+    return Path(env) if env else Path(__file__).resolve().parents[2] / "shared" / "captures"
+
+
+CAPTURES = _captures_dir()
+needs_captures = pytest.mark.skipif(
+    not CAPTURES.is_dir(), reason=f"real provider captures not found at {CAPTURES} (set CHUNKTAPE_CAPTURES)"
+)
+
+
+def adapter_for(provider: FakeProvider, delivery: str = "whole", **kwargs: Any) -> OpenAICompatAdapter:
+    client = httpx.AsyncClient(transport=DribbleTransport(3)) if delivery == "client-dribble" else None
+    return OpenAICompatAdapter(provider.url, api_key="sk-test-0123456789", client=client, **kwargs)
+
+
+def response_for(body: bytes, delivery: str, **kwargs: Any) -> FakeResponse:
+    return FakeResponse(body=body, piece_size=5 if delivery == "server-pieces" else None, **kwargs)
+
+
+async def collect(adapter: OpenAICompatAdapter, options: GenerateOptions = OPTIONS) -> list[StreamChunk]:
+    try:
+        return [c async for c in adapter.stream(options)]
+    finally:
+        await adapter.aclose()
+        if adapter._client is not None:  # a client we passed in (DribbleTransport)
+            await adapter._client.aclose()
+
+
+@dataclass
+class Collected:
+    chunks: list[StreamChunk] = field(default_factory=list)
+    error: LlmError | None = None
+
+
+async def collect_until_error(adapter: OpenAICompatAdapter, options: GenerateOptions = OPTIONS) -> Collected:
+    """Consume the stream, checking each chunk incrementally, and keep the error it ended with."""
+    out = Collected()
+    validator = StreamValidator()
+    try:
+        async for c in adapter.stream(options):
+            validator.feed(c)
+            out.chunks.append(c)
+    except LlmError as exc:
+        out.error = exc
+    finally:
+        await adapter.aclose()
+        if adapter._client is not None:
+            await adapter._client.aclose()
+    return out
+
+
+def blocks(chunks: list[StreamChunk]) -> list[Any]:
+    return [c.block for c in chunks if isinstance(c, BlockEnd)]
+
+
+# -- synthetic streams ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("delivery", DELIVERIES)
+async def test_reasoning_then_text_with_keepalives(fake_provider: FakeProvider, delivery: str) -> None:
+    fake_provider.enqueue(response_for(deepseek_reasoning_then_text(), delivery))
+    chunks = await collect(adapter_for(fake_provider, delivery))
+    validate(chunks)
+    assert blocks(chunks) == [ReasoningBlock(text="Hmm, a greeting. 🤔"), TextBlock(text="Hello there! 😊")]
+    assert chunks[-2:] == [
+        UsageChunk(usage=TokenUsage(input_tokens=491, output_tokens=129, cached_input_tokens=448, reasoning_tokens=40)),
+        Finish(reason=FinishReason(kind="stop")),
+    ]
+
+
+@pytest.mark.parametrize("interleaved", [False, True])
+@pytest.mark.parametrize("delivery", DELIVERIES)
+async def test_parallel_tool_calls_with_split_multibyte_arguments(
+    fake_provider: FakeProvider, delivery: str, interleaved: bool
+) -> None:
+    fake_provider.enqueue(response_for(deepseek_parallel_tools(interleaved=interleaved), delivery))
+    chunks = await collect(adapter_for(fake_provider, delivery))
+    validate(chunks)
+    calls = [b for b in blocks(chunks) if isinstance(b, ToolCallBlock)]
+    assert [(c.id, c.name, json.loads(c.arguments)) for c in calls] == [
+        ("call_00_beijing", "get_current_weather", {"location": "北京", "format": "celsius"}),
+        ("call_01_luoyang", "get_current_weather", {"location": "洛阳"}),
+    ]
+    assert chunks[-1] == Finish(reason=FinishReason(kind="tool-calls"))
+
+
+@pytest.mark.parametrize("delivery", DELIVERIES)
+async def test_openai_usage_chunk_after_finish(fake_provider: FakeProvider, delivery: str) -> None:
+    fake_provider.enqueue(response_for(openai_usage_after_finish(), delivery))
+    chunks = await collect(adapter_for(fake_provider, delivery))
+    validate(chunks)
+    assert isinstance(chunks[-2], UsageChunk)
+    assert chunks[-2].usage.input_tokens == 417
+
+
+@pytest.mark.parametrize(
+    ("body", "message", "status"),
+    [
+        (openrouter_inband_error(), "Token limit reached", 400),
+        (groq_error_event(), "Tool call validation failed", 400),
+        (
+            sse(chunk({"content": "partial"}), {"error": {"message": "Internal error, please retry"}}),
+            "please retry",
+            None,
+        ),
+    ],
+    ids=["error-object", "error-event", "error-object-without-status"],
+)
+@pytest.mark.parametrize("delivery", DELIVERIES)
+async def test_in_band_errors_raise_with_the_providers_message(
+    fake_provider: FakeProvider, delivery: str, body: bytes, message: str, status: int | None
+) -> None:
+    fake_provider.enqueue(response_for(body, delivery))
+    result = await collect_until_error(adapter_for(fake_provider, delivery))
+    assert result.error is not None
+    assert message in str(result.error)
+    assert result.error.status == status
+    expected = ErrorCode.PROVIDER_HTTP_ERROR if status else ErrorCode.STREAM_ABORTED
+    assert result.error.code is expected
+
+
+async def test_garbage_data_is_an_invalid_response(fake_provider: FakeProvider) -> None:
+    fake_provider.enqueue(FakeResponse(body=sse(chunk({"content": "ok"}), "data: <html>502 Bad Gateway</html>\n\n")))
+    result = await collect_until_error(adapter_for(fake_provider))
+    assert result.error is not None
+    assert result.error.code is ErrorCode.INVALID_RESPONSE
+    assert "502 Bad Gateway" in str(result.error)
+
+
+@pytest.mark.parametrize("delivery", ["whole", "server-pieces"])
+async def test_connection_reset_mid_body_is_stream_aborted(fake_provider: FakeProvider, delivery: str) -> None:
+    body = deepseek_parallel_tools()
+    fake_provider.enqueue(response_for(body, delivery, reset_after=len(body) // 2))
+    result = await collect_until_error(adapter_for(fake_provider, delivery))
+    assert result.error is not None
+    assert result.error.code is ErrorCode.STREAM_ABORTED
+    assert result.error.recoverable
+    assert result.chunks  # what arrived before the break was delivered, and was valid so far
+
+
+# -- HTTP errors ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("status", "message"),
+    [
+        (400, "Invalid request: messages[0] is malformed"),
+        (401, "Authentication Fails, Your api key is invalid"),
+        (402, "Insufficient Balance"),
+        (422, "Invalid Parameters"),
+        (429, "Rate Limit Reached"),
+        (500, "Server Error"),
+        (503, "Server Overloaded"),
+    ],
+)
+async def test_http_errors_carry_status_and_the_providers_message(
+    fake_provider: FakeProvider, status: int, message: str
+) -> None:
+    error_body = json.dumps({"error": {"message": message, "type": "api_error", "code": None}}).encode()
+    headers = {"Retry-After": "7"} if status == 429 else {}
+    fake_provider.enqueue(
+        FakeResponse(body=error_body, status=status, headers=headers, content_type="application/json")
+    )
+    with pytest.raises(LlmError) as info:
+        await collect(adapter_for(fake_provider))
+    error = info.value
+    assert error.code is ErrorCode.PROVIDER_HTTP_ERROR
+    assert error.status == status
+    assert message in error.message
+    assert error.retry_after == (7.0 if status == 429 else None)
+    assert error.recoverable is (status in (429, 500, 503))
+
+
+async def test_retry_after_as_an_http_date(fake_provider: FakeProvider) -> None:
+    later = email.utils.formatdate(time.time() + 3600, usegmt=True)
+    fake_provider.enqueue(FakeResponse(body=b"{}", status=429, headers={"Retry-After": later}))
+    with pytest.raises(LlmError) as info:
+        await collect(adapter_for(fake_provider))
+    assert info.value.retry_after is not None
+    assert info.value.retry_after > 60
+
+
+async def test_error_body_served_as_octet_stream_and_plain_text(fake_provider: FakeProvider) -> None:
+    fake_provider.enqueue(
+        FakeResponse(body=DEEPSEEK_400_BODY, status=400, content_type="application/octet-stream"),
+        FakeResponse(body=b"upstream connect error", status=502, content_type="text/plain"),
+    )
+    with pytest.raises(LlmError, match=r"No tool output found for tool call call-a\.") as info:
+        await collect(adapter_for(fake_provider))
+    assert info.value.status == 400
+    with pytest.raises(LlmError, match="upstream connect error") as info:
+        await collect(adapter_for(fake_provider))
+    assert info.value.status == 502
+
+
+async def test_a_json_body_instead_of_a_stream(fake_provider: FakeProvider) -> None:
+    fake_provider.enqueue(
+        FakeResponse(body=b'{"error": {"message": "quota exceeded", "code": 429}}', content_type="application/json"),
+        FakeResponse(body=b'{"choices": []}', content_type="application/json"),
+    )
+    with pytest.raises(LlmError, match="quota exceeded") as info:
+        await collect(adapter_for(fake_provider))
+    assert info.value.status == 429
+    with pytest.raises(LlmError, match="instead of an event stream") as info:
+        await collect(adapter_for(fake_provider))
+    assert info.value.code is ErrorCode.INVALID_RESPONSE
+
+
+async def test_connection_refused_is_stream_aborted() -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    with pytest.raises(LlmError) as info:
+        await collect(OpenAICompatAdapter(f"http://127.0.0.1:{port}", api_key="k"))
+    assert info.value.code is ErrorCode.STREAM_ABORTED
+
+
+# -- request ---------------------------------------------------------------------------------------
+
+
+async def test_request_headers_body_and_secrets(fake_provider: FakeProvider, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DEEPSEEK_API_KEY", "sk-from-env-42")
+    fake_provider.enqueue(FakeResponse(body=deepseek_reasoning_then_text()))
+    adapter = OpenAICompatAdapter(fake_provider.url + "/v1", headers={"X-Extra": "1"}, reasoning=DEEPSEEK_REASONING)
+    assert adapter.secrets == ("sk-from-env-42",)
+    options = GenerateOptions(model="deepseek-chat", messages=OPTIONS.messages, reasoning="thinking", max_tokens=50)
+    await collect(adapter)
+    (seen,) = fake_provider.requests
+    assert seen.path == "/v1/chat/completions"
+    assert seen.headers["authorization"] == "Bearer sk-from-env-42"
+    assert seen.headers["x-extra"] == "1"
+    for name, value in attribution_headers().items():
+        assert seen.headers[name.lower()] == value
+    assert seen.json["stream"] is True
+    assert seen.json["stream_options"] == {"include_usage": True}
+    assert seen.json["model"] == "deepseek-chat"
+    assert "thinking" not in seen.json  # OPTIONS had no reasoning
+    fake_provider.reset()
+    fake_provider.enqueue(FakeResponse(body=deepseek_reasoning_then_text()))
+    await collect(adapter, options)
+    assert fake_provider.requests[0].json["thinking"] == {"type": "enabled"}
+    assert fake_provider.requests[0].json["max_tokens"] == 50
+
+
+def test_deepseek_defaults_and_reasoning_options(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("DEEPSEEK_API_KEY", raising=False)
+    adapter = OpenAICompatAdapter()
+    assert adapter.base_url == "https://api.deepseek.com"
+    assert adapter.name == "deepseek"
+    assert adapter.secrets == ()
+    assert [o.id for o in adapter.reasoning_options()] == ["thinking", "no-thinking"]
+    other = OpenAICompatAdapter("http://127.0.0.1:9/v1", api_key="k")
+    assert [o.id for o in other.reasoning_options()] == ["low", "medium", "high"]
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        GenerateOptions(model="m", messages=OPTIONS.messages, reasoning="maximum"),
+        GenerateOptions(model="m", messages=OPTIONS.messages, extra={"stream": False}),
+        GenerateOptions(model="m", messages=OPTIONS.messages, extra={"n": 2}),
+        GenerateOptions(model="", messages=OPTIONS.messages),
+    ],
+    ids=["reasoning-not-offered", "no-streaming", "several-choices", "no-model"],
+)
+async def test_unsupported_options_are_refused_before_any_request(
+    fake_provider: FakeProvider, options: GenerateOptions
+) -> None:
+    with pytest.raises(LlmError) as info:
+        await collect(adapter_for(fake_provider), options)
+    assert info.value.code is ErrorCode.UNSUPPORTED_OPTION
+    assert fake_provider.requests == []
+
+
+# -- timeouts, abort, cancellation ------------------------------------------------------------------
+
+
+async def test_keepalive_comments_do_not_reset_the_idle_deadline(fake_provider: FakeProvider) -> None:
+    first = sse(chunk({"content": "Hel"}), done=False)
+    fake_provider.enqueue(FakeResponse(body=first, stall=True, keepalive_interval=0.01))
+    result = await collect_until_error(adapter_for(fake_provider, idle_timeout=0.3))
+    assert result.error is not None
+    assert result.error.code is ErrorCode.TIMEOUT
+    assert [type(c).__name__ for c in result.chunks] == ["BlockStart", "TextDelta"]
+    assert await fake_provider.wait_disconnected()
+
+
+async def stalled_stream(provider: FakeProvider, options: GenerateOptions) -> tuple[Any, OpenAICompatAdapter]:
+    provider.enqueue(FakeResponse(body=sse(chunk({"content": "Hel"}), done=False), stall=True))
+    adapter = adapter_for(provider)
+    stream: Any = adapter.stream(options)
+    assert (await anext(stream)).block_type == "text"
+    return stream, adapter
+
+
+async def test_abort_signal_between_chunks_closes_the_response(fake_provider: FakeProvider) -> None:
+    controller = AbortController()
+    stream, adapter = await stalled_stream(fake_provider, _with_signal(controller))
+    await anext(stream)
+    controller.abort("user pressed stop")
+    with pytest.raises(LlmError, match="user pressed stop") as info:
+        await anext(stream)
+    assert info.value.code is ErrorCode.CANCELLED
+    assert await fake_provider.wait_disconnected()
+    await adapter.aclose()
+
+
+async def test_abort_signal_while_waiting_for_data(fake_provider: FakeProvider) -> None:
+    controller = AbortController()
+    stream, adapter = await stalled_stream(fake_provider, _with_signal(controller))
+    await anext(stream)
+    asyncio.get_running_loop().call_later(0.05, controller.abort)
+    with pytest.raises(LlmError) as info:
+        await anext(stream)
+    assert info.value.code is ErrorCode.CANCELLED
+    assert await fake_provider.wait_disconnected()
+    await adapter.aclose()
+
+
+async def test_abort_signal_while_waiting_for_the_response_headers(fake_provider: FakeProvider) -> None:
+    controller = AbortController()
+    fake_provider.enqueue(FakeResponse(body=deepseek_reasoning_then_text(), headers_delay=60))
+    asyncio.get_running_loop().call_later(0.05, controller.abort)
+    async with asyncio.timeout(10):  # a bound for a hung test, not a timing assertion
+        with pytest.raises(LlmError) as info:
+            await collect(adapter_for(fake_provider), _with_signal(controller))
+    assert info.value.code is ErrorCode.CANCELLED
+
+
+async def test_no_response_within_the_timeout(fake_provider: FakeProvider) -> None:
+    fake_provider.enqueue(FakeResponse(body=deepseek_reasoning_then_text(), headers_delay=60))
+    async with asyncio.timeout(10):
+        with pytest.raises(LlmError) as info:
+            await collect(adapter_for(fake_provider, timeout=0.1))
+    assert info.value.code is ErrorCode.TIMEOUT
+    assert info.value.recoverable
+
+
+async def test_already_aborted_signal_sends_nothing(fake_provider: FakeProvider) -> None:
+    controller = AbortController()
+    controller.abort()
+    with pytest.raises(LlmError) as info:
+        await collect(adapter_for(fake_provider), _with_signal(controller))
+    assert info.value.code is ErrorCode.CANCELLED
+    assert fake_provider.requests == []
+
+
+async def test_aclose_closes_the_response(fake_provider: FakeProvider) -> None:
+    stream, adapter = await stalled_stream(fake_provider, OPTIONS)
+    await stream.aclose()
+    assert await fake_provider.wait_disconnected()
+    await adapter.aclose()
+
+
+async def test_task_cancellation_closes_the_response(fake_provider: FakeProvider) -> None:
+    stream, adapter = await stalled_stream(fake_provider, OPTIONS)
+    reading = asyncio.ensure_future(_drain(stream))
+    await asyncio.sleep(0.05)
+    reading.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await reading
+    assert await fake_provider.wait_disconnected()
+    await adapter.aclose()
+
+
+async def test_a_shared_client_is_left_open(fake_provider: FakeProvider) -> None:
+    fake_provider.enqueue(FakeResponse(body=deepseek_reasoning_then_text()))
+    async with httpx.AsyncClient() as client:
+        adapter = OpenAICompatAdapter(fake_provider.url, api_key="k", client=client)
+        async with adapter:
+            chunks = [c async for c in adapter.stream(OPTIONS)]
+        validate(chunks)
+        assert not client.is_closed
+
+
+def _with_signal(controller: AbortController) -> GenerateOptions:
+    return GenerateOptions(model=OPTIONS.model, messages=OPTIONS.messages, signal=controller.signal)
+
+
+async def _drain(stream: AsyncIterator[StreamChunk]) -> None:
+    async for _ in stream:
+        pass
+
+
+# -- real captures ----------------------------------------------------------------------------------
+
+
+@dataclass
+class Expected:
+    reasoning: str = ""
+    text: str = ""
+    calls: dict[int, list[str]] = field(default_factory=dict)
+    finish: str | None = None
+    usage: dict[str, Any] | None = None
+
+
+def reference_reassembly(body: bytes) -> Expected:
+    """A deliberately naive reading of a capture (one data line per event), to check the adapter against."""
+    out = Expected()
+    for line in body.decode().splitlines():
+        if not line.startswith("data: ") or line == "data: [DONE]":
+            continue
+        obj = json.loads(line[6:])
+        out.usage = obj.get("usage") or out.usage
+        for choice in obj.get("choices") or []:
+            delta = choice.get("delta") or {}
+            out.reasoning += delta.get("reasoning_content") or delta.get("reasoning") or ""
+            out.text += delta.get("content") or ""
+            for call in delta.get("tool_calls") or []:
+                entry = out.calls.setdefault(call["index"], ["", "", ""])
+                entry[0] = entry[0] or call.get("id") or ""
+                entry[1] = entry[1] or (call.get("function") or {}).get("name") or ""
+                entry[2] += (call.get("function") or {}).get("arguments") or ""
+            out.finish = choice.get("finish_reason") or out.finish
+    return out
+
+
+SUCCESS_CAPTURES = [
+    "deepseek-reasoner-thinking",
+    "deepseek-reasoner-tool-call",
+    "deepseek-chat-parallel-tool-calls",
+    "openai-gpt4o-parallel-tool-calls",
+]
+ERROR_CAPTURES = {
+    "openrouter-keepalive-inband-error": "Token limit reached",
+    "groq-midstream-error-event": "Tool call validation failed",
+}
+FINISH = {"stop": "stop", "tool_calls": "tool-calls", "length": "length"}
+
+
+@needs_captures
+@pytest.mark.parametrize("delivery", DELIVERIES)
+@pytest.mark.parametrize("name", SUCCESS_CAPTURES)
+async def test_real_captures_stream_to_what_the_provider_said(
+    fake_provider: FakeProvider, name: str, delivery: str
+) -> None:
+    body = (CAPTURES / f"{name}.sse").read_bytes()
+    expected = reference_reassembly(body)
+    fake_provider.enqueue(response_for(body, delivery))
+    chunks = await collect(adapter_for(fake_provider, delivery))
+    validate(chunks)
+    got = blocks(chunks)
+    assert "".join(b.text for b in got if isinstance(b, ReasoningBlock)) == expected.reasoning
+    assert "".join(b.text for b in got if isinstance(b, TextBlock)) == expected.text
+    calls = [b for b in got if isinstance(b, ToolCallBlock)]
+    assert [[c.id, c.name, c.arguments] for c in calls] == [expected.calls[i] for i in sorted(expected.calls)]
+    assert all(json.loads(c.arguments) is not None for c in calls)
+    assert expected.finish is not None
+    assert chunks[-1] == Finish(reason=FinishReason(kind=FINISH[expected.finish]))  # type: ignore[arg-type]
+    assert expected.usage is not None
+    usage = chunks[-2]
+    assert isinstance(usage, UsageChunk)
+    assert (usage.usage.input_tokens, usage.usage.output_tokens) == (
+        expected.usage["prompt_tokens"],
+        expected.usage["completion_tokens"],
+    )
+    details = expected.usage.get("completion_tokens_details") or {}
+    assert usage.usage.reasoning_tokens == details.get("reasoning_tokens")
+
+
+@needs_captures
+@pytest.mark.parametrize("delivery", DELIVERIES)
+@pytest.mark.parametrize("name", sorted(ERROR_CAPTURES))
+async def test_real_captures_with_in_band_errors(fake_provider: FakeProvider, name: str, delivery: str) -> None:
+    body = (CAPTURES / f"{name}.sse").read_bytes()
+    fake_provider.enqueue(response_for(body, delivery))
+    result = await collect_until_error(adapter_for(fake_provider, delivery))
+    assert result.error is not None
+    assert ERROR_CAPTURES[name] in str(result.error)
+    assert result.error.status == 400
+    reasoning = reference_reassembly(body.split(b"event: error")[0]).reasoning
+    streamed = "".join(getattr(c, "text", "") for c in result.chunks if type(c).__name__ == "ReasoningDelta")
+    assert streamed == reasoning
+
+
+@needs_captures
+async def test_real_deepseek_400_body_served_as_octet_stream(fake_provider: FakeProvider) -> None:
+    meta = json.loads((CAPTURES / "deepseek-400-error.json").read_text())
+    body = (CAPTURES / meta["body_file"]).read_bytes()
+    fake_provider.enqueue(FakeResponse(body=body, status=meta["status"], content_type="application/octet-stream"))
+    with pytest.raises(LlmError) as info:
+        await collect(adapter_for(fake_provider))
+    assert info.value.code is ErrorCode.PROVIDER_HTTP_ERROR
+    assert info.value.status == 400
+    assert json.loads(body)["error"]["message"] in info.value.message
