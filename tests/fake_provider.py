@@ -50,6 +50,8 @@ class FakeResponse:
     keepalive_interval: float = 0.01
     headers_delay: float = 0.0
     """Wait this long before answering at all (no status line yet)."""
+    piece_delay: float = 0.0
+    """Pause between pieces (server-side ``asyncio.sleep``)."""
 
 
 @dataclass
@@ -150,8 +152,8 @@ class FakeProvider:
                     raise ServerReset("fake provider: connection reset mid-body")
                 sent += len(piece)
                 yield piece
-                if spec.piece_size is not None:
-                    await asyncio.sleep(0)
+                if spec.piece_delay or spec.piece_size is not None:
+                    await asyncio.sleep(spec.piece_delay)
             while spec.stall:
                 await asyncio.sleep(spec.keepalive_interval)
                 yield b": keep-alive\n\n"

@@ -192,6 +192,7 @@ def test_finish_reasons(reason: str, expected: FinishReason) -> None:
 
 def test_empty_deltas_and_nulls_are_ignored() -> None:
     body = sse(
+        "data: \n\n",
         chunk({}),
         chunk({"content": None}),
         chunk({"content": ""}),

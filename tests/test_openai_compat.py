@@ -343,6 +343,15 @@ async def test_keepalive_comments_do_not_reset_the_idle_deadline(fake_provider: 
     assert await fake_provider.wait_disconnected()
 
 
+async def test_real_data_moves_the_idle_deadline(fake_provider: FakeProvider) -> None:
+    events = [sse(chunk({"content": f"{n} "}), done=False) for n in range(6)]
+    events.append(sse(chunk({}, finish_reason="stop")))
+    fake_provider.enqueue(FakeResponse(body=events, piece_delay=0.25))
+    chunks = await collect(adapter_for(fake_provider, idle_timeout=1.0))  # 1.5 s in all, no gap near 1 s
+    validate(chunks)
+    assert blocks(chunks) == [TextBlock(text="0 1 2 3 4 5 ")]
+
+
 async def stalled_stream(provider: FakeProvider, options: GenerateOptions) -> tuple[Any, OpenAICompatAdapter]:
     provider.enqueue(FakeResponse(body=sse(chunk({"content": "Hel"}), done=False), stall=True))
     adapter = adapter_for(provider)

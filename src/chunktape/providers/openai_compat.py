@@ -164,8 +164,8 @@ class OpenAICompatAdapter(LlmAdapter):
                 items = parser.feed(piece) if piece is not None else parser.close()
                 for item in items:
                     chunks = decoder.feed_item(item)
-                    if isinstance(item, SseEvent) and item.data is not None and self.idle_timeout is not None:
-                        # Only real data moves the idle deadline; keep-alive comments do not.
+                    if isinstance(item, SseEvent) and item.data and not item.data.isspace() and self.idle_timeout:
+                        # Only real data moves the idle deadline; keep-alive comments and blank data do not.
                         deadline = loop.time() + self.idle_timeout
                     for chunk in chunks:
                         yield chunk

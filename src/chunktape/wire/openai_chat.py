@@ -255,11 +255,12 @@ class OpenAIChatDecoder:
 
     def feed_data(self, data: str | bytes) -> list[StreamChunk]:
         """Decode one ``data:`` payload (a chunk JSON object, or ``[DONE]``)."""
+        stripped = data.strip()
+        if not stripped:
+            return []  # a blank ``data:`` line, as some proxies send to keep the connection alive
         if self._done:
-            if not data.strip():
-                return []
             raise LlmError(f"data after [DONE]: {_snippet(data)}", ErrorCode.INVALID_RESPONSE)
-        if data == DONE or data == DONE.encode():
+        if stripped == DONE or stripped == DONE.encode():
             self._done = True
             return []
         try:
