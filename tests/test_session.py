@@ -209,3 +209,16 @@ async def test_new_episodes_keeps_a_cassette_written_meanwhile_by_another_proces
     async with mine:
         await collect(mine.stream(options("mine")))
     assert _questions(path) == ["theirs", "mine"]
+
+
+async def test_a_request_recorded_with_a_credential_in_it_replays(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, never_live: Callable[[], LlmAdapter]
+) -> None:
+    monkeypatch.setenv("ACME_API_KEY", "acme-live-0123456789")
+    request = options("please use acme-live-0123456789 for the call")
+    path = tmp_path / "c.msgpack"
+    async with use_cassette(path, live=lambda: PacedAdapter(paced(text_stream("ok"))), mode="once") as tape:
+        recorded = await collect(tape.stream(request))
+    assert b"acme-live" not in path.read_bytes()
+    async with use_cassette(path, live=never_live, mode="none") as tape:
+        assert await collect(tape.stream(request)) == recorded

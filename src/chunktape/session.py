@@ -248,6 +248,12 @@ def use_cassette(
         path,
         live=live,
         mode=mode,
-        replay_options={"timing": timing, "faults": faults, "match_on": match_on, "allow_repeats": allow_repeats},
+        replay_options={
+            "timing": timing,
+            "faults": faults,
+            "match_on": match_on,
+            "allow_repeats": allow_repeats,
+            "redact": redact,
+        },
         record_options={"redact": redact, "allow_secrets": allow_secrets, "validate": validate},
     )
