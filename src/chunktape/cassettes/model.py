@@ -13,7 +13,7 @@ from typing import Any, TypeAlias
 
 import msgspec
 
-from chunktape.protocol import PROTOCOL, GenerateOptions, Message, StreamChunk, ToolSpec
+from chunktape.protocol import PROTOCOL, GenerateOptions, Message, ReasoningOption, StreamChunk, ToolSpec
 
 __all__ = [
     "FORMAT_VERSION",
@@ -138,7 +138,7 @@ def _now() -> datetime:
 
 
 def _recorder() -> str:
-    from chunktape import __version__
+    from chunktape._version import __version__
 
     return f"chunktape {__version__}"
 
@@ -151,6 +151,8 @@ class CassetteMeta(_Wire, frozen=True, kw_only=True):
     adapter: str = ""
     protocol: str = PROTOCOL
     tags: dict[str, str] = {}
+    reasoning_options: list[ReasoningOption] = []
+    """The recorded adapter's ``reasoning_options()``, so a replay offers the agent the same efforts."""
 
 
 class Cassette(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):

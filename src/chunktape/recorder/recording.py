@@ -118,7 +118,7 @@ class RecordingAdapter(LlmAdapter):
     def __init__(
         self,
         inner: LlmAdapter,
-        cassette_path: str | os.PathLike[str],
+        cassette: str | os.PathLike[str],
         *,
         redact: bool | Sequence[str] = True,
         allow_secrets: Sequence[str] = (),
@@ -128,13 +128,15 @@ class RecordingAdapter(LlmAdapter):
         tags: Mapping[str, str] | None = None,
     ) -> None:
         self.inner = inner
-        self.path = Path(cassette_path)
+        self.path = Path(cassette)
         self.journal_path = journal_path(self.path)
         self.redact = redact
         self.allow_secrets = tuple(allow_secrets)
         self.validate = validate
         self.append = append
-        self.meta = CassetteMeta(adapter=inner.name, tags=dict(tags or {}))
+        self.meta = CassetteMeta(
+            adapter=inner.name, tags=dict(tags or {}), reasoning_options=list(inner.reasoning_options())
+        )
         self._use_journal = journal
         self._journal: Journal | None = None
         self._slots: list[_Slot] = []

@@ -14,7 +14,7 @@ from chunktape.cassettes.model import Cancelled, Cassette, Interaction, Raised, 
 from chunktape.cassettes.redaction import env_secrets, redact_request
 from chunktape.errors import ErrorCode, LlmError
 from chunktape.faults import Fault
-from chunktape.protocol import GenerateOptions, LlmAdapter, StreamChunk
+from chunktape.protocol import GenerateOptions, LlmAdapter, ReasoningOption, StreamChunk
 from chunktape.replayer.injection import FaultPlan
 from chunktape.replayer.timing import Timing
 
@@ -40,6 +40,12 @@ class ReplayAdapter(LlmAdapter):
         name: str | None = None,
         redact: bool | Sequence[str] = True,
     ) -> None:
+        if not isinstance(timing, Timing):
+            raise LlmError(
+                f"timing must be a Timing (Timing.instant(), Timing.recorded(speed), Timing.fixed(first_chunk_s, "
+                f"between_s)), got {timing!r}",
+                ErrorCode.INVALID_CONFIG,
+            )
         self.source = as_lazy(cassette)
         self.timing = timing
         self.fault_plan = FaultPlan(faults)
@@ -60,6 +66,10 @@ class ReplayAdapter(LlmAdapter):
     @property
     def name(self) -> str:
         return self._name
+
+    def reasoning_options(self) -> Sequence[ReasoningOption]:
+        """The efforts the recorded adapter offered (from the cassette's meta)."""
+        return self.source.meta.reasoning_options
 
     @property
     def path(self) -> str | None:
