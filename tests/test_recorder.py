@@ -384,3 +384,11 @@ async def test_recorded_gaps_count_the_provider_not_the_consumer(tmp_path: Path)
             await asyncio.sleep(0.5)  # a slow consumer: replaying to it will be slow again by itself
     offsets = [event.t_ns for event in load_cassette(path).interactions[0].events]
     assert offsets == pytest.approx([10_000_000 * (n + 1) for n in range(len(chunks))], abs=1000)
+
+
+async def test_an_extra_field_that_cannot_be_recorded_is_an_unsupported_option(tmp_path: Path) -> None:
+    recorder = RecordingAdapter(PacedAdapter(paced(text_stream("x"))), tmp_path / "c.msgpack")
+    with pytest.raises(LlmError, match=r"extra field\(s\) \['handle'\] cannot be recorded") as caught:
+        await collect(recorder.stream(options(extra={"handle": object(), "fine": 1})))
+    assert caught.value.code is ErrorCode.UNSUPPORTED_OPTION
+    await recorder.aclose()

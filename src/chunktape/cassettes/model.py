@@ -13,6 +13,7 @@ from typing import Any, TypeAlias
 
 import msgspec
 
+from chunktape.errors import ErrorCode, LlmError
 from chunktape.protocol import PROTOCOL, GenerateOptions, Message, ReasoningOption, StreamChunk, ToolSpec
 
 __all__ = [
@@ -114,7 +115,23 @@ class RecordedRequest(_Wire, frozen=True, kw_only=True):
 def request_fingerprint(request: RecordedRequest) -> str:
     """sha256 hex of the request's canonical JSON: sorted keys, without the fingerprint field itself."""
     canonical = msgspec.structs.replace(request, fingerprint="")
-    return hashlib.sha256(msgspec.json.encode(canonical, order="sorted")).hexdigest()
+    try:
+        encoded = msgspec.json.encode(canonical, order="sorted")
+    except (TypeError, ValueError) as error:  # msgspec.EncodeError is a ValueError
+        bad = [key for key, value in request.extra.items() if not _encodable(value)]
+        where = f"extra field(s) {bad}" if bad else "a request field"
+        raise LlmError(
+            f"{where} cannot be recorded: {error}", ErrorCode.UNSUPPORTED_OPTION, hint="pass JSON-serialisable values"
+        ) from None
+    return hashlib.sha256(encoded).hexdigest()
+
+
+def _encodable(value: object) -> bool:
+    try:
+        msgspec.json.encode(value)
+    except (TypeError, ValueError):
+        return False
+    return True
 
 
 class Interaction(_Wire, frozen=True, kw_only=True):
