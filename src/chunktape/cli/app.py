@@ -13,7 +13,6 @@ import traceback
 from collections.abc import Sequence
 from typing import Annotated, Any
 
-import click
 import typer
 from typer.core import TyperGroup
 
@@ -61,19 +60,23 @@ class _Group(TyperGroup):
         try:
             result = super().main(args, prog_name or "chunktape", complete_var, False, windows_expand_args, **extra)
             code = result if isinstance(result, int) else 0
-        except click.UsageError as error:
-            command = f" {error.ctx.command_path.removeprefix('chunktape').strip()}" if error.ctx else ""
-            hint = f" (see chunktape{command.rstrip()} --help)"
-            _report(error.format_message() + hint)
-            code = EXIT_USAGE
-        except click.ClickException as error:
-            _report(error.format_message())
-            code = error.exit_code
-        except click.exceptions.Exit as exit_:
+        except typer.Exit as exit_:
             code = exit_.exit_code
-        except (click.Abort, KeyboardInterrupt):
+        except typer.Abort:
             err_console().print("interrupted", style="yellow")
             code = EXIT_INTERRUPTED
+        except KeyboardInterrupt:
+            err_console().print("interrupted", style="yellow")
+            code = EXIT_INTERRUPTED
+        except typer.TyperException as error:  # click's usage errors (typer vendors click)
+            code = getattr(error, "exit_code", EXIT_USAGE)
+            message = error.format_message() if hasattr(error, "format_message") else str(error)
+            if type(error).__name__ == "NoArgsIsHelpError":
+                err_console().print(message, markup=False, highlight=False)
+            else:
+                ctx = getattr(error, "ctx", None)
+                command = ctx.command_path if ctx is not None else "chunktape"
+                _report(f"{message} (see {command} --help)" if code == EXIT_USAGE else message)
         except CliError as error:
             self._debug()
             _report(error.message)

@@ -154,11 +154,13 @@ async def _under_fault(cassette: Cassette, fault_id: str) -> FaultRow:
     completed = last is not None and last.reason == "stop" and len(transcripts) == len(cassette.interactions)
     first = "-"
     if errors:
-        first = errors[0].code.value + (f" {errors[0].status}" if errors[0].status is not None else "")
+        first = f"HTTP {errors[0].status}" if errors[0].status is not None else errors[0].code.value
     if completed:
         outcome = "retried & completed" if retries else "completed"
+    elif last is not None and last.error is not None:
+        outcome = f"error {last.error.code.value}" + (", retries spent" if retries else ", not retried")
     else:
-        outcome = f"error ({last.error.code.value})" if last is not None and last.error is not None else "error"
+        outcome = "error"
     return FaultRow(
         fault=fault_id,
         outcome=outcome,

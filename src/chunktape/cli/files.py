@@ -54,6 +54,9 @@ def check(
 
     Example: chunktape check tests/cassettes cassettes/demo-session.msgpack
     """
+    for path in paths:
+        if not path.exists():
+            raise CliError(f"{path} does not exist")
     files = cassette_files(paths)
     if not files:
         raise CliError("no cassette files (*.msgpack, *.json) under the given paths")
