@@ -13,7 +13,7 @@ Built on ``chunktape.wire.openai_chat`` so the mapping exists once. How a record
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import msgspec
@@ -21,10 +21,12 @@ import msgspec
 from chunktape.cassettes.model import Cancelled, Completed, Interaction, Outcome, Raised
 from chunktape.errors import ErrorCode, LlmError
 from chunktape.protocol import BlockEnd, Finish, ReasoningBlock, StreamChunk, TextBlock, ToolCallBlock, UsageChunk
+from chunktape.providers.openai_compat import DEEPSEEK_REASONING, OPENAI_REASONING
 from chunktape.wire.openai_chat import DONE, OpenAIChatEncoder, finish_to_wire, usage_to_wire
 
 __all__ = [
     "MALFORMED_EVENT",
+    "REASONING_FIELDS",
     "SseRenderer",
     "completion_from_chunks",
     "error_body",
@@ -33,6 +35,10 @@ __all__ = [
 ]
 
 _encoder = msgspec.json.Encoder()
+
+REASONING_FIELDS: Mapping[str, Mapping[str, Any]] = {**DEEPSEEK_REASONING, **OPENAI_REASONING}
+"""Request fields per reasoning effort, in both vocabularies ``OpenAICompatAdapter`` speaks: decoding a request
+maps them back to ``reasoning=<effort>``."""
 
 MALFORMED_EVENT = b'data: {"id": "chatcmpl-chunktape", "choices": [{"delta": {"content": "\n\n'
 """A ``data:`` line whose JSON is cut off: what a corrupted stream looks like on the wire."""

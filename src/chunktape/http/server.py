@@ -56,7 +56,14 @@ from chunktape.cassettes.matching import DEFAULT_MATCH, MatchOn
 from chunktape.cassettes.model import Cassette
 from chunktape.errors import ErrorCode, LlmError
 from chunktape.faults import Fault, fault_id
-from chunktape.http.render import MALFORMED_EVENT, SseRenderer, completion_from_chunks, error_body, error_headers
+from chunktape.http.render import (
+    MALFORMED_EVENT,
+    REASONING_FIELDS,
+    SseRenderer,
+    completion_from_chunks,
+    error_body,
+    error_headers,
+)
 from chunktape.protocol import StreamChunk
 from chunktape.replayer import ReplayAdapter, Timing
 from chunktape.scenarios import Scenario, ScenarioTiming, load_scenarios
@@ -72,11 +79,6 @@ SCENARIO_HEADER = "X-Chunktape-Scenario"
 """The request header that picks a scenario on the plain ``/v1/chat/completions`` route."""
 
 # Both reasoning vocabularies OpenAICompatAdapter speaks, so a request's reasoning fields map back to its effort.
-_REASONING: Mapping[str, Mapping[str, Any]] = {
-    "thinking": {"thinking": {"type": "enabled"}},
-    "no-thinking": {"thinking": {"type": "disabled"}},
-    **{effort: {"reasoning_effort": effort} for effort in ("low", "medium", "high")},
-}
 _decoder = msgspec.json.Decoder()
 _SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
 
@@ -392,7 +394,7 @@ class ReplayServer:
         except msgspec.DecodeError as exc:
             return _problem(400, f"the request body is not JSON ({exc})", "INVALID_REQUEST")
         try:
-            options = options_from_openai_request(body, reasoning=_REASONING)
+            options = options_from_openai_request(body, reasoning=REASONING_FIELDS)
         except LlmError as exc:
             return _problem(400, exc.message, exc.code.value)
         streaming = isinstance(body, dict) and body.get("stream") is True

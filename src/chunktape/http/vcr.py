@@ -31,6 +31,7 @@ from chunktape.cassettes.model import (
     RecordedRequest,
 )
 from chunktape.errors import ErrorCode, LlmError
+from chunktape.http.render import REASONING_FIELDS
 from chunktape.protocol import StreamChunk
 from chunktape.wire.openai_chat import OpenAIChatDecoder, error_from_payload, options_from_openai_request
 from chunktape.wire.sse import SseParser
@@ -50,11 +51,6 @@ SECRET_HEADERS: tuple[str, ...] = (
 """Headers that never reach a vcrpy cassette with ``vcr_config()`` (requests and responses)."""
 
 _SECRET_QUERY = ("api_key", "api-key", "key", "access_token")
-_REASONING: Mapping[str, Mapping[str, Any]] = {
-    "thinking": {"thinking": {"type": "enabled"}},
-    "no-thinking": {"thinking": {"type": "disabled"}},
-    **{effort: {"reasoning_effort": effort} for effort in ("low", "medium", "high")},
-}
 _decoder = msgspec.json.Decoder()
 
 
@@ -209,7 +205,7 @@ def _http_error(status: int, body: bytes, headers: Any) -> Raised:
 def _interaction(request: Any, response: Mapping[str, Any], number: int, where: str) -> Interaction:
     try:
         body: Any = _decoder.decode(_as_bytes(request.body))
-        options = options_from_openai_request(body, reasoning=_REASONING)
+        options = options_from_openai_request(body, reasoning=REASONING_FIELDS)
     except (msgspec.DecodeError, LlmError) as exc:
         raise LlmError(
             f"{where}: interaction #{number} ({request.method} {request.uri}) has a request body that is not a "
