@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
+import httpx
 import msgspec
 import pytest
+import yaml
 from typer.testing import CliRunner, Result
 
 from chunktape import (
@@ -28,7 +32,7 @@ from chunktape import (
 from chunktape.cassettes.analysis import check_cassette, diff_cassettes
 from chunktape.cli import app
 from chunktape.faults import STANDARD_FAULTS
-from chunktape.protocol import Finish
+from chunktape.protocol import Finish, StreamChunk
 from chunktape.providers import ScriptedAdapter, ScriptedTurn
 from fake_provider import FakeProvider, FakeResponse, chunk, deepseek_reasoning_then_text, sse
 from helpers import options, text_stream
@@ -64,9 +68,9 @@ def one_error_line(result: Result) -> str:
 
 
 def interaction(
-    chunks: list[object], outcome: Completed | Cancelled | None = None, content: str = "hello"
+    chunks: Sequence[StreamChunk], outcome: Completed | Cancelled | None = None, content: str = "hello"
 ) -> Interaction:
-    events = [Event(t_ns=(n + 1) * 1_000_000, chunk=c) for n, c in enumerate(chunks)]  # type: ignore[arg-type]
+    events = [Event(t_ns=(n + 1) * 1_000_000, chunk=c) for n, c in enumerate(chunks)]
     return Interaction(
         request=RecordedRequest.from_options(options(content)),
         events=events,
@@ -272,7 +276,7 @@ async def test_recover_turns_a_journal_into_a_cassette(runner: CliRunner, tmp_pa
     assert not journal.exists()
     again = run(runner, "recover", journal)
     assert again.exit_code == 3
-    await stream.aclose()
+    await stream.aclose()  # type: ignore[attr-defined]
     assert run(runner, "recover", tmp_path).exit_code == 3
 
 
@@ -547,3 +551,83 @@ def test_record_as_a_process(entry: list[str], fake_provider: FakeProvider, tmp_
         "chunktape: error: no API key: set the environment variable DEEPSEEK_API_KEY "
         "(or name another with --api-key-env)"
     ]
+
+
+# -- import-vcr and serve (chunktape.http) ------------------------------------------------------------
+
+
+def _vcr_cassette(path: Path) -> Path:
+    request = {"model": "deepseek-chat", "messages": [{"role": "user", "content": "hi"}], "stream": True}
+    body = _text_reply("Hello", " from", " vcr").body
+    assert isinstance(body, bytes)
+    document = {
+        "version": 1,
+        "interactions": [
+            {
+                "request": {
+                    "body": msgspec.json.encode(request).decode(),
+                    "headers": {"content-type": ["application/json"]},
+                    "method": "POST",
+                    "uri": "https://api.deepseek.com/chat/completions",
+                },
+                "response": {
+                    "body": {"string": body.decode()},
+                    "headers": {"content-type": ["text/event-stream"]},
+                    "status": {"code": 200, "message": "OK"},
+                },
+            }
+        ],
+    }
+    path.write_text(yaml.safe_dump(document))
+    return path
+
+
+def test_import_vcr(runner: CliRunner, tmp_path: Path) -> None:
+    source = _vcr_cassette(tmp_path / "chat.yaml")
+    out = tmp_path / "chat.msgpack"
+    result = run(runner, "import-vcr", source, "-o", out)
+    assert result.exit_code == 0, result.output
+    assert "imported 1 interaction(s)" in result.stdout
+    assert check_cassette(out) == []
+    played = run(runner, "play", out, "--instant")
+    assert "Hello from vcr" in played.stdout
+    missing = run(runner, "import-vcr", tmp_path / "none.yaml", "-o", out)
+    assert missing.exit_code == 3
+    assert "CASSETTE_NOT_FOUND" in one_error_line(missing)
+
+
+def test_serve_as_a_process_with_scenarios(tmp_path: Path) -> None:
+    scenarios = tmp_path / "scenarios.toml"
+    scenarios.write_text(f'[[scenarios]]\nname = "limited"\ncassette = "{DEMO}"\nfaults = ["http-429"]\n')
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "chunktape",
+            "serve",
+            str(DEMO),
+            "--port",
+            "0",
+            "--instant",
+            "--scenarios",
+            str(scenarios),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=_env(),
+    )
+    try:
+        assert process.stdout is not None
+        first = process.stdout.readline()
+        assert first.startswith("serving on http://127.0.0.1:"), first + (
+            process.stderr.read() if process.stderr else ""
+        )
+        url = first.split()[2]
+        assert "scenario limited" in process.stdout.readline()
+        listed = httpx.get(f"{url}/scenarios", timeout=10).json()
+        assert "limited" in str(listed)
+    finally:
+        process.send_signal(signal.SIGINT)
+        process.communicate(timeout=30)
+    assert process.returncode in (0, 130)

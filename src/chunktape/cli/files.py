@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import importlib
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import msgspec
 import typer
@@ -16,6 +15,7 @@ from chunktape.cassettes.model import Cassette
 from chunktape.cassettes.redaction import check_secrets, env_secrets, find_secrets, redact
 from chunktape.cli.common import EXIT_FAILED, CliError, console, err_console, load
 from chunktape.cli.render import summary_table
+from chunktape.http import import_vcr as convert_vcr
 
 __all__ = ["check", "convert", "diff", "import_vcr", "recover_journal", "redact_cassette", "show"]
 
@@ -206,13 +206,7 @@ def import_vcr(
 
     Example: chunktape import-vcr tests/cassettes/chat.yaml -o chat.msgpack
     """
-    try:
-        http: Any = importlib.import_module("chunktape.http")
-    except ImportError as exc:  # pragma: no cover - the HTTP layer ships with chunktape
-        raise CliError(f"import-vcr needs chunktape.http, which is not available ({exc})") from None
-    if not source.is_file():
-        raise CliError(f"{source} does not exist" if not source.exists() else f"{source} is not a file")
-    cassette: Cassette = http.import_vcr(source)
+    cassette = convert_vcr(source)
     findings = find_secrets(cassette, env_secrets().values())
     if findings:
         cassette = redact(cassette, env_secrets().values())

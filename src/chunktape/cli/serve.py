@@ -2,23 +2,17 @@
 
 from __future__ import annotations
 
-import importlib
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
 from chunktape.cli.common import EXIT_USAGE, CliError, console, parse_fault_option, timing_option
+from chunktape.http import ReplayServer
+from chunktape.http import serve as serve_http
 from chunktape.replayer.timing import Timing
 
 __all__ = ["serve"]
-
-
-def _http() -> Any:
-    try:
-        return importlib.import_module("chunktape.http")
-    except ImportError as exc:  # pragma: no cover - the HTTP layer ships with chunktape
-        raise CliError(f"serve needs chunktape.http, which is not available ({exc})") from None
 
 
 def serve(
@@ -39,6 +33,9 @@ def serve(
         Path | None,
         typer.Option("--scenarios", help="A scenario file (.toml/.json): one route per scenario."),
     ] = None,
+    allow_remote: Annotated[
+        bool, typer.Option("--allow-remote", help="Allow a non-loopback --host (only on a trusted network).")
+    ] = False,
 ) -> None:
     """Serve cassettes as an OpenAI-compatible chat-completions API on a loopback address, until Ctrl-C.
 
@@ -57,18 +54,19 @@ def serve(
     faults = parse_fault_option(fault or [])
     out = console()
 
-    def announce(server: Any) -> None:
+    def announce(server: ReplayServer) -> None:
         out.print(f"serving on {server.url}  (OpenAI base URL: {server.url}/v1)", markup=False, soft_wrap=True)
-        for name in getattr(server, "scenarios", {}):
+        for name in server.scenarios:
             out.print(f"  scenario {name}: {server.url}/scenarios/{name}/v1", markup=False, soft_wrap=True)
         out.print("press Ctrl-C to stop", style="dim")
 
-    _http().serve(
+    serve_http(
         [str(path) for path in cassettes or []],
         host=host,
         port=port,
         timing=timing,
         faults=faults,
-        scenarios=str(scenarios) if scenarios is not None else None,
+        scenarios=scenarios,
+        allow_remote=allow_remote,
         on_ready=announce,
     )
