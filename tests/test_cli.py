@@ -631,3 +631,31 @@ def test_serve_as_a_process_with_scenarios(tmp_path: Path) -> None:
         process.send_signal(signal.SIGINT)
         process.communicate(timeout=30)
     assert process.returncode in (0, 130)
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+def test_the_readme_textconv_recipe_gives_readable_diffs(tmp_path: Path) -> None:
+    def git(*args: str) -> str:
+        done = subprocess.run(
+            ["git", "-c", "user.name=t", "-c", "user.email=t@example.com", *args],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            env=_env(),
+            timeout=60,
+            check=True,
+        )
+        return done.stdout
+
+    git("init", "-q")
+    (tmp_path / ".gitattributes").write_text("*.msgpack diff=chunktape\n")
+    git("config", "diff.chunktape.textconv", f"{SCRIPT} show --json")
+    shutil.copy(DEMO, tmp_path / "tape.msgpack")
+    git("add", ".")
+    git("commit", "-qm", "tape")
+    changed = msgspec.structs.replace(load_cassette(DEMO), interactions=load_cassette(DEMO).interactions[:1])
+    save_cassette(changed, tmp_path / "tape.msgpack")
+    shown = git("diff")
+    assert "Binary files" not in shown
+    removed = [line for line in shown.splitlines() if line.startswith("-") and not line.startswith("---")]
+    assert any('"role": "tool"' in line for line in removed)  # the dropped interactions, readable
