@@ -43,8 +43,6 @@ DEMO = EXAMPLES / "demo-session.msgpack"
 DUMMY_KEY = "sk-clitest-0123456789abcdefghijklmnop"
 COMMANDS = ["record", "play", "show", "check", "convert", "diff", "redact", "recover", "import-vcr", "serve", "demo"]
 
-pytestmark = pytest.mark.xdist_group("cli")
-
 
 @pytest.fixture
 def runner(monkeypatch: pytest.MonkeyPatch) -> CliRunner:
@@ -659,3 +657,31 @@ def test_the_readme_textconv_recipe_gives_readable_diffs(tmp_path: Path) -> None
     assert "Binary files" not in shown
     removed = [line for line in shown.splitlines() if line.startswith("-") and not line.startswith("---")]
     assert any('"role": "tool"' in line for line in removed)  # the dropped interactions, readable
+
+
+def test_ctrl_c_while_recording_keeps_what_was_recorded(fake_provider: FakeProvider, tmp_path: Path) -> None:
+    first = chunk({"role": "assistant", "content": "partial answer"})
+    fake_provider.enqueue(FakeResponse(body=sse(first, done=False), stall=True))  # then keep-alives, forever
+    out = tmp_path / "cut.msgpack"
+    process = subprocess.Popen(
+        [str(SCRIPT), "record", "--base-url", fake_provider.url, "-p", "hi", "-o", str(out)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=_env(DEEPSEEK_API_KEY=DUMMY_KEY),
+    )
+    assert process.stdout is not None
+    seen = ""
+    while "partial answer" not in seen:
+        piece = process.stdout.read(1)
+        assert piece, "the recorder exited before streaming"
+        seen += piece
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=30)
+    assert process.returncode == 0, stderr
+    assert "interrupted; kept 1 interaction(s)" in stderr
+    interaction = load_cassette(out).interactions[0]
+    assert type(interaction.outcome) is Cancelled
+    assert [c.text for c in interaction.chunks if hasattr(c, "text")] == ["partial answer"]
+    assert DUMMY_KEY not in out.read_bytes().decode(errors="replace")
+    assert not (tmp_path / "cut.msgpack.journal").exists()
