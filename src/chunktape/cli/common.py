@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any, Final
 
 import msgspec
-import typer
 from rich.console import Console
 
 from chunktape.cassettes.codec import load_cassette
@@ -27,7 +26,6 @@ __all__ = [
     "CliError",
     "console",
     "err_console",
-    "fail",
     "load",
     "one_line",
     "parse_fault_option",
@@ -132,9 +130,3 @@ def parse_fault_option(values: Sequence[str]) -> list[Fault]:
         except LlmError as error:
             raise CliError(f"--fault: {error.message}", EXIT_USAGE) from None
     return faults
-
-
-def fail(message: str, exit_code: int = EXIT_RUNTIME) -> typer.Exit:
-    """Print ``message`` as the command's one error line and return the ``Exit`` to raise."""
-    err_console().print(f"chunktape: error: {one_line(message)}", style="red", markup=False, soft_wrap=True)
-    return typer.Exit(exit_code)

@@ -25,7 +25,7 @@ from rich.text import Text
 from chunktape.cassettes.analysis import summarize
 from chunktape.cassettes.codec import load_cassette
 from chunktape.cassettes.model import Cassette
-from chunktape.cli.common import CliError, console
+from chunktape.cli.common import EXIT_USAGE, CliError, console
 from chunktape.cli.play import replay_to_console
 from chunktape.cli.render import summary_table
 from chunktape.faults import STANDARD_FAULTS, FailFirst
@@ -228,7 +228,7 @@ def demo(
     Example: chunktape demo --out demo-out
     """
     if not speed > 0:
-        raise CliError(f"--speed must be > 0, got {speed:g}", 2)
+        raise CliError(f"--speed must be > 0, got {speed:g}", EXIT_USAGE)
     out = console()
     began = time.perf_counter()
     with _folder(out_dir) as folder:

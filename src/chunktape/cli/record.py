@@ -165,6 +165,8 @@ def record(
         try:
             if conversation and conversation[-1].role in ("user", "tool"):
                 failure = runner.run(session.turn())
+                if failure is not None and chat:
+                    session.drop_last()
             while chat:
                 line = _read_user_line(out)
                 if line is None or line.strip() in _EXIT_WORDS:
