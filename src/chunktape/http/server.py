@@ -277,6 +277,7 @@ class ReplayServer:
         self._server = uvicorn.Server(config)
         self._thread: threading.Thread | None = None
         self._closed = False
+        self._running = False
 
     # -- running -------------------------------------------------------------------------------
 
@@ -299,26 +300,32 @@ class ReplayServer:
         return self
 
     def stop(self) -> None:
-        """Stop serving and release the port (waits for the server thread, at most a few seconds)."""
+        """Stop serving and release the port (waits for a background thread, at most a few seconds).
+
+        Also ends a foreground ``run()`` from another thread.
+        """
+        self._server.should_exit = True
         if self._closed:
             return
         self._closed = True
-        self._server.should_exit = True
         if self._thread is not None:
             self._thread.join(timeout=10)
-        self._socket.close()
+        if not self._running:
+            self._socket.close()
 
     def run(self) -> None:
-        """Serve in this thread until Ctrl-C (or SIGTERM); returns normally after a clean shutdown."""
+        """Serve in this thread until Ctrl-C, SIGTERM or ``stop()``; returns normally after a clean shutdown."""
         if self._thread is not None or self._closed:
             raise RuntimeError("a ReplayServer can be started once")
         logging.getLogger("uvicorn.error").addFilter(_quiet_resets)
+        self._running = True
         try:
             self._server.run(sockets=[self._socket])
         except KeyboardInterrupt:
             pass
         finally:
             self._closed = True
+            self._running = False
             self._socket.close()
 
     def reset(self) -> None:
