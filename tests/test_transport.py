@@ -32,6 +32,7 @@ from chunktape.faults import (
 from chunktape.http import FaultTransport
 from chunktape.providers import OpenAICompatAdapter
 from fake_provider import FakeProvider, FakeResponse, deepseek_parallel_tools, deepseek_reasoning_then_text
+from test_render_sse import run_sync
 
 OPTIONS = GenerateOptions(model="deepseek-chat", messages=[Message(role="user", content="weather in Beijing?")])
 
@@ -48,7 +49,9 @@ def transport_of(adapter: OpenAICompatAdapter) -> FaultTransport:
     return transport
 
 
-async def run(adapter: OpenAICompatAdapter, options: GenerateOptions = OPTIONS) -> tuple[list[StreamChunk], LlmError | None]:
+async def run(
+    adapter: OpenAICompatAdapter, options: GenerateOptions = OPTIONS
+) -> tuple[list[StreamChunk], LlmError | None]:
     """The chunks (checked incrementally: always a valid prefix) and the error the stream ended with."""
     chunks: list[StreamChunk] = []
     validator = StreamValidator()
@@ -113,7 +116,9 @@ async def test_http_error_never_reaches_the_provider(fake_provider: FakeProvider
     ],
     ids=["before-first", "after-3", "mid-tool-call", "before-finish"],
 )
-async def test_disconnect_is_a_reset_mid_body(fake_provider: FakeProvider, fault: Disconnect, delivered: int | None) -> None:
+async def test_disconnect_is_a_reset_mid_body(
+    fake_provider: FakeProvider, fault: Disconnect, delivered: int | None
+) -> None:
     expected = await reference(fake_provider, deepseek_parallel_tools())
     fake_provider.enqueue(FakeResponse(body=deepseek_parallel_tools()))
     adapter = faulty_adapter(fake_provider, fault)
@@ -226,10 +231,8 @@ def test_chaos_is_reproducible_from_its_seed() -> None:
                 await client.post("http://127.0.0.1:9/chat/completions", json={"model": "m", "messages": []})
         return transport.injected
 
-    import asyncio
-
-    first = asyncio.run(draws())
-    assert first == asyncio.run(draws())
+    first = run_sync(draws())
+    assert first == run_sync(draws())
     assert None in first
     assert any(item is not None for item in first)
 
@@ -244,7 +247,13 @@ def test_dribble_must_be_positive() -> None:
 
 def sdk(provider: FakeProvider, *faults: Fault | str) -> openai.AsyncOpenAI:
     client = httpx.AsyncClient(transport=FaultTransport(httpx.AsyncHTTPTransport(), faults))
-    return openai.AsyncOpenAI(base_url=provider.url + "/v1", api_key="sk-test", max_retries=0, http_client=client)
+    # openai 3.x runs on httpx2 but accepts an ``httpx.AsyncClient`` at runtime (its annotation says httpx2 only).
+    return openai.AsyncOpenAI(
+        base_url=provider.url + "/v1",
+        api_key="sk-test",
+        max_retries=0,
+        http_client=client,  # type: ignore[arg-type]
+    )
 
 
 async def sdk_text(client: openai.AsyncOpenAI) -> tuple[str, list[str]]:

@@ -277,6 +277,7 @@ class ReplayServer:
         self._server = uvicorn.Server(config)
         self._thread: threading.Thread | None = None
         self._closed = False
+        self._running = False
 
     # -- running -------------------------------------------------------------------------------
 
@@ -299,26 +300,32 @@ class ReplayServer:
         return self
 
     def stop(self) -> None:
-        """Stop serving and release the port (waits for the server thread, at most a few seconds)."""
+        """Stop serving and release the port (waits for a background thread, at most a few seconds).
+
+        Also ends a foreground ``run()`` from another thread.
+        """
+        self._server.should_exit = True
         if self._closed:
             return
         self._closed = True
-        self._server.should_exit = True
         if self._thread is not None:
             self._thread.join(timeout=10)
-        self._socket.close()
+        if not self._running:
+            self._socket.close()
 
     def run(self) -> None:
-        """Serve in this thread until Ctrl-C (or SIGTERM); returns normally after a clean shutdown."""
+        """Serve in this thread until Ctrl-C, SIGTERM or ``stop()``; returns normally after a clean shutdown."""
         if self._thread is not None or self._closed:
             raise RuntimeError("a ReplayServer can be started once")
         logging.getLogger("uvicorn.error").addFilter(_quiet_resets)
+        self._running = True
         try:
             self._server.run(sockets=[self._socket])
         except KeyboardInterrupt:
             pass
         finally:
             self._closed = True
+            self._running = False
             self._socket.close()
 
     def reset(self) -> None:
@@ -425,7 +432,7 @@ class ReplayServer:
         if not streaming:
             return await _complete(chunks, first, options.model, headers)
         return StreamingResponse(
-            _body(chunks, first, SseRenderer(model=options.model)),
+            _body(chunks, first, SseRenderer(model=options.model), batch=target.timing.is_instant and injected is None),
             media_type="text/event-stream",
             headers={**_SSE_HEADERS, **headers},
         )
@@ -473,34 +480,46 @@ async def _failing_body(exc: LlmError, renderer: SseRenderer) -> AsyncIterator[b
     yield _in_body(exc, renderer)
 
 
+_BATCH_BYTES = 64 * 1024
+
+
 async def _body(
-    chunks: AsyncIterator[StreamChunk], first: StreamChunk | None, renderer: SseRenderer
+    chunks: AsyncIterator[StreamChunk], first: StreamChunk | None, renderer: SseRenderer, *, batch: bool = False
 ) -> AsyncIterator[bytes]:
+    """The SSE body; with ``batch`` (instant timing, no fault) events are written in 64 KiB slabs, not one by one."""
     validator = StreamValidator()
+    pending: list[bytes] = [renderer.head()]
+    size = 0
     try:
-        yield renderer.head()
         chunk = first
         while chunk is not None:
             try:
                 validator.feed(chunk)
             except LlmError as exc:
+                yield b"".join(pending)
                 yield _in_body(exc, renderer)
                 return
             piece = renderer.chunk(chunk)
             if piece:
-                yield piece
+                pending.append(piece)
+                size += len(piece)
+                if not batch or size >= _BATCH_BYTES:
+                    yield b"".join(pending)
+                    pending, size = [], 0
             try:
                 chunk = await anext(chunks, None)
             except LlmError as exc:
+                if pending:
+                    yield b"".join(pending)
                 yield _in_body(exc, renderer)
                 return
         try:
             validator.close()
         except LlmError:
             # Only a stream cut short (a Truncate fault, no finish) fails at its end: it ends without [DONE].
-            yield renderer.end(done=False)
+            yield b"".join(pending) + renderer.end(done=False)
             return
-        yield renderer.end()
+        yield b"".join(pending) + renderer.end()
     finally:
         with anyio.CancelScope(shield=True):
             await chunks.aclose()  # type: ignore[attr-defined]
