@@ -318,6 +318,13 @@ def test_play_a_json_fault_spec_and_recorded_errors(runner: CliRunner) -> None:
     assert "fault injected: http-503" in result.stdout
 
 
+def test_play_says_where_a_recording_was_cut_short(runner: CliRunner) -> None:
+    result = run(runner, "play", EXAMPLES / "cut-mid-tool-call.msgpack", "--instant")
+    assert result.exit_code == 0
+    assert "the recording was cut short here (consumer closed the stream)" in result.stdout
+    assert "error:" not in result.stdout
+
+
 def test_play_unknown_fault_lists_the_valid_ids(runner: CliRunner) -> None:
     result = run(runner, "play", DEMO, "--fault", "http-999")
     assert result.exit_code == 2

@@ -222,8 +222,10 @@ def demo(
     ] = None,
     speed: Annotated[float, typer.Option("--speed", help="Replay speed for step 3.")] = 10.0,
 ) -> None:
-    """Run the whole loop offline on the embedded ScriptedAdapter: record a tool-calling agent session, show it,
-    replay it at 10x, and run the reference harness against every standard fault.
+    """Run the whole record, show, replay and fault loop offline, in seconds.
+
+    On the embedded ScriptedAdapter: record a tool-calling agent session, show it, replay it at 10x, and run
+    the reference harness against every standard fault.
 
     Example: chunktape demo --out demo-out
     """

@@ -11,10 +11,10 @@ import typer
 from rich.console import Console
 
 from chunktape.cassettes.analysis import summarize
-from chunktape.cassettes.model import Cassette
+from chunktape.cassettes.model import Cancelled, Cassette
 from chunktape.cli.common import EXIT_USAGE, CliError, console, load, parse_fault_option, timing_option
 from chunktape.cli.render import ChunkPrinter
-from chunktape.errors import LlmError
+from chunktape.errors import ErrorCode, LlmError
 from chunktape.faults import Fault
 from chunktape.replayer.replaying import ReplayAdapter
 from chunktape.replayer.timing import Timing
@@ -45,8 +45,12 @@ async def replay_to_console(
             async for chunk in adapter.stream(interaction.request.to_options()):
                 printer.feed(chunk)
         except LlmError as error:
-            errors += 1
-            printer.error(error)
+            outcome = interaction.outcome
+            if error.code is ErrorCode.CASSETTE_EXHAUSTED and type(outcome) is Cancelled and not adapter.injected[0]:
+                printer.note(f"the recording was cut short here ({outcome.reason or 'cancelled'})")
+            else:
+                errors += 1
+                printer.error(error)
         printer.done()
         if adapter.injected and adapter.injected[0] is not None:
             printer.note(f"(fault injected: {adapter.injected[0]})")
@@ -67,8 +71,9 @@ def play(
         int | None, typer.Option("--interaction", "-n", help="Replay only this interaction (0-based).")
     ] = None,
 ) -> None:
-    """Replay a cassette to the terminal with its recorded timing: text, reasoning (dimmed), tool calls,
-    usage and how each stream ended.
+    """Replay a cassette to the terminal with its recorded timing.
+
+    Shows text, reasoning (dimmed), tool calls, usage and how each stream ended.
 
     Example: chunktape play cassettes/demo-session.msgpack --speed 4 --fault disconnect-mid-tool-call
     """

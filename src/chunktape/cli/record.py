@@ -128,9 +128,9 @@ def record(
     temperature: Annotated[float | None, typer.Option("--temperature", help="Sampling temperature.")] = None,
     append: Annotated[bool, typer.Option("--append", help="Add to the cassette instead of replacing it.")] = False,
 ) -> None:
-    """Record a live session against an OpenAI-compatible provider (DeepSeek by default), showing the stream
-    as it is written.
+    """Record a live session against an OpenAI-compatible provider, streaming it to the terminal.
 
+    The provider is DeepSeek unless --base-url names another OpenAI-compatible API.
     Give the input with --prompt, --messages FILE.json (and --tools FILE.json), or --chat for a multi-turn
     session on stdin (each turn is another interaction of the same cassette). Ctrl-C stops and keeps what was
     recorded. The API key is read from --api-key-env and never written to the cassette.
