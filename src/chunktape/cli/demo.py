@@ -158,7 +158,7 @@ async def _under_fault(cassette: Cassette, fault_id: str) -> FaultRow:
     if completed:
         outcome = "retried & completed" if retries else "completed"
     elif last is not None and last.error is not None:
-        outcome = f"error {last.error.code.value}" + (", retries spent" if retries else ", not retried")
+        outcome = "error, retries spent" if retries else "error, not retried"
     else:
         outcome = "error"
     return FaultRow(
@@ -185,7 +185,7 @@ def _fault_table(rows: list[FaultRow]) -> Table:
     )
     table.add_column("fault", no_wrap=True)
     table.add_column("outcome", no_wrap=True)
-    table.add_column("first error")
+    table.add_column("first error", no_wrap=True)
     table.add_column("retries", justify="right")
     table.add_column("attempts", justify="right")
     table.add_column("agent time", justify="right")
