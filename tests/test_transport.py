@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import httpx
@@ -293,3 +294,42 @@ async def test_openai_sdk_sees_a_reset_as_a_connection_error(fake_provider: Fake
     async with sdk(fake_provider, Disconnect(after_chunks=2)) as client:
         with pytest.raises(openai.APIConnectionError):
             await sdk_text(client)
+
+
+# -- virtual time: an in-process inner transport, so the loop never waits on a socket ----------------
+
+
+def mock_provider(body: bytes) -> httpx.MockTransport:
+    return httpx.MockTransport(
+        lambda request: httpx.Response(200, headers={"content-type": "text/event-stream"}, content=body)
+    )
+
+
+@pytest.mark.looptime
+async def test_stall_against_the_idle_watchdog_in_virtual_time() -> None:
+    loop = asyncio.get_running_loop()
+    transport = FaultTransport(mock_provider(deepseek_reasoning_then_text()), [Stall(after_chunks=2, seconds=30)])
+    async with httpx.AsyncClient(transport=transport) as client:
+        adapter = OpenAICompatAdapter("http://127.0.0.1:9", api_key="k", client=client, idle_timeout=10)
+        start = loop.time()
+        chunks, error = await run(adapter)
+    assert error is not None
+    assert error.code is ErrorCode.TIMEOUT
+    assert chunks
+    assert loop.time() - start == pytest.approx(10, abs=0.5)  # virtual seconds: the watchdog fired, not the stall
+
+
+@pytest.mark.looptime
+async def test_a_stall_shorter_than_the_watchdog_is_survived_in_virtual_time() -> None:
+    loop = asyncio.get_running_loop()
+    expected_transport = mock_provider(deepseek_reasoning_then_text())
+    async with httpx.AsyncClient(transport=expected_transport) as client:
+        expected, _ = await run(OpenAICompatAdapter("http://127.0.0.1:9", api_key="k", client=client))
+    transport = FaultTransport(mock_provider(deepseek_reasoning_then_text()), [Stall(after_chunks=2, seconds=9)])
+    async with httpx.AsyncClient(transport=transport) as client:
+        adapter = OpenAICompatAdapter("http://127.0.0.1:9", api_key="k", client=client, idle_timeout=10)
+        start = loop.time()
+        chunks, error = await run(adapter)
+    assert error is None
+    assert chunks == expected
+    assert loop.time() - start == pytest.approx(9, abs=0.5)
