@@ -13,24 +13,29 @@ import pytest
 
 from chunktape import (
     Cancelled,
+    Cassette,
     Completed,
     ErrorCode,
+    Event,
     GenerateOptions,
     Interaction,
     LlmError,
+    Message,
     Raised,
     ReasoningBlock,
+    RecordedRequest,
     StreamChunk,
     StreamValidator,
     TextBlock,
     ToolCallBlock,
     load_cassette,
 )
-from chunktape.faults import Corrupt, Disconnect, FailFirst, HttpError, Truncate
+from chunktape.faults import Corrupt, Disconnect, FailFirst, HttpError, Stall, Truncate
 from chunktape.http import SCENARIO_HEADER, ReplayServer, serve
 from chunktape.providers import OpenAICompatAdapter
 from chunktape.replayer import Timing
 from chunktape.wire.openai_chat import options_to_openai_request
+from helpers import text_stream
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "cassettes"
 DEMO = EXAMPLES / "demo-session.json"
@@ -345,3 +350,57 @@ def test_serve_announces_its_url(capsys: pytest.CaptureFixture[str]) -> None:
     with ReplayServer(DEMO) as server:
         _announce(server)
     assert server.url + "/v1" in capsys.readouterr().out
+
+
+# -- recorded errors mid-stream, stalls, concurrency -------------------------------------------------
+
+
+def synthetic(*outcomes: Any) -> Cassette:
+    interactions = []
+    for number, outcome in enumerate(outcomes):
+        options = GenerateOptions(model="m", messages=[Message(role="user", content=f"question {number}")])
+        chunks = text_stream("Hel", "lo", " there")[:3]
+        interactions.append(
+            Interaction(
+                request=RecordedRequest.from_options(options),
+                events=[Event(t_ns=position * 1_000_000, chunk=chunk) for position, chunk in enumerate(chunks)],
+                outcome=outcome,
+            )
+        )
+    return Cassette(interactions=interactions)
+
+
+async def test_recorded_errors_mid_stream_keep_their_code() -> None:
+    cassette = synthetic(
+        Raised(t_ns=9, code="PROVIDER_HTTP_ERROR", message="Token limit reached", status=400),
+        Raised(t_ns=9, code="INVALID_RESPONSE", message="unparseable"),
+        Raised(t_ns=9, code="STREAM_ABORTED", message="peer closed the connection"),
+        Cancelled(t_ns=9),
+    )
+    async with ReplayServer(cassette, timing=INSTANT) as server:
+        for recorded in cassette.interactions:
+            check(recorded, *await replay(server, recorded.request.to_options()))
+
+
+async def test_a_stall_trips_the_clients_idle_watchdog() -> None:
+    recorded = load_cassette(DEMO).interactions[0]
+    async with ReplayServer(DEMO, timing=INSTANT, faults=[Stall(after_chunks=2, seconds=60)]) as server:
+        adapter = OpenAICompatAdapter(server.url, api_key="k", idle_timeout=0.2)
+        chunks: list[StreamChunk] = []
+        with pytest.raises(LlmError) as info:
+            async for chunk in adapter.stream(recorded.request.to_options()):
+                chunks.append(chunk)
+        await adapter.aclose()
+    assert info.value.code is ErrorCode.TIMEOUT
+    assert chunks == recorded.chunks[:2]
+
+
+async def test_concurrent_requests_each_get_their_interaction() -> None:
+    cassette = load_cassette(DEMO)
+    async with ReplayServer(DEMO, timing=Timing.fixed(0.0, 0.001)) as server:
+        results = await asyncio.gather(
+            *(replay(server, recorded.request.to_options()) for recorded in cassette.interactions)
+        )
+        for recorded, result in zip(cassette.interactions, results, strict=True):
+            check(recorded, *result)
+        assert server.adapter.unplayed() == []

@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import httpx
 import openai
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from chunktape import (
+    Completed,
     ErrorCode,
+    Event,
     GenerateOptions,
+    Interaction,
     LlmError,
     Message,
     StreamChunk,
@@ -18,6 +24,7 @@ from chunktape import (
     validate,
 )
 from chunktape.faults import (
+    CORRUPT_KINDS,
     Chaos,
     Corrupt,
     Disconnect,
@@ -29,10 +36,11 @@ from chunktape.faults import (
     Targeted,
     Truncate,
 )
-from chunktape.http import FaultTransport
+from chunktape.http import FaultTransport, render_sse
 from chunktape.providers import OpenAICompatAdapter
 from fake_provider import FakeProvider, FakeResponse, deepseek_parallel_tools, deepseek_reasoning_then_text
-from test_render_sse import run_sync
+from test_openai_chat import valid_streams as wire_streams
+from test_render_sse import REQUEST, run_sync
 
 OPTIONS = GenerateOptions(model="deepseek-chat", messages=[Message(role="user", content="weather in Beijing?")])
 
@@ -293,3 +301,79 @@ async def test_openai_sdk_sees_a_reset_as_a_connection_error(fake_provider: Fake
     async with sdk(fake_provider, Disconnect(after_chunks=2)) as client:
         with pytest.raises(openai.APIConnectionError):
             await sdk_text(client)
+
+
+# -- virtual time: an in-process inner transport, so the loop never waits on a socket ----------------
+
+
+def mock_provider(body: bytes) -> httpx.MockTransport:
+    return httpx.MockTransport(
+        lambda request: httpx.Response(200, headers={"content-type": "text/event-stream"}, content=body)
+    )
+
+
+@pytest.mark.looptime
+async def test_stall_against_the_idle_watchdog_in_virtual_time() -> None:
+    loop = asyncio.get_running_loop()
+    transport = FaultTransport(mock_provider(deepseek_reasoning_then_text()), [Stall(after_chunks=2, seconds=30)])
+    async with httpx.AsyncClient(transport=transport) as client:
+        adapter = OpenAICompatAdapter("http://127.0.0.1:9", api_key="k", client=client, idle_timeout=10)
+        start = loop.time()
+        chunks, error = await run(adapter)
+    assert error is not None
+    assert error.code is ErrorCode.TIMEOUT
+    assert chunks
+    assert loop.time() - start == pytest.approx(10, abs=0.5)  # virtual seconds: the watchdog fired, not the stall
+
+
+@pytest.mark.looptime
+async def test_a_stall_shorter_than_the_watchdog_is_survived_in_virtual_time() -> None:
+    loop = asyncio.get_running_loop()
+    expected_transport = mock_provider(deepseek_reasoning_then_text())
+    async with httpx.AsyncClient(transport=expected_transport) as client:
+        expected, _ = await run(OpenAICompatAdapter("http://127.0.0.1:9", api_key="k", client=client))
+    transport = FaultTransport(mock_provider(deepseek_reasoning_then_text()), [Stall(after_chunks=2, seconds=9)])
+    async with httpx.AsyncClient(transport=transport) as client:
+        adapter = OpenAICompatAdapter("http://127.0.0.1:9", api_key="k", client=client, idle_timeout=10)
+        start = loop.time()
+        chunks, error = await run(adapter)
+    assert error is None
+    assert chunks == expected
+    assert loop.time() - start == pytest.approx(9, abs=0.5)
+
+
+# -- property: any fault over any valid stream ends in a documented way -------------------------------
+
+_QUICK_FAULTS = st.one_of(
+    st.builds(HttpError, status=st.sampled_from([400, 401, 429, 500, 503])),
+    st.builds(Disconnect, after_chunks=st.integers(0, 12)),
+    st.builds(Disconnect, inside=st.sampled_from(["text", "tool-call", "reasoning"])),
+    st.builds(Truncate, after_chunks=st.integers(0, 12)),
+    st.builds(Corrupt, kind=st.sampled_from(CORRUPT_KINDS), seed=st.integers(0, 99)),
+    st.builds(Latency, seed=st.integers(0, 99)),
+    st.builds(Stall, after_chunks=st.integers(0, 12), seconds=st.just(0.0)),
+)
+
+
+@settings(max_examples=80, deadline=None)
+@given(chunks=wire_streams(), fault=_QUICK_FAULTS, dribble=st.none() | st.integers(1, 7))
+def test_any_fault_over_any_stream_gives_a_valid_prefix_and_a_documented_code(
+    chunks: list[StreamChunk], fault: Fault, dribble: int | None
+) -> None:
+    body = render_sse(
+        Interaction(request=REQUEST, events=[Event(t_ns=0, chunk=c) for c in chunks], outcome=Completed(t_ns=0))
+    )
+
+    async def go() -> tuple[list[StreamChunk], LlmError | None]:
+        transport = FaultTransport(mock_provider(body), [fault], dribble=dribble)
+        async with httpx.AsyncClient(transport=transport) as client:
+            return await run(OpenAICompatAdapter("http://127.0.0.1:9", api_key="k", client=client))
+
+    got, error = run_sync(go())
+    assert got == chunks[: len(got)]
+    if isinstance(fault, Latency | Stall):
+        assert error is None
+        assert got == chunks
+    else:
+        assert error is not None
+        assert error.code in (ErrorCode.PROVIDER_HTTP_ERROR, ErrorCode.STREAM_ABORTED, ErrorCode.INVALID_RESPONSE)

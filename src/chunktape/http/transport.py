@@ -198,7 +198,7 @@ class _FaultyBody(httpx.AsyncByteStream):
         self._frames: AsyncIterator[_Frame] | None = None
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
-        source = self._response.aiter_bytes() if self._decoded else self._response.aiter_raw()
+        source = self._response.aiter_bytes() if self._decoded else _raw(self._response)
         frames: AsyncIterator[_Frame] = _parse(source)
         for item in self._fired:
             frames = _apply(item, frames, self._request)
@@ -217,6 +217,15 @@ class _FaultyBody(httpx.AsyncByteStream):
                 await _aclose(self._frames)
         finally:
             await self._response.aclose()
+
+
+async def _raw(response: httpx.Response) -> AsyncIterator[bytes]:
+    """The body as sent; also for responses built with ``content=`` (``MockTransport``), already marked read."""
+    stream = response.stream
+    if not isinstance(stream, httpx.AsyncByteStream):
+        raise TypeError("FaultTransport needs an async response stream from its inner transport")
+    async for piece in stream:
+        yield piece
 
 
 async def _aclose(frames: AsyncIterator[Any]) -> None:
