@@ -11,6 +11,7 @@ PUBLIC_MODULES = [
     "chunktape.cassettes",
     "chunktape.faults",
     "chunktape.harness",
+    "chunktape.http",
     "chunktape.providers",
     "chunktape.recorder",
     "chunktape.replayer",
@@ -84,6 +85,7 @@ PROMISED = {
         "ToolCallEvent",
         "stream_with_retry",
     },
+    "chunktape.http": {"FaultTransport", "import_vcr", "render_sse", "serve", "vcr_config"},
     "chunktape.providers": {"ScriptedAdapter"},
 }
 

@@ -34,9 +34,11 @@ from chunktape import (
 )
 from chunktape.wire.openai_chat import (
     OpenAIChatDecoder,
+    OpenAIChatEncoder,
     chunks_to_openai_dicts,
     chunks_to_openai_events,
     decode_openai_sse,
+    options_from_openai_request,
     options_to_openai_request,
 )
 from chunktape.wire.sse import SseParser
@@ -390,3 +392,79 @@ def test_a_tool_message_without_its_call_id_is_refused() -> None:
     with pytest.raises(LlmError) as info:
         options_to_openai_request(options)
     assert info.value.code is ErrorCode.UNSUPPORTED_OPTION
+
+
+# -- requests, decoded (the replay server and the vcrpy import) --------------------------------------
+
+
+_REASONING: dict[str, dict[str, Any]] = {
+    "thinking": {"thinking": {"type": "enabled"}},
+    "high": {"reasoning_effort": "high"},
+}
+
+
+@pytest.mark.parametrize("reasoning", [None, "thinking", "high"])
+def test_request_decoder_inverts_the_encoder(reasoning: str | None) -> None:
+    call = ToolCallBlock(id=CallId("call_1"), name="get_weather", arguments='{"city": "Paris"}')
+    options = GenerateOptions(
+        model="deepseek-reasoner",
+        messages=[
+            Message(role="system", content="be brief"),
+            Message(role="user", content="weather?", name="ann"),
+            Message(role="assistant", content=None, tool_calls=[call], reasoning_content="need the tool"),
+            Message(role="tool", content="sunny", tool_call_id="call_1"),
+            Message(role="assistant", content="Sunny."),
+        ],
+        tools=[ToolSpec(name="get_weather", description="d", parameters={"type": "object"})],
+        max_tokens=100,
+        temperature=0.2,
+        reasoning=reasoning,
+        extra={"top_p": 0.9, "response_format": {"type": "text"}},
+    )
+    extra_fields = dict(_REASONING[reasoning]) if reasoning else None
+    body = json.loads(json.dumps(options_to_openai_request(options, extra_fields=extra_fields)))
+    assert options_from_openai_request(body, reasoning=_REASONING) == options
+
+
+def test_request_decoder_accepts_what_sdks_send() -> None:
+    body = {
+        "model": "gpt-4o",
+        "messages": [
+            {"role": "developer", "content": [{"type": "text", "text": "be "}, {"type": "text", "text": "brief"}]},
+            {"role": "user", "content": "hi"},
+        ],
+        "max_completion_tokens": 5,
+        "temperature": 1,
+        "stream": False,
+    }
+    options = options_from_openai_request(body)
+    assert options.messages[0] == Message(role="system", content="be brief")
+    assert (options.max_tokens, options.temperature, options.extra) == (5, 1.0, {})
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        [],
+        {"messages": []},
+        {"model": "m"},
+        {"model": "m", "messages": [{"role": "robot", "content": "x"}]},
+        {"model": "m", "messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]},
+        {"model": "m", "messages": [], "tools": [{"type": "function"}]},
+    ],
+)
+def test_request_decoder_refuses_what_it_cannot_represent(body: Any) -> None:
+    with pytest.raises(LlmError) as info:
+        options_from_openai_request(body)
+    assert info.value.code is ErrorCode.UNSUPPORTED_OPTION
+
+
+@given(chunks=valid_streams())
+def test_the_incremental_encoder_matches_the_batch_one(chunks: list[StreamChunk]) -> None:
+    encoder = OpenAIChatEncoder(model="m")
+    incremental = [encoder.start()]
+    for item in chunks:
+        incremental += encoder.feed(item)
+    incremental += encoder.close()
+    assert incremental == list(chunks_to_openai_dicts(chunks, model="m"))
+    assert encoder.finished

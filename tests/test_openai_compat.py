@@ -26,6 +26,8 @@ from chunktape import (
     LlmError,
     Message,
     ReasoningBlock,
+    RecordingAdapter,
+    ReplayAdapter,
     StreamChunk,
     StreamValidator,
     TextBlock,
@@ -550,3 +552,42 @@ async def test_real_deepseek_400_body_served_as_octet_stream(fake_provider: Fake
     assert info.value.code is ErrorCode.PROVIDER_HTTP_ERROR
     assert info.value.status == 400
     assert json.loads(body)["error"]["message"] in info.value.message
+
+
+# -- recording a live stream -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("suffix", [".msgpack", ".json"])
+async def test_recording_through_the_adapter_keeps_the_key_out_and_replays_the_same(
+    fake_provider: FakeProvider, tmp_path: Path, suffix: str
+) -> None:
+    key = "sk-live-key-do-not-record-0123456789"
+    fake_provider.enqueue(
+        FakeResponse(body=deepseek_parallel_tools()),
+        FakeResponse(body=DEEPSEEK_400_BODY, status=429, headers={"retry-after": "1"}),
+    )
+    path = tmp_path / f"live{suffix}"
+    recorder = RecordingAdapter(OpenAICompatAdapter(fake_provider.url, api_key=key), path)
+    live = [c async for c in recorder.stream(OPTIONS)]
+    with pytest.raises(LlmError) as live_error:
+        _ = [c async for c in recorder.stream(OPTIONS)]
+    await recorder.aclose()
+    await recorder.inner.aclose()
+    assert fake_provider.requests[0].headers["authorization"] == f"Bearer {key}"
+
+    data = path.read_bytes()
+    assert key.encode() not in data
+    assert b"Bearer" not in data
+
+    replay = ReplayAdapter(path)
+    assert [c async for c in replay.stream(OPTIONS)] == live
+    with pytest.raises(LlmError) as replayed_error:
+        _ = [c async for c in replay.stream(OPTIONS)]
+    got, want = replayed_error.value, live_error.value
+    assert (got.code, got.status, got.retry_after, got.message) == (
+        want.code,
+        want.status,
+        want.retry_after,
+        want.message,
+    )
+    replay.assert_all_played()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from chunktape.protocol import TokenUsage
+from chunktape.protocol import TokenUsage, ToolSpec
 from chunktape.providers.scripted import ScriptedAdapter, ScriptedToolCall, ScriptedTurn
 
 DEMO_TURNS: tuple[ScriptedTurn, ...] = (
@@ -28,6 +28,31 @@ DEMO_TURNS: tuple[ScriptedTurn, ...] = (
         usage=TokenUsage(input_tokens=801, output_tokens=29, cached_input_tokens=512),
     ),
 )
+
+
+DEMO_PROMPT = "What is in src/?"
+"""The user message that starts the demo session."""
+
+DEMO_TOOLS: tuple[ToolSpec, ...] = (
+    ToolSpec(
+        name="list_files",
+        description="List the files in a folder",
+        parameters={"type": "object", "properties": {"path": {"type": "string"}, "depth": {"type": "integer"}}},
+    ),
+    ToolSpec(
+        name="read_file",
+        description="Read a text file",
+        parameters={"type": "object", "properties": {"path": {"type": "string"}}},
+    ),
+)
+"""The tools the demo session offers."""
+
+DEMO_TOOL_RESULTS: dict[str, str] = {
+    "call_ls_1": '["src/app/__init__.py", "src/app/main.py"]',
+    "call_read_2": "",
+    "call_read_3": "import http.server\n\nhttp.server.test(port=8080)\n",
+}
+"""What the demo's tools return, by tool call id (fed back to the model as ``tool`` messages)."""
 
 
 class DemoAdapter(ScriptedAdapter):

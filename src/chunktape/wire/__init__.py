@@ -6,15 +6,18 @@ all sit above it.
 
 from chunktape.wire.openai_chat import (
     OpenAIChatDecoder,
+    OpenAIChatEncoder,
     chunks_to_openai_dicts,
     chunks_to_openai_events,
     decode_openai_sse,
+    options_from_openai_request,
     options_to_openai_request,
 )
 from chunktape.wire.sse import SseComment, SseEvent, SseItem, SseParser, parse_sse, write_sse
 
 __all__ = [
     "OpenAIChatDecoder",
+    "OpenAIChatEncoder",
     "SseComment",
     "SseEvent",
     "SseItem",
@@ -22,6 +25,7 @@ __all__ = [
     "chunks_to_openai_dicts",
     "chunks_to_openai_events",
     "decode_openai_sse",
+    "options_from_openai_request",
     "options_to_openai_request",
     "parse_sse",
     "write_sse",

@@ -31,7 +31,7 @@ and blocks without deltas.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, Literal
 
 import msgspec
@@ -48,12 +48,14 @@ from chunktape.protocol import (
     Message,
     ReasoningBlock,
     ReasoningDelta,
+    Role,
     StreamChunk,
     TextBlock,
     TextDelta,
     TokenUsage,
     ToolCallBlock,
     ToolCallDelta,
+    ToolSpec,
     UsageChunk,
 )
 from chunktape.wire.sse import SseComment, SseEvent, SseItem, SseParser, write_sse
@@ -61,10 +63,12 @@ from chunktape.wire.sse import SseComment, SseEvent, SseItem, SseParser, write_s
 __all__ = [
     "DONE",
     "OpenAIChatDecoder",
+    "OpenAIChatEncoder",
     "chunks_to_openai_dicts",
     "chunks_to_openai_events",
     "decode_openai_sse",
     "error_from_payload",
+    "options_from_openai_request",
     "options_to_openai_request",
 ]
 
@@ -476,31 +480,38 @@ def decode_openai_sse(body: bytes) -> list[StreamChunk]:
 # -- encoding ---------------------------------------------------------------------------------------
 
 
-def chunks_to_openai_dicts(
-    chunks: Iterable[StreamChunk], *, model: str, created: int = 0, id: str = "chatcmpl-chunktape"
-) -> Iterator[dict[str, Any]]:
-    """Render StreamChunks as ``chat.completion.chunk`` objects that ``OpenAIChatDecoder`` maps back to ``==``.
+class OpenAIChatEncoder:
+    """Incremental form of ``chunks_to_openai_dicts``: ``start()``, then ``feed(chunk)`` per chunk, then ``close()``.
 
-    Layout: a role chunk, one chunk per delta, a chunk with ``finish_reason``, then a usage-only chunk with
-    ``choices: []`` (OpenAI's ``include_usage`` shape). Block starts and ends are implicit in the format.
+    For servers that render a stream as it is replayed; each call returns the chunk objects ready to send.
     """
-    base: dict[str, Any] = {"id": id, "object": "chat.completion.chunk", "created": created, "model": model}
 
-    def chunk(delta: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
+    __slots__ = ("_base", "_tool_numbers", "_usage", "finished")
+
+    def __init__(self, *, model: str, created: int = 0, id: str = "chatcmpl-chunktape") -> None:
+        self._base: dict[str, Any] = {"id": id, "object": "chat.completion.chunk", "created": created, "model": model}
+        self._tool_numbers: dict[int, int] = {}
+        self._usage: TokenUsage | None = None
+        self.finished = False
+        """True once a ``Finish`` was fed (the stream may then end with ``[DONE]``)."""
+
+    def _chunk(self, delta: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
         choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
-        return {**base, "choices": [choice]}
+        return {**self._base, "choices": [choice]}
 
-    yield chunk({"role": "assistant", "content": ""})
-    tool_numbers: dict[int, int] = {}
-    usage: TokenUsage | None = None
-    for item in chunks:
+    def start(self) -> dict[str, Any]:
+        """The role chunk every OpenAI stream opens with."""
+        return self._chunk({"role": "assistant", "content": ""})
+
+    def feed(self, item: StreamChunk) -> list[dict[str, Any]]:
+        """The chunk objects for one StreamChunk (none for block starts/ends and usage, which waits for the end)."""
         match item:
             case TextDelta():
-                yield chunk({"content": item.text})
+                return [self._chunk({"content": item.text})]
             case ReasoningDelta():
-                yield chunk({"reasoning_content": item.text})
+                return [self._chunk({"reasoning_content": item.text})]
             case ToolCallDelta():
-                number = tool_numbers.setdefault(item.index, len(tool_numbers))
+                number = self._tool_numbers.setdefault(item.index, len(self._tool_numbers))
                 call: dict[str, Any] = {"index": number}
                 function: dict[str, Any] = {}
                 if item.id is not None:
@@ -510,15 +521,36 @@ def chunks_to_openai_dicts(
                     function["name"] = item.name
                 function["arguments"] = item.arguments_delta
                 call["function"] = function
-                yield chunk({"tool_calls": [call]})
+                return [self._chunk({"tool_calls": [call]})]
             case UsageChunk():
-                usage = item.usage
+                self._usage = item.usage
+                return []
             case Finish():
-                yield chunk({}, finish_to_wire(item.reason))
+                self.finished = True
+                return [self._chunk({}, finish_to_wire(item.reason))]
             case BlockStart() | BlockEnd():
-                pass
-    if usage is not None:
-        yield {**base, "choices": [], "usage": usage_to_wire(usage)}
+                return []
+
+    def close(self) -> list[dict[str, Any]]:
+        """The usage-only chunk (``choices: []``), when the stream had usage."""
+        if self._usage is None:
+            return []
+        return [{**self._base, "choices": [], "usage": usage_to_wire(self._usage)}]
+
+
+def chunks_to_openai_dicts(
+    chunks: Iterable[StreamChunk], *, model: str, created: int = 0, id: str = "chatcmpl-chunktape"
+) -> Iterator[dict[str, Any]]:
+    """Render StreamChunks as ``chat.completion.chunk`` objects that ``OpenAIChatDecoder`` maps back to ``==``.
+
+    Layout: a role chunk, one chunk per delta, a chunk with ``finish_reason``, then a usage-only chunk with
+    ``choices: []`` (OpenAI's ``include_usage`` shape). Block starts and ends are implicit in the format.
+    """
+    encoder = OpenAIChatEncoder(model=model, created=created, id=id)
+    yield encoder.start()
+    for item in chunks:
+        yield from encoder.feed(item)
+    yield from encoder.close()
 
 
 def chunks_to_openai_events(
@@ -610,3 +642,120 @@ def options_to_openai_request(
     body.update(extra_fields or {})
     body.update(options.extra)
     return body
+
+
+_TRANSPORT_FIELDS = ("stream", "stream_options")
+"""Request fields that say how to deliver the answer, not what to generate: never part of ``extra``."""
+_ROLES: dict[str, Role] = {
+    "system": "system",
+    "developer": "system",
+    "user": "user",
+    "assistant": "assistant",
+    "tool": "tool",
+}
+
+
+def _bad_request(message: str) -> LlmError:
+    return LlmError(f"not an OpenAI chat-completions request: {message}", ErrorCode.UNSUPPORTED_OPTION)
+
+
+def _content_text(content: Any, where: str) -> str | None:
+    """``content`` as a string: a list of ``{"type": "text"}`` parts is joined; other parts are refused."""
+    if content is None or isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        texts: list[str] = []
+        for part in content:
+            if isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str):
+                texts.append(part["text"])
+            else:
+                kind = part.get("type") if isinstance(part, dict) else type(part).__name__
+                raise _bad_request(f"{where}: content part {kind!r} cannot be represented (only text parts)")
+        return "".join(texts)
+    raise _bad_request(f"{where}: content must be a string, a list of text parts or null")
+
+
+def message_from_openai(wire: Any, where: str = "messages[0]") -> Message:
+    """The inverse of ``message_to_openai``."""
+    if not isinstance(wire, dict):
+        raise _bad_request(f"{where} must be an object")
+    role = _ROLES.get(wire.get("role"))  # type: ignore[arg-type]
+    if role is None:
+        raise _bad_request(f"{where}: unknown role {wire.get('role')!r} (valid: {', '.join(_ROLES)})")
+    calls: list[ToolCallBlock] = []
+    for position, call in enumerate(wire.get("tool_calls") or ()):
+        function = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(function, dict) or not isinstance(function.get("name"), str):
+            raise _bad_request(f"{where}.tool_calls[{position}] needs function.name")
+        arguments = function.get("arguments")
+        calls.append(
+            ToolCallBlock(
+                id=CallId(str(call.get("id") or f"call_{position}")),
+                name=function["name"],
+                arguments=arguments if isinstance(arguments, str) else _encoder.encode(arguments or {}).decode(),
+            )
+        )
+    return Message(
+        role=role,
+        content=_content_text(wire.get("content"), where),
+        tool_calls=calls,
+        tool_call_id=wire.get("tool_call_id"),
+        name=wire.get("name"),
+        reasoning_content=wire.get("reasoning_content") if calls else None,
+    )
+
+
+def options_from_openai_request(
+    body: Any, *, reasoning: Mapping[str, Mapping[str, Any]] | None = None
+) -> GenerateOptions:
+    """The inverse of ``options_to_openai_request``: a chat-completions request body as ``GenerateOptions``.
+
+    ``stream`` and ``stream_options`` are dropped (they say how to deliver, not what to generate). When the
+    body carries exactly the fields one of ``reasoning``'s efforts maps to (e.g. DeepSeek's
+    ``{"thinking": {"type": "enabled"}}``), they become ``reasoning=<effort id>``; every other field goes to
+    ``extra``. Raises ``LlmError(UNSUPPORTED_OPTION)`` for a body this format cannot represent.
+    """
+    if not isinstance(body, dict):
+        raise _bad_request(f"the body must be a JSON object, got {type(body).__name__}")
+    rest = {key: value for key, value in body.items() if key not in _TRANSPORT_FIELDS}
+    model = rest.pop("model", None)
+    if not isinstance(model, str):
+        raise _bad_request("`model` must be a string")
+    messages = rest.pop("messages", None)
+    if not isinstance(messages, list):
+        raise _bad_request("`messages` must be a list")
+    tools: list[ToolSpec] = []
+    for position, tool in enumerate(rest.pop("tools", None) or ()):
+        function = tool.get("function") if isinstance(tool, dict) else None
+        if not isinstance(function, dict) or not isinstance(function.get("name"), str):
+            raise _bad_request(f"tools[{position}] must be a function tool with a name")
+        tools.append(
+            ToolSpec(
+                name=function["name"],
+                description=function.get("description") or "",
+                parameters=function.get("parameters") or {},
+            )
+        )
+    max_tokens = rest.pop("max_tokens", None)
+    if max_tokens is None and "max_completion_tokens" in rest:
+        max_tokens = rest.pop("max_completion_tokens")
+    temperature = rest.pop("temperature", None)
+    effort: str | None = None
+    for name, fields in (reasoning or {}).items():
+        if fields and all(key in rest and rest[key] == value for key, value in fields.items()):
+            effort = name
+            for key in fields:
+                del rest[key]
+            break
+    try:
+        return GenerateOptions(
+            model=model,
+            messages=[message_from_openai(message, f"messages[{i}]") for i, message in enumerate(messages)],
+            tools=tools,
+            max_tokens=max_tokens,
+            temperature=float(temperature) if isinstance(temperature, int) else temperature,
+            reasoning=effort,
+            extra=rest,
+        )
+    except (TypeError, ValueError, msgspec.ValidationError) as exc:
+        raise _bad_request(str(exc)) from exc

@@ -1,0 +1,107 @@
+"""HTTP replay throughput: OpenAICompatAdapter vs the openai SDK, both consuming the loopback replay server.
+
+Same cassette for both (one interaction of ~500 chunks, replayed ``calls`` times with instant timing); the
+figure is recorded chunks delivered per second of wall time, client and server in one process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import openai
+
+from chunktape import (
+    BlockEnd,
+    BlockStart,
+    Cassette,
+    Completed,
+    Event,
+    Finish,
+    FinishReason,
+    GenerateOptions,
+    Interaction,
+    Message,
+    RecordedRequest,
+    StreamChunk,
+    TextBlock,
+    TextDelta,
+    TokenUsage,
+    UsageChunk,
+)
+from chunktape.http import ReplayServer
+from chunktape.providers import OpenAICompatAdapter
+from chunktape.replayer import Timing
+from chunktape.wire.openai_chat import options_to_openai_request
+
+OPTIONS = GenerateOptions(model="bench-model", messages=[Message(role="user", content="stream a lot")])
+
+
+def cassette(chunks: int) -> Cassette:
+    pieces = [f"tok{n} " for n in range(chunks - 4)]
+    stream: list[StreamChunk] = [
+        BlockStart(index=0, block_type="text"),
+        *(TextDelta(index=0, text=piece) for piece in pieces),
+        BlockEnd(index=0, block=TextBlock(text="".join(pieces))),
+        UsageChunk(usage=TokenUsage(input_tokens=3, output_tokens=len(pieces))),
+        Finish(reason=FinishReason(kind="stop")),
+    ]
+    interaction = Interaction(
+        request=RecordedRequest.from_options(OPTIONS),
+        events=[Event(t_ns=position, chunk=chunk) for position, chunk in enumerate(stream)],
+        outcome=Completed(t_ns=len(stream)),
+    )
+    return Cassette(interactions=[interaction])
+
+
+async def _adapter(url: str, calls: int) -> int:
+    adapter = OpenAICompatAdapter(url, api_key="bench")
+    count = 0
+    try:
+        for _ in range(calls):
+            async for _chunk in adapter.stream(OPTIONS):
+                count += 1
+    finally:
+        await adapter.aclose()
+    return count
+
+
+async def _sdk(url: str, calls: int) -> int:
+    body: dict[str, Any] = options_to_openai_request(OPTIONS)
+    count = 0
+    async with openai.AsyncOpenAI(base_url=url + "/v1", api_key="bench", max_retries=0) as client:
+        for _ in range(calls):
+            stream = await client.chat.completions.create(**body)
+            async for _chunk in stream:
+                count += 1
+    return count
+
+
+def measure(quick: bool = False) -> dict[str, float]:
+    """Chunks/s for each client (recorded chunks delivered), and the adapter/SDK ratio."""
+    calls, chunks = (10, 500) if quick else (50, 500)
+    source = cassette(chunks)
+    total = calls * len(source.interactions[0].events)
+    figures: dict[str, float] = {}
+    with ReplayServer(source, timing=Timing.instant(), allow_repeats=True) as server:
+        asyncio.run(_adapter(server.url, 1))  # warm up both paths
+        asyncio.run(_sdk(server.url, 1))
+        for name, client in (("adapter", _adapter), ("openai_sdk", _sdk)):
+            start = time.perf_counter()
+            asyncio.run(client(server.url, calls))
+            figures[f"{name}_chunks_per_s"] = total / (time.perf_counter() - start)
+    figures["adapter_vs_sdk"] = figures["adapter_chunks_per_s"] / figures["openai_sdk_chunks_per_s"]
+    return figures
+
+
+def main(quick: bool = False) -> None:
+    figures = measure(quick)
+    print(f"HTTP replay, loopback server, instant timing ({'quick' if quick else '50 x 500 chunks'}):")
+    print(f"  OpenAICompatAdapter  {figures['adapter_chunks_per_s']:>12,.0f} chunks/s")
+    print(f"  openai SDK           {figures['openai_sdk_chunks_per_s']:>12,.0f} chunks/s")
+    print(f"  adapter / SDK        {figures['adapter_vs_sdk']:>12.2f}x")
+
+
+if __name__ == "__main__":
+    main()

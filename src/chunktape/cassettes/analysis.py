@@ -1,0 +1,306 @@
+"""Reading cassettes for people and CI: per-interaction summaries, file checks, and interaction-level diffs.
+
+``summarize`` gives the figures ``chunktape show`` prints (chunks, time to first chunk, duration, usage,
+outcome); ``check_cassette`` is ``chunktape check`` for one file (format, timing and protocol rules);
+``diff_cassettes`` is ``chunktape diff``. They live here, not in the CLI, so tests and tools share them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+import msgspec
+
+from chunktape.cassettes.codec import PathLike, as_cassette, load_cassette
+from chunktape.cassettes.matching import diff_requests
+from chunktape.cassettes.model import (
+    Cancelled,
+    Cassette,
+    Completed,
+    Interaction,
+    Outcome,
+    Raised,
+    request_fingerprint,
+)
+from chunktape.errors import LlmError, ProtocolViolation
+from chunktape.protocol import (
+    BlockEnd,
+    Finish,
+    ReasoningDelta,
+    TextDelta,
+    TokenUsage,
+    ToolCallBlock,
+    UsageChunk,
+)
+from chunktape.validation import StreamValidator
+
+__all__ = [
+    "CassetteDiff",
+    "CheckProblem",
+    "InteractionSummary",
+    "cassette_files",
+    "check_cassette",
+    "describe_outcome",
+    "diff_cassettes",
+    "summarize",
+]
+
+
+class InteractionSummary(msgspec.Struct, frozen=True, kw_only=True):
+    """What one interaction amounts to, in the figures a person looks at first."""
+
+    index: int
+    model: str
+    last_user: str
+    """The last user message's text (may be empty)."""
+    message_count: int
+    chunks: int
+    first_chunk_s: float | None
+    """Seconds from the call to the first chunk; None when no chunk came."""
+    duration_s: float
+    """Seconds from the call to the recorded end of the stream."""
+    usage: TokenUsage | None
+    outcome: str
+    """``completed (stop)``, ``raised PROVIDER_HTTP_ERROR 429``, ``cancelled (...)``."""
+    text: str
+    reasoning: str
+    tool_calls: list[str]
+    """``name(arguments)`` of each complete tool call."""
+    attempt: int
+
+
+def describe_outcome(interaction: Interaction) -> str:
+    """A short human description of how the recorded stream ended."""
+    outcome = interaction.outcome
+    match outcome:
+        case Completed():
+            finish = next((chunk.reason.kind for chunk in reversed(interaction.chunks) if type(chunk) is Finish), None)
+            return f"completed ({finish})" if finish else "completed (no finish chunk)"
+        case Raised():
+            status = f" {outcome.status}" if outcome.status is not None else ""
+            return f"raised {outcome.code}{status}"
+        case Cancelled():
+            return f"cancelled ({outcome.reason})" if outcome.reason else "cancelled"
+
+
+def summarize(interaction: Interaction, index: int = 0) -> InteractionSummary:
+    """The summary of ``interaction`` (``index`` is its position in the cassette)."""
+    request = interaction.request
+    last_user = next((m.content or "" for m in reversed(request.messages) if m.role == "user"), "")
+    text: list[str] = []
+    reasoning: list[str] = []
+    tools: list[str] = []
+    usage: TokenUsage | None = None
+    for chunk in interaction.chunks:
+        if type(chunk) is TextDelta:
+            text.append(chunk.text)
+        elif type(chunk) is ReasoningDelta:
+            reasoning.append(chunk.text)
+        elif type(chunk) is BlockEnd and type(chunk.block) is ToolCallBlock:
+            tools.append(f"{chunk.block.name}({chunk.block.arguments})")
+        elif type(chunk) is UsageChunk:
+            usage = chunk.usage
+    events = interaction.events
+    return InteractionSummary(
+        index=index,
+        model=request.model,
+        last_user=last_user,
+        message_count=len(request.messages),
+        chunks=len(events),
+        first_chunk_s=events[0].t_ns / 1e9 if events else None,
+        duration_s=interaction.outcome.t_ns / 1e9,
+        usage=usage,
+        outcome=describe_outcome(interaction),
+        text="".join(text),
+        reasoning="".join(reasoning),
+        tool_calls=tools,
+        attempt=interaction.attempt,
+    )
+
+
+# -- checking ------------------------------------------------------------------------------------
+
+
+class CheckProblem(msgspec.Struct, frozen=True, kw_only=True):
+    """One reason a cassette file fails ``check_cassette``."""
+
+    path: str
+    interaction: int | None
+    """The interaction at fault, or None for the file as a whole."""
+    rule: str
+    """A protocol rule (``block-pairs``...), ``timing``, ``fingerprint``, or an error code (``CASSETTE_CORRUPT``)."""
+    detail: str
+
+    def __str__(self) -> str:
+        where = "file" if self.interaction is None else f"interaction #{self.interaction}"
+        return f"{self.path}: {where}: {self.rule}: {self.detail}"
+
+
+def _check_interaction(path: str, index: int, interaction: Interaction) -> list[CheckProblem]:
+    problems: list[CheckProblem] = []
+    completed = type(interaction.outcome) is Completed
+    validator = StreamValidator(require_finish=completed)
+    try:
+        for chunk in interaction.chunks:
+            validator.feed(chunk)
+        if completed:
+            validator.close()
+    except ProtocolViolation as violation:
+        problems.append(CheckProblem(path=path, interaction=index, rule=violation.rule, detail=violation.message))
+    previous = 0
+    for position, event in enumerate(interaction.events):
+        if event.t_ns < previous:
+            problems.append(
+                CheckProblem(
+                    path=path,
+                    interaction=index,
+                    rule="timing",
+                    detail=f"chunk #{position} at {event.t_ns} ns is earlier than the one before ({previous} ns)",
+                )
+            )
+            break
+        previous = event.t_ns
+    if interaction.outcome.t_ns < previous:
+        problems.append(
+            CheckProblem(
+                path=path,
+                interaction=index,
+                rule="timing",
+                detail=f"the stream ends ({interaction.outcome.t_ns} ns) before its last chunk ({previous} ns)",
+            )
+        )
+    request = interaction.request
+    if request.fingerprint and request.fingerprint != request_fingerprint(request):
+        problems.append(
+            CheckProblem(
+                path=path, interaction=index, rule="fingerprint", detail="the request fingerprint does not match it"
+            )
+        )
+    return problems
+
+
+def check_cassette(path: PathLike) -> list[CheckProblem]:
+    """Every problem with the cassette at ``path``: decoding, version, timing, and the StreamChunk rules.
+
+    A recording that raised or was cut short may stop mid-block; what it holds must still follow the rules.
+    An empty list means the file passes.
+    """
+    shown = str(path)
+    try:
+        cassette = load_cassette(path)
+    except LlmError as error:
+        detail = error.message.removeprefix(f"{shown}: ")
+        return [CheckProblem(path=shown, interaction=None, rule=error.code.value, detail=detail)]
+    problems: list[CheckProblem] = []
+    for index, interaction in enumerate(cassette.interactions):
+        problems.extend(_check_interaction(shown, index, interaction))
+    return problems
+
+
+# -- diffing -------------------------------------------------------------------------------------
+
+
+class CassetteDiff(msgspec.Struct, frozen=True, kw_only=True):
+    """Interaction-level differences between two cassettes; ``same`` when no content differs.
+
+    ``changes`` lists content differences (requests, chunks, text, outcomes, added/removed interactions);
+    ``timing`` summarises how the timing shifted, which alone does not make two cassettes differ.
+    """
+
+    changes: list[str]
+    timing: list[str]
+
+    @property
+    def same(self) -> bool:
+        return not self.changes
+
+
+def _short(text: str, limit: int = 60) -> str:
+    return repr(text if len(text) <= limit else text[: limit - 3] + "...")
+
+
+def _outcome_key(outcome: Outcome) -> object:
+    """An outcome without its time, for comparing content."""
+    return msgspec.structs.replace(outcome, t_ns=0)
+
+
+def _diff_interaction(index: int, old: Interaction, new: Interaction) -> list[str]:
+    lines = [f"#{index} request {line}" for line in diff_requests(old.request, new.request)]
+    old_chunks, new_chunks = old.chunks, new.chunks
+    if old_chunks != new_chunks:
+        first = next(
+            (p for p, (a, b) in enumerate(zip(old_chunks, new_chunks, strict=False)) if a != b),
+            min(len(old_chunks), len(new_chunks)),
+        )
+        lines.append(f"#{index} chunks: {len(old_chunks)} -> {len(new_chunks)}, first difference at chunk #{first}")
+        a, b = summarize(old, index), summarize(new, index)
+        for label, before, after in (("text", a.text, b.text), ("reasoning", a.reasoning, b.reasoning)):
+            if before != after:
+                lines.append(f"#{index} {label}: {_short(before)} -> {_short(after)}")
+        if a.tool_calls != b.tool_calls:
+            lines.append(f"#{index} tool calls: {a.tool_calls} -> {b.tool_calls}")
+        if a.usage != b.usage:
+            lines.append(f"#{index} usage: {_usage(a.usage)} -> {_usage(b.usage)}")
+    if _outcome_key(old.outcome) != _outcome_key(new.outcome):
+        lines.append(f"#{index} outcome: {describe_outcome(old)} -> {describe_outcome(new)}")
+    return lines
+
+
+def _usage(usage: TokenUsage | None) -> str:
+    return "none" if usage is None else f"{usage.input_tokens} in / {usage.output_tokens} out"
+
+
+def _timing(pairs: list[tuple[Interaction, Interaction]]) -> list[str]:
+    first: list[float] = []
+    total: list[float] = []
+    for old, new in pairs:
+        if old.events and new.events:
+            first.append((new.events[0].t_ns - old.events[0].t_ns) / 1e6)
+        total.append((new.outcome.t_ns - old.outcome.t_ns) / 1e6)
+    if not total or (not any(first) and not any(total)):
+        return []
+    lines = []
+    if first:
+        lines.append(f"time to first chunk: mean shift {sum(first) / len(first):+.1f} ms, largest {_largest(first)} ms")
+    lines.append(f"duration: mean shift {sum(total) / len(total):+.1f} ms, largest {_largest(total)} ms")
+    return lines
+
+
+def _largest(values: list[float]) -> str:
+    return f"{max(values, key=abs):+.1f}"
+
+
+def diff_cassettes(old: Cassette | PathLike, new: Cassette | PathLike) -> CassetteDiff:
+    """Compare two cassettes interaction by interaction (paired by position)."""
+    a, b = as_cassette(old), as_cassette(new)
+    changes: list[str] = []
+    pairs = list(zip(a.interactions, b.interactions, strict=False))
+    for index, (before, after) in enumerate(pairs):
+        changes.extend(_diff_interaction(index, before, after))
+    for index in range(len(pairs), len(a.interactions)):
+        changes.append(f"#{index} removed: {_one_line(summarize(a.interactions[index], index))}")
+    for index in range(len(pairs), len(b.interactions)):
+        changes.append(f"#{index} added: {_one_line(summarize(b.interactions[index], index))}")
+    return CassetteDiff(changes=changes, timing=_timing(pairs))
+
+
+def _one_line(summary: InteractionSummary) -> str:
+    return f"model {summary.model!r}, last user message {_short(summary.last_user, 40)}, {summary.outcome}"
+
+
+def cassette_files(paths: Iterable[PathLike]) -> list[Path]:
+    """The files to check: each file as given, and every ``*.msgpack`` / ``*.json`` below each folder, sorted.
+
+    A path that does not exist is kept, so checking it reports ``CASSETTE_NOT_FOUND``.
+    """
+    found: list[Path] = []
+    for item in paths:
+        path = Path(item)
+        if path.is_dir():
+            found.extend(
+                sorted(p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in (".msgpack", ".json"))
+            )
+        else:
+            found.append(path)
+    return list(dict.fromkeys(found))

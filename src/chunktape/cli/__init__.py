@@ -1,0 +1,5 @@
+"""The ``chunktape`` command line: thin faces over the library (see ``chunktape --help``)."""
+
+from chunktape.cli.app import app, main
+
+__all__ = ["app", "main"]

@@ -1,0 +1,153 @@
+"""The ``chunktape`` typer app: the commands, and the one place where failures become one line and an exit code.
+
+Exit codes: 0 ok; 1 a check failed (``check`` found a bad file, ``diff`` a difference); 2 a usage error (typer's,
+or a bad option value such as an unknown fault id); 3 the command could not do its job (a missing or corrupt
+file, no API key, a provider error, a busy port); 130 interrupted. ``--debug`` shows the traceback.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+from collections.abc import Sequence
+from typing import Annotated, Any
+
+import typer
+from typer.core import TyperGroup
+
+from chunktape import __version__
+from chunktape.cli import demo as demo_command
+from chunktape.cli import files, play, record, serve
+from chunktape.cli.common import (
+    EXIT_INTERRUPTED,
+    EXIT_RUNTIME,
+    EXIT_USAGE,
+    CliError,
+    err_console,
+    one_line,
+)
+from chunktape.errors import LlmError
+
+__all__ = ["app", "main"]
+
+
+class _State:
+    debug = False
+
+
+_state = _State()
+
+
+def _report(message: str) -> None:
+    err_console().print(f"chunktape: error: {one_line(message)}", style="red", markup=False, soft_wrap=True)
+
+
+class _Group(TyperGroup):
+    """Runs a command and turns every failure into one line on stderr and a documented exit code."""
+
+    def main(
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        windows_expand_args: bool = True,
+        **extra: Any,
+    ) -> Any:
+        _state.debug = bool(os.environ.get("CHUNKTAPE_DEBUG"))
+        code: int = 0
+        try:
+            result = super().main(args, prog_name or "chunktape", complete_var, False, windows_expand_args, **extra)
+            code = result if isinstance(result, int) else 0
+        except typer.Exit as exit_:
+            code = exit_.exit_code
+        except typer.Abort:
+            err_console().print("interrupted", style="yellow")
+            code = EXIT_INTERRUPTED
+        except KeyboardInterrupt:
+            err_console().print("interrupted", style="yellow")
+            code = EXIT_INTERRUPTED
+        except typer.TyperException as error:  # click's usage errors (typer vendors click)
+            code = getattr(error, "exit_code", EXIT_USAGE)
+            message = error.format_message() if hasattr(error, "format_message") else str(error)
+            if type(error).__name__ == "NoArgsIsHelpError":
+                err_console().print(message, markup=False, highlight=False)
+            else:
+                ctx = getattr(error, "ctx", None)
+                command = ctx.command_path if ctx is not None else "chunktape"
+                _report(f"{message} (see {command} --help)" if code == EXIT_USAGE else message)
+        except CliError as error:
+            self._debug()
+            _report(error.message)
+            code = error.exit_code
+        except LlmError as error:
+            self._debug()
+            _report(str(error))
+            code = EXIT_RUNTIME
+        except OSError as error:
+            self._debug()
+            where = f"{error.filename}: " if error.filename else ""
+            _report(f"{where}{error.strerror or error}")
+            code = EXIT_RUNTIME
+        except Exception as error:
+            self._debug()
+            _report(f"unexpected {type(error).__name__}: {error} (rerun with --debug for the traceback)")
+            code = EXIT_RUNTIME
+        if standalone_mode:
+            sys.exit(code)
+        return code
+
+    @staticmethod
+    def _debug() -> None:
+        if _state.debug:
+            traceback.print_exc(file=sys.stderr)
+
+
+app = typer.Typer(
+    cls=_Group,
+    name="chunktape",
+    help="Record and replay LLM adapter streams, chunk by chunk with timing, and inject faults.\n\n"
+    "Exit codes: 0 ok, 1 check failed or difference found, 2 usage error, 3 runtime error "
+    "(missing or corrupt file, no API key, provider error, busy port), 130 interrupted.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"chunktape {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    debug: Annotated[
+        bool, typer.Option("--debug", help="Show the traceback of an error (or set CHUNKTAPE_DEBUG=1).")
+    ] = False,
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
+    ] = False,
+) -> None:
+    """Record and replay LLM adapter streams, chunk by chunk with timing, and inject faults."""
+    _state.debug = _state.debug or debug
+
+
+app.command("record")(record.record)
+app.command("play")(play.play)
+app.command("show")(files.show)
+app.command("check")(files.check)
+app.command("convert")(files.convert)
+app.command("diff")(files.diff)
+app.command("redact")(files.redact_cassette)
+app.command("recover")(files.recover_journal)
+app.command("import-vcr")(files.import_vcr)
+app.command("serve")(serve.serve)
+app.command("demo")(demo_command.demo)
+
+
+def main() -> None:
+    """The console script: ``chunktape ...``."""
+    app()

@@ -1,0 +1,132 @@
+"""What every command shares: exit codes, the consoles, the one-line error, option parsing helpers."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Final
+
+import msgspec
+from rich.console import Console
+
+from chunktape.cassettes.codec import load_cassette
+from chunktape.cassettes.model import Cassette
+from chunktape.errors import LlmError
+from chunktape.faults import Fault, parse_fault
+from chunktape.replayer.timing import Timing
+
+__all__ = [
+    "EXIT_FAILED",
+    "EXIT_INTERRUPTED",
+    "EXIT_OK",
+    "EXIT_RUNTIME",
+    "EXIT_USAGE",
+    "CliError",
+    "console",
+    "err_console",
+    "load",
+    "one_line",
+    "parse_fault_option",
+    "timing_option",
+]
+
+EXIT_OK: Final = 0
+"""Success."""
+EXIT_FAILED: Final = 1
+"""A check failed: ``check`` found a bad file, ``diff`` found a difference, ``demo`` saw an unexpected outcome."""
+EXIT_USAGE: Final = 2
+"""The command line is wrong (unknown option, missing argument, bad value such as an unknown fault id)."""
+EXIT_RUNTIME: Final = 3
+"""The command could not do its job: a missing or corrupt file, no API key, a provider error, a busy port."""
+EXIT_INTERRUPTED: Final = 130
+"""Ctrl-C (``record`` keeps what it recorded and exits 0)."""
+
+
+class CliError(Exception):
+    """A failure reported as one line on stderr, with its exit code."""
+
+    def __init__(self, message: str, exit_code: int = EXIT_RUNTIME) -> None:
+        super().__init__(message)
+        self.message = message
+        self.exit_code = exit_code
+
+
+def _no_color() -> bool:
+    return bool(os.environ.get("NO_COLOR"))
+
+
+def _width(file: Any) -> int | None:
+    """rich's width, except that a pipe or file gets 120 columns instead of 80 (tables stay readable)."""
+    if os.environ.get("COLUMNS"):
+        return None
+    try:
+        return None if file.isatty() else 120
+    except (AttributeError, ValueError):
+        return 120
+
+
+class _Consoles:
+    """Created on each use, so each run (and each ``CliRunner`` invocation) sees its own stdout/stderr."""
+
+    def out(self) -> Console:
+        return Console(file=sys.stdout, no_color=_no_color(), highlight=False, width=_width(sys.stdout))
+
+    def err(self) -> Console:
+        return Console(file=sys.stderr, no_color=_no_color(), highlight=False, width=_width(sys.stderr))
+
+
+_consoles = _Consoles()
+
+
+def console() -> Console:
+    """The console for the command's output (stdout)."""
+    return _consoles.out()
+
+
+def err_console() -> Console:
+    """The console for errors and progress (stderr)."""
+    return _consoles.err()
+
+
+def one_line(text: str) -> str:
+    """``text`` squeezed onto one line (error messages may carry a multi-line diff)."""
+    return " ".join(text.split())
+
+
+def load(path: Path) -> Cassette:
+    """A cassette by path; a missing or undecodable file is a ``CliError`` (an ``LlmError`` passes through)."""
+    if path.is_dir():
+        raise CliError(f"{path} is a directory, not a cassette file")
+    return load_cassette(path)
+
+
+def timing_option(speed: float | None, instant: bool, default: Timing) -> Timing:
+    """``--speed X`` / ``--instant`` as a ``Timing``; both at once is a usage error."""
+    if instant and speed is not None:
+        raise CliError("use either --speed or --instant, not both", EXIT_USAGE)
+    if instant:
+        return Timing.instant()
+    if speed is not None:
+        if not speed > 0:
+            raise CliError(f"--speed must be > 0, got {speed:g}", EXIT_USAGE)
+        return Timing.recorded(speed=speed)
+    return default
+
+
+def parse_fault_option(values: Sequence[str]) -> list[Fault]:
+    """``--fault`` values: a ``STANDARD_FAULTS`` id, or a fault as JSON (``{"type": "http-error", ...}``)."""
+    faults: list[Fault] = []
+    for value in values:
+        spec: Any = value
+        if value.lstrip().startswith("{"):
+            try:
+                spec = msgspec.json.decode(value)
+            except msgspec.DecodeError as exc:
+                raise CliError(f"--fault {value!r} is not valid JSON ({exc})", EXIT_USAGE) from None
+        try:
+            faults.append(parse_fault(spec))
+        except LlmError as error:
+            raise CliError(f"--fault: {error.message}", EXIT_USAGE) from None
+    return faults

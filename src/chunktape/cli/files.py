@@ -1,0 +1,218 @@
+"""Commands over cassette files: show, check, convert, diff, redact, recover, import-vcr."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import msgspec
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+from chunktape.cassettes.analysis import cassette_files, check_cassette, diff_cassettes, summarize
+from chunktape.cassettes.codec import recover, save_cassette
+from chunktape.cassettes.model import Cassette
+from chunktape.cassettes.redaction import check_secrets, env_secrets, find_secrets, redact
+from chunktape.cli.common import EXIT_FAILED, CliError, console, err_console, load
+from chunktape.cli.render import summary_table
+from chunktape.http import import_vcr as convert_vcr
+
+__all__ = ["check", "convert", "diff", "import_vcr", "recover_journal", "redact_cassette", "show"]
+
+CassetteArg = Annotated[Path, typer.Argument(help="A cassette file (.msgpack or .json).", show_default=False)]
+
+
+def show(
+    cassette: CassetteArg,
+    json: Annotated[bool, typer.Option("--json", help="Print the whole cassette as stable, sorted JSON.")] = False,
+) -> None:
+    """Show a cassette: one row per interaction (model, last user message, chunks, timing, usage, outcome).
+
+    `--json` prints the cassette as sorted, indented JSON, stable enough to be a git textconv.
+
+    Example: chunktape show cassettes/demo-session.msgpack
+    """
+    loaded = load(cassette)
+    if json:
+        data = msgspec.json.format(msgspec.json.encode(loaded, order="sorted"), indent=2)
+        typer.echo(data.decode())
+        return
+    out = console()
+    meta = loaded.meta
+    title = f"{cassette}  ·  {len(loaded.interactions)} interaction(s)  ·  {meta.recorder}, adapter {meta.adapter!r}"
+    summaries = [summarize(item, index) for index, item in enumerate(loaded.interactions)]
+    out.print(summary_table(title, summaries))
+
+
+def check(
+    paths: Annotated[list[Path], typer.Argument(help="Cassette files or folders (searched recursively).")],
+) -> None:
+    """Validate cassettes: format, version, timing and the StreamChunk protocol rules.
+
+    Folders are searched recursively for *.msgpack and *.json files. Prints one line per failing file
+    (path, interaction, rule) and exits 1 if any fails; exits 0 when all pass.
+
+    Example: chunktape check tests/cassettes cassettes/demo-session.msgpack
+    """
+    for path in paths:
+        if not path.exists():
+            raise CliError(f"{path} does not exist")
+    files = cassette_files(paths)
+    if not files:
+        raise CliError("no cassette files (*.msgpack, *.json) under the given paths")
+    err = err_console()
+    failures: list[str] = []
+    with Progress(
+        TextColumn("checking"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.description}"),
+        console=err,
+        transient=True,
+        disable=len(files) < 2 or not err.is_terminal,
+    ) as progress:
+        task = progress.add_task("", total=len(files))
+        for path in files:
+            progress.update(task, description=path.name)
+            problems = check_cassette(path)
+            if problems:
+                more = f" (and {len(problems) - 1} more problem(s))" if len(problems) > 1 else ""
+                failures.append(f"{problems[0]}{more}")
+            progress.advance(task)
+    out = console()
+    for line in failures:
+        out.print(line, markup=False, soft_wrap=True)
+    passed = len(files) - len(failures)
+    summary = f"{passed} of {len(files)} cassette file(s) pass"
+    if failures:
+        err.print(f"{summary}; {len(failures)} failed", style="red", soft_wrap=True)
+        raise typer.Exit(EXIT_FAILED)
+    out.print(summary, style="green", soft_wrap=True)
+
+
+def convert(
+    source: Annotated[Path, typer.Argument(help="The cassette to read.", show_default=False)],
+    target: Annotated[Path, typer.Argument(help="Where to write it; .json or .msgpack picks the encoding.")],
+) -> None:
+    """Convert a cassette between msgpack and JSON, losslessly (the suffix of TARGET picks the encoding).
+
+    Example: chunktape convert session.msgpack session.json
+    """
+    loaded = load(source)
+    if target.is_dir():
+        raise CliError(f"{target} is a directory; give the output file name")
+    save_cassette(loaded, target)
+    console().print(f"wrote {target} ({len(loaded.interactions)} interaction(s))", markup=False, soft_wrap=True)
+
+
+def diff(
+    old: Annotated[Path, typer.Argument(help="The first cassette.", show_default=False)],
+    new: Annotated[Path, typer.Argument(help="The second cassette.", show_default=False)],
+) -> None:
+    """Compare two cassettes interaction by interaction: requests, chunks and text, outcomes, timing shift.
+
+    Exits 0 when the content is the same (timing may still shift), 1 when it differs.
+
+    Example: chunktape diff before.msgpack after.msgpack
+    """
+    result = diff_cassettes(load(old), load(new))
+    out = console()
+    for line in result.changes:
+        out.print(line, markup=False, soft_wrap=True)
+    for line in result.timing:
+        out.print(f"timing: {line}", style="dim", markup=False, soft_wrap=True)
+    if not result.same:
+        err_console().print(f"{len(result.changes)} difference(s)", style="red", soft_wrap=True)
+        raise typer.Exit(EXIT_FAILED)
+    out.print("same content" + ("" if result.timing else " and timing"), style="green", soft_wrap=True)
+
+
+def redact_cassette(
+    cassette: CassetteArg,
+    secret: Annotated[
+        list[str] | None,
+        typer.Option("--secret", "-s", help="A literal to redact (repeatable), besides *_API_KEY/*_TOKEN/*_SECRET."),
+    ] = None,
+    patterns: Annotated[
+        bool, typer.Option("--patterns/--no-patterns", help="Also redact key-shaped strings (sk-..., ghp_...).")
+    ] = True,
+) -> None:
+    """Redact credentials from a cassette, in place (atomic write).
+
+    Redacts the given --secret values, the values of environment variables named *_API_KEY, *_TOKEN and
+    *_SECRET, and key-shaped strings; each becomes [REDACTED].
+
+    Example: chunktape redact session.msgpack --secret "$MY_PROXY_PASSWORD"
+    """
+    loaded = load(cassette)
+    secrets = [*(secret or []), *env_secrets().values()]
+    cleaned = redact(loaded, secrets, patterns=patterns)
+    changed = sum(1 for a, b in zip(loaded.interactions, cleaned.interactions, strict=True) if a != b)
+    if cleaned == loaded:
+        console().print(f"{cassette}: nothing to redact", markup=False, soft_wrap=True)
+        return
+    save_cassette(cleaned, cassette)
+    console().print(f"{cassette}: redacted {changed} interaction(s)", markup=False, soft_wrap=True)
+
+
+def _default_output(journal: Path) -> Path:
+    name = journal.name
+    stem, _, rest = name.rpartition(".journal")
+    if stem and (not rest or rest.lstrip(".").isdigit()):
+        return journal.with_name(stem)
+    return journal.with_suffix(".msgpack")
+
+
+def recover_journal(
+    journal: Annotated[Path, typer.Argument(help="The journal a crashed recording left (<cassette>.journal).")],
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", help="The cassette to write (default: the journal's cassette).")
+    ] = None,
+    force: Annotated[bool, typer.Option("--force", help="Overwrite an existing cassette.")] = False,
+    append: Annotated[
+        bool, typer.Option("--append", help="Add the recovered interactions to an existing cassette.")
+    ] = False,
+    keep_journal: Annotated[bool, typer.Option("--keep-journal", help="Do not delete the journal afterwards.")] = False,
+) -> None:
+    """Turn the journal of an interrupted recording into a cassette; the last interaction is marked cut short.
+
+    Credentials in the environment (*_API_KEY, *_TOKEN, *_SECRET) and key-shaped strings are redacted first.
+
+    Example: chunktape recover session.msgpack.journal -o session.msgpack
+    """
+    if journal.is_dir():
+        raise CliError(f"{journal} is a directory, not a journal file")
+    target = output or _default_output(journal)
+    if target.exists() and not (force or append):
+        raise CliError(f"{target} exists; pass --append to add to it or --force to replace it")
+    cassette = redact(recover(journal), env_secrets().values())
+    check_secrets(cassette, env_secrets().values(), destination=target)
+    if append and target.exists():
+        existing = load(target)
+        cassette = Cassette(meta=existing.meta, interactions=[*existing.interactions, *cassette.interactions])
+    save_cassette(cassette, target)
+    if not keep_journal:
+        journal.unlink(missing_ok=True)
+    console().print(
+        f"recovered {len(cassette.interactions)} interaction(s) into {target}", markup=False, soft_wrap=True
+    )
+
+
+def import_vcr(
+    source: Annotated[Path, typer.Argument(help="A vcrpy YAML cassette of streamed chat completions.")],
+    output: Annotated[Path, typer.Option("--output", "-o", help="The chunk cassette to write.", show_default=False)],
+) -> None:
+    """Convert a vcrpy cassette of streamed OpenAI-compatible chat completions into a chunk cassette.
+
+    Example: chunktape import-vcr tests/cassettes/chat.yaml -o chat.msgpack
+    """
+    cassette = convert_vcr(source)
+    findings = find_secrets(cassette, env_secrets().values())
+    if findings:
+        cassette = redact(cassette, env_secrets().values())
+    save_cassette(cassette, output)
+    console().print(
+        f"imported {len(cassette.interactions)} interaction(s) from {source} into {output}",
+        markup=False,
+        soft_wrap=True,
+    )

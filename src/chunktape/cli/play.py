@@ -1,0 +1,90 @@
+"""``chunktape play``: replay a cassette to the terminal with its timing, optionally under a fault."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from chunktape.cassettes.analysis import summarize
+from chunktape.cassettes.model import Cancelled, Cassette
+from chunktape.cli.common import EXIT_USAGE, CliError, console, load, parse_fault_option, timing_option
+from chunktape.cli.render import ChunkPrinter
+from chunktape.errors import ErrorCode, LlmError
+from chunktape.faults import Fault
+from chunktape.replayer.replaying import ReplayAdapter
+from chunktape.replayer.timing import Timing
+
+__all__ = ["play", "replay_to_console"]
+
+
+async def replay_to_console(
+    cassette: Cassette, out: Console, *, timing: Timing, faults: Sequence[Fault] = (), first_index: int = 0
+) -> int:
+    """Replay every interaction of ``cassette`` through a ``ReplayAdapter``, printing each as it streams.
+
+    Each interaction gets its own adapter (and fault plan), so each plays exactly as recorded. Returns how
+    many interactions ended with an error (recorded or injected).
+    """
+    errors = 0
+    for offset, interaction in enumerate(cassette.interactions):
+        index = first_index + offset
+        summary = summarize(interaction, index)
+        last = summary.last_user.replace("\n", " ")
+        excerpt = last if len(last) <= 60 else last[:57] + "..."
+        out.rule(f"#{index} {summary.model} · {excerpt!r}", align="left", style="blue")
+        adapter = ReplayAdapter(
+            Cassette(meta=cassette.meta, interactions=[interaction]), timing=timing, faults=list(faults)
+        )
+        printer = ChunkPrinter(out)
+        try:
+            async for chunk in adapter.stream(interaction.request.to_options()):
+                printer.feed(chunk)
+        except LlmError as error:
+            outcome = interaction.outcome
+            if error.code is ErrorCode.CASSETTE_EXHAUSTED and type(outcome) is Cancelled and not adapter.injected[0]:
+                printer.note(f"the recording was cut short here ({outcome.reason or 'cancelled'})")
+            else:
+                errors += 1
+                printer.error(error)
+        printer.done()
+        if adapter.injected and adapter.injected[0] is not None:
+            printer.note(f"(fault injected: {adapter.injected[0]})")
+    return errors
+
+
+def play(
+    cassette: Annotated[Path, typer.Argument(help="The cassette to replay.", show_default=False)],
+    speed: Annotated[
+        float | None, typer.Option("--speed", help="Replay the recorded timing this many times faster.")
+    ] = None,
+    instant: Annotated[bool, typer.Option("--instant", help="Replay without any delay.")] = False,
+    fault: Annotated[
+        list[str] | None,
+        typer.Option("--fault", "-f", help="Inject a fault: a standard fault id (http-429, ...) or a JSON spec."),
+    ] = None,
+    interaction: Annotated[
+        int | None, typer.Option("--interaction", "-n", help="Replay only this interaction (0-based).")
+    ] = None,
+) -> None:
+    """Replay a cassette to the terminal with its recorded timing.
+
+    Shows text, reasoning (dimmed), tool calls, usage and how each stream ended.
+
+    Example: chunktape play cassettes/demo-session.msgpack --speed 4 --fault disconnect-mid-tool-call
+    """
+    loaded = load(cassette)
+    timing = timing_option(speed, instant, Timing.recorded())
+    faults = parse_fault_option(fault or [])
+    first = 0
+    if interaction is not None:
+        count = len(loaded.interactions)
+        if not 0 <= interaction < count:
+            raise CliError(f"--interaction {interaction}: {cassette} has interactions 0 to {count - 1}", EXIT_USAGE)
+        loaded = Cassette(meta=loaded.meta, interactions=[loaded.interactions[interaction]])
+        first = interaction
+    asyncio.run(replay_to_console(loaded, console(), timing=timing, faults=faults, first_index=first))

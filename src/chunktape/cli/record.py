@@ -1,0 +1,188 @@
+"""``chunktape record``: a live session against an OpenAI-compatible provider, recorded as it streams."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import msgspec
+import typer
+from rich.console import Console
+
+from chunktape.cli.common import EXIT_USAGE, CliError, console, err_console
+from chunktape.cli.render import ChunkPrinter
+from chunktape.errors import LlmError
+from chunktape.protocol import GenerateOptions, Message, ToolSpec
+from chunktape.providers.openai_compat import DEEPSEEK_BASE_URL, OpenAICompatAdapter
+from chunktape.recorder.recording import RecordingAdapter
+
+__all__ = ["record"]
+
+_EXIT_WORDS = ("/exit", "/quit")
+
+
+def _read_json(path: Path, what: str) -> Any:
+    try:
+        return msgspec.json.decode(path.read_bytes())
+    except FileNotFoundError:
+        raise CliError(f"{what} file {path} does not exist") from None
+    except IsADirectoryError:
+        raise CliError(f"{what} file {path} is a directory") from None
+    except msgspec.DecodeError as exc:
+        raise CliError(f"{what} file {path} is not valid JSON ({exc})") from None
+
+
+def load_messages(path: Path) -> list[Message]:
+    """A JSON list of messages (``{"role": "user", "content": "..."}``), or an object with a ``messages`` list."""
+    data = _read_json(path, "messages")
+    if isinstance(data, dict) and "messages" in data:
+        data = data["messages"]
+    try:
+        return msgspec.convert(data, list[Message])
+    except msgspec.ValidationError as exc:
+        raise CliError(f"messages file {path}: {exc}") from None
+
+
+def load_tools(path: Path) -> list[ToolSpec]:
+    """A JSON list of tools: ``{"name", "description", "parameters"}``, or OpenAI's ``{"type": "function", ...}``."""
+    data = _read_json(path, "tools")
+    if isinstance(data, dict) and "tools" in data:
+        data = data["tools"]
+    if isinstance(data, list):
+        data = [item["function"] if isinstance(item, dict) and "function" in item else item for item in data]
+    try:
+        return msgspec.convert(data, list[ToolSpec])
+    except msgspec.ValidationError as exc:
+        raise CliError(f"tools file {path}: {exc}") from None
+
+
+class _Session:
+    """One recording session: the conversation so far and the recorder every turn goes through."""
+
+    def __init__(self, recorder: RecordingAdapter, out: Console, options: GenerateOptions) -> None:
+        self.recorder = recorder
+        self.out = out
+        self.options = options
+        self.turns = 0
+
+    async def turn(self) -> LlmError | None:
+        """Stream one reply to the conversation so far, live; the reply joins the conversation."""
+        printer = ChunkPrinter(self.out)
+        self.turns += 1
+        try:
+            async for chunk in self.recorder.stream(self.options):
+                printer.feed(chunk)
+        except LlmError as error:
+            printer.error(error)
+            return error
+        finally:
+            printer.done()
+        reply = Message(
+            role="assistant",
+            content="".join(printer.text) or None,
+            tool_calls=printer.tool_calls,
+            # DeepSeek wants the reasoning back only on tool-call turns.
+            reasoning_content=("".join(printer.reasoning) or None) if printer.tool_calls else None,
+        )
+        self.add(reply)
+        return None
+
+    def add(self, message: Message) -> None:
+        self.options = msgspec.structs.replace(self.options, messages=[*self.options.messages, message])
+
+    def drop_last(self) -> None:
+        self.options = msgspec.structs.replace(self.options, messages=self.options.messages[:-1])
+
+
+def _read_user_line(out: Console) -> str | None:
+    out.print("you> ", style="bold", end="")
+    line = sys.stdin.readline()
+    if not line:
+        out.print()
+        return None
+    return line.rstrip("\r\n")
+
+
+def record(
+    output: Annotated[Path, typer.Option("--output", "-o", help="The cassette to write (.msgpack or .json).")],
+    prompt: Annotated[str | None, typer.Option("--prompt", "-p", help="The user message to send.")] = None,
+    messages: Annotated[
+        Path | None, typer.Option("--messages", help="A JSON file with the conversation to send.")
+    ] = None,
+    tools: Annotated[Path | None, typer.Option("--tools", help="A JSON file with the tools to offer.")] = None,
+    chat: Annotated[
+        bool, typer.Option("--chat", help="Interactive: read user turns from stdin until EOF or /exit.")
+    ] = False,
+    system: Annotated[str | None, typer.Option("--system", help="A system message to start with.")] = None,
+    model: Annotated[str, typer.Option("--model", "-m", help="The model to ask.")] = "deepseek-chat",
+    base_url: Annotated[
+        str, typer.Option("--base-url", help="The OpenAI-compatible API base URL.")
+    ] = DEEPSEEK_BASE_URL,
+    api_key_env: Annotated[
+        str, typer.Option("--api-key-env", help="The environment variable holding the API key.")
+    ] = "DEEPSEEK_API_KEY",
+    max_tokens: Annotated[int | None, typer.Option("--max-tokens", help="Cap the reply length.")] = None,
+    temperature: Annotated[float | None, typer.Option("--temperature", help="Sampling temperature.")] = None,
+    append: Annotated[bool, typer.Option("--append", help="Add to the cassette instead of replacing it.")] = False,
+) -> None:
+    """Record a live session against an OpenAI-compatible provider, streaming it to the terminal.
+
+    The provider is DeepSeek unless --base-url names another OpenAI-compatible API.
+    Give the input with --prompt, --messages FILE.json (and --tools FILE.json), or --chat for a multi-turn
+    session on stdin (each turn is another interaction of the same cassette). Ctrl-C stops and keeps what was
+    recorded. The API key is read from --api-key-env and never written to the cassette.
+
+    Example: chunktape record --prompt "Say hello" -o hello.msgpack
+    """
+    if prompt is None and messages is None and not chat:
+        raise CliError("give --prompt, --messages FILE or --chat", EXIT_USAGE)
+    conversation: list[Message] = []
+    if system is not None:
+        conversation.append(Message(role="system", content=system))
+    if messages is not None:
+        conversation.extend(load_messages(messages))
+    if prompt is not None:
+        conversation.append(Message(role="user", content=prompt))
+    tool_specs = load_tools(tools) if tools is not None else []
+    api_key = os.environ.get(api_key_env, "")
+    if not api_key:
+        raise CliError(f"no API key: set the environment variable {api_key_env} (or name another with --api-key-env)")
+    if output.is_dir():
+        raise CliError(f"{output} is a directory; give the cassette file name with -o")
+    out = console()
+    adapter = OpenAICompatAdapter(base_url=base_url, api_key=api_key, model=model)
+    recorder = RecordingAdapter(adapter, output, append=append)
+    options = GenerateOptions(
+        model=model, messages=conversation, tools=tool_specs, max_tokens=max_tokens, temperature=temperature
+    )
+    session = _Session(recorder, out, options)
+    failure: LlmError | None = None
+    interrupted = False
+    with asyncio.Runner() as runner:
+        try:
+            if conversation and conversation[-1].role in ("user", "tool"):
+                failure = runner.run(session.turn())
+                if failure is not None and chat:
+                    session.drop_last()
+            while chat:
+                line = _read_user_line(out)
+                if line is None or line.strip() in _EXIT_WORDS:
+                    break
+                if not line.strip():
+                    continue
+                session.add(Message(role="user", content=line))
+                if runner.run(session.turn()) is not None:
+                    session.drop_last()  # the user can try again; the failure stays recorded
+        except KeyboardInterrupt:
+            interrupted = True
+        finally:
+            written = recorder.save()
+            runner.run(adapter.aclose())
+    count = 0 if written is None else len(written.interactions)
+    note = "interrupted; kept" if interrupted else "saved"
+    err_console().print(f"{note} {count} interaction(s) in {output}", style="dim", markup=False, soft_wrap=True)
+    if failure is not None and not chat:
+        raise CliError(str(failure))

@@ -1,0 +1,135 @@
+"""How streams and cassettes look in a terminal: a live chunk printer and the per-interaction table."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from chunktape.cassettes.analysis import InteractionSummary
+from chunktape.errors import LlmError
+from chunktape.protocol import (
+    BlockEnd,
+    BlockStart,
+    Finish,
+    ReasoningDelta,
+    StreamChunk,
+    TextDelta,
+    TokenUsage,
+    ToolCallBlock,
+    ToolCallDelta,
+    UsageChunk,
+)
+
+__all__ = ["ChunkPrinter", "format_usage", "summary_table"]
+
+
+def format_usage(usage: TokenUsage | None) -> str:
+    if usage is None:
+        return "-"
+    text = f"{usage.input_tokens} in"
+    if usage.cached_input_tokens:
+        text += f" ({usage.cached_input_tokens} cached)"
+    text += f" / {usage.output_tokens} out"
+    if usage.reasoning_tokens:
+        text += f" ({usage.reasoning_tokens} reasoning)"
+    return text
+
+
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}s"
+
+
+class ChunkPrinter:
+    """Prints a stream as it arrives: text plain, reasoning dimmed, tool calls, usage and how it ended."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self._column = 0
+        self.text: list[str] = []
+        self.reasoning: list[str] = []
+        self.tool_calls: list[ToolCallBlock] = []
+        self.usage: TokenUsage | None = None
+
+    def _write(self, text: str, style: str = "") -> None:
+        self.console.print(Text(text, style=style), end="", soft_wrap=True)
+        if text:
+            self._column = 0 if text.endswith("\n") else self._column + len(text)
+
+    def _newline(self) -> None:
+        if self._column:
+            self._write("\n")
+
+    def feed(self, chunk: StreamChunk) -> None:
+        match chunk:
+            case BlockStart(block_type="reasoning"):
+                self._newline()
+                self._write("thinking: ", "dim italic")
+            case BlockStart(block_type="tool-call"):
+                self._newline()
+            case BlockStart():
+                self._newline()
+            case TextDelta():
+                self.text.append(chunk.text)
+                self._write(chunk.text)
+            case ReasoningDelta():
+                self.reasoning.append(chunk.text)
+                self._write(chunk.text, "dim")
+            case ToolCallDelta():
+                if chunk.name is not None:
+                    self._write(f"→ {chunk.name}(", "bold cyan")
+                self._write(chunk.arguments_delta, "cyan")
+            case BlockEnd():
+                if type(chunk.block) is ToolCallBlock:
+                    self.tool_calls.append(chunk.block)
+                    self._write(")", "bold cyan")
+                    self._write(f"  [{chunk.block.id}]", "dim")
+                self._newline()
+            case UsageChunk():
+                self.usage = chunk.usage
+                self._newline()
+                self._write(f"usage: {format_usage(chunk.usage)}\n", "dim")
+            case Finish():
+                self._newline()
+                detail = f" ({chunk.reason.detail})" if chunk.reason.detail else ""
+                self._write(f"finish: {chunk.reason.kind}{detail}\n", "green")
+
+    def error(self, error: LlmError) -> None:
+        self._newline()
+        self._write(f"error: {error}\n", "bold red")
+
+    def note(self, text: str) -> None:
+        self._newline()
+        self._write(f"{text}\n", "yellow")
+
+    def done(self) -> None:
+        self._newline()
+
+
+def summary_table(title: str, summaries: Sequence[InteractionSummary]) -> Table:
+    """The ``chunktape show`` table: one row per interaction."""
+    table = Table(title=title, title_justify="left", expand=False)
+    table.add_column("#", justify="right")
+    table.add_column("model")
+    table.add_column("last user message", max_width=32, overflow="ellipsis", no_wrap=True)
+    table.add_column("chunks", justify="right")
+    table.add_column("first chunk", justify="right")
+    table.add_column("duration", justify="right")
+    table.add_column("tokens in/out", justify="right")
+    table.add_column("outcome")
+    for item in summaries:
+        style = "green" if item.outcome.startswith("completed") else "red" if "raised" in item.outcome else "yellow"
+        attempt = f" (attempt {item.attempt})" if item.attempt > 1 else ""
+        table.add_row(
+            str(item.index),
+            item.model,
+            item.last_user.replace("\n", " "),
+            str(item.chunks),
+            _seconds(item.first_chunk_s),
+            _seconds(item.duration_s),
+            "-" if item.usage is None else f"{item.usage.input_tokens}/{item.usage.output_tokens}",
+            Text(item.outcome + attempt, style=style),
+        )
+    return table

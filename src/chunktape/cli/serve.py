@@ -1,0 +1,72 @@
+"""``chunktape serve``: the loopback OpenAI-compatible replay server (a thin face over ``chunktape.http.serve``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from chunktape.cli.common import EXIT_USAGE, CliError, console, parse_fault_option, timing_option
+from chunktape.http import ReplayServer
+from chunktape.http import serve as serve_http
+from chunktape.replayer.timing import Timing
+
+__all__ = ["serve"]
+
+
+def serve(
+    cassettes: Annotated[
+        list[Path] | None, typer.Argument(help="Cassettes to serve (merged, in order).", show_default=False)
+    ] = None,
+    host: Annotated[str, typer.Option("--host", help="The address to listen on (loopback only).")] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", help="The port (0 picks a free one).")] = 8000,
+    speed: Annotated[
+        float | None, typer.Option("--speed", help="Replay the recorded timing this many times faster.")
+    ] = None,
+    instant: Annotated[bool, typer.Option("--instant", help="Replay without any delay.")] = False,
+    fault: Annotated[
+        list[str] | None,
+        typer.Option("--fault", "-f", help="A fault for the default routes: a standard fault id or a JSON spec."),
+    ] = None,
+    scenarios: Annotated[
+        Path | None,
+        typer.Option("--scenarios", help="A scenario file (.toml/.json): one route per scenario."),
+    ] = None,
+    allow_remote: Annotated[
+        bool, typer.Option("--allow-remote", help="Allow a non-loopback --host (only on a trusted network).")
+    ] = False,
+) -> None:
+    """Serve cassettes as an OpenAI-compatible chat-completions API on a loopback address, until Ctrl-C.
+
+    POST /v1/chat/completions replays the cassettes. With --scenarios, each scenario also answers at
+    /scenarios/<name>/v1/chat/completions (or with the header X-Chunktape-Scenario: <name>), and
+    GET /scenarios lists them, so an agent in any language runs its fault matrix against one server.
+
+    Example: chunktape serve cassettes/demo-session.msgpack --port 8000 --speed 2
+    """
+    if not cassettes and scenarios is None:
+        raise CliError("give at least one cassette or --scenarios FILE", EXIT_USAGE)
+    for path in [*(cassettes or []), *([scenarios] if scenarios is not None else [])]:
+        if not path.is_file():
+            raise CliError(f"{path} does not exist" if not path.exists() else f"{path} is not a file")
+    timing = timing_option(speed, instant, Timing.recorded())
+    faults = parse_fault_option(fault or [])
+    out = console()
+
+    def announce(server: ReplayServer) -> None:
+        out.print(f"serving on {server.url}  (OpenAI base URL: {server.url}/v1)", markup=False, soft_wrap=True)
+        for name in server.scenarios:
+            out.print(f"  scenario {name}: {server.url}/scenarios/{name}/v1", markup=False, soft_wrap=True)
+        out.print("press Ctrl-C to stop", style="dim")
+
+    serve_http(
+        [str(path) for path in cassettes or []],
+        host=host,
+        port=port,
+        timing=timing,
+        faults=faults,
+        scenarios=scenarios,
+        allow_remote=allow_remote,
+        on_ready=announce,
+    )

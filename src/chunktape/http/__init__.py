@@ -1,0 +1,41 @@
+"""The HTTP layer: faults on httpx traffic, a loopback OpenAI-compatible replay server, and the vcrpy bridge.
+
+- ``FaultTransport(inner, faults)``: an ``httpx.AsyncBaseTransport`` that applies the fault catalogue to HTTP
+  responses, for testing HTTP adapters and SDKs.
+- ``render_sse(interaction)``: a recorded interaction as an OpenAI-compatible SSE body.
+- ``ReplayServer`` (tests: ``with``/``async with``, ``.url``) and ``serve`` (foreground, until Ctrl-C): replay
+  cassettes and fault scenarios over HTTP on 127.0.0.1 (routes in ``chunktape.http.server``).
+- ``vcr_config()`` / ``import_vcr(path)``: safe vcrpy settings, and vcrpy cassettes as chunk cassettes.
+
+**The openai SDK.** openai 3.x is built on ``httpx2`` (a fork of httpx), yet its clients accept a plain
+``httpx.AsyncClient`` as ``http_client`` (a supported, runtime-checked path; only the type annotation says
+httpx2) and map httpx's exceptions like their own. So both routes work, without patching anything::
+
+    # faults client-side, against any server (a fake provider, the replay server, ...)
+    client = httpx.AsyncClient(transport=FaultTransport(httpx.AsyncHTTPTransport(), ["http-429"]))
+    sdk = openai.AsyncOpenAI(base_url=..., api_key="test", http_client=client)  # type: ignore[arg-type]
+
+    # faults server-side, for an SDK or client in any language
+    with ReplayServer("agent.msgpack", faults=["http-429"]) as server:
+        sdk = openai.AsyncOpenAI(base_url=server.url + "/v1", api_key="test", max_retries=0)
+
+An injected 429 surfaces as ``openai.RateLimitError`` (``Retry-After`` and ``retry-after-ms`` headers set);
+a reset mid-body as ``openai.APIConnectionError``. Pass ``max_retries=0`` unless the SDK's retries are the
+subject of the test.
+"""
+
+from chunktape.http.render import render_sse
+from chunktape.http.server import SCENARIO_HEADER, ReplayServer, serve
+from chunktape.http.transport import FaultTransport
+from chunktape.http.vcr import SECRET_HEADERS, import_vcr, vcr_config
+
+__all__ = [
+    "FaultTransport",
+    "ReplayServer",
+    "SCENARIO_HEADER",
+    "SECRET_HEADERS",
+    "import_vcr",
+    "render_sse",
+    "serve",
+    "vcr_config",
+]

@@ -1,0 +1,184 @@
+"""Recorded interactions as OpenAI-compatible HTTP bodies: SSE streams, error bodies, whole completions.
+
+Built on ``chunktape.wire.openai_chat`` so the mapping exists once. How a recorded outcome is written into a
+*whole* SSE body (``render_sse``):
+
+- ``Completed``: the chunks, the usage-only chunk, then ``data: [DONE]``;
+- ``Raised`` with ``INVALID_RESPONSE``: a malformed ``data:`` line (the client sees unparseable data);
+- any other ``Raised``: an in-band ``{"error": {...}}`` event, carrying ``code: <status>`` when the recorded
+  error had an HTTP status (clients raise ``PROVIDER_HTTP_ERROR`` with it, else ``STREAM_ABORTED``);
+- ``Cancelled`` (a recording cut short): the body simply ends, without ``[DONE]``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import msgspec
+
+from chunktape.cassettes.model import Cancelled, Completed, Interaction, Outcome, Raised
+from chunktape.errors import ErrorCode, LlmError
+from chunktape.protocol import BlockEnd, Finish, ReasoningBlock, StreamChunk, TextBlock, ToolCallBlock, UsageChunk
+from chunktape.providers.openai_compat import DEEPSEEK_REASONING, OPENAI_REASONING
+from chunktape.wire.openai_chat import DONE, OpenAIChatEncoder, finish_to_wire, usage_to_wire
+
+__all__ = [
+    "MALFORMED_EVENT",
+    "REASONING_FIELDS",
+    "SseRenderer",
+    "completion_from_chunks",
+    "error_body",
+    "error_headers",
+    "render_sse",
+]
+
+_encoder = msgspec.json.Encoder()
+
+REASONING_FIELDS: Mapping[str, Mapping[str, Any]] = {**DEEPSEEK_REASONING, **OPENAI_REASONING}
+"""Request fields per reasoning effort, in both vocabularies ``OpenAICompatAdapter`` speaks: decoding a request
+maps them back to ``reasoning=<effort>``."""
+
+MALFORMED_EVENT = b'data: {"id": "chatcmpl-chunktape", "choices": [{"delta": {"content": "\n\n'
+"""A ``data:`` line whose JSON is cut off: what a corrupted stream looks like on the wire."""
+
+_ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    402: "insufficient_balance",
+    403: "permission_error",
+    404: "not_found_error",
+    409: "conflict_error",
+    422: "invalid_request_error",
+    429: "rate_limit_error",
+}
+
+
+def error_type(status: int | None) -> str:
+    """The OpenAI-style ``error.type`` for a status (``server_error`` for 5xx)."""
+    if status is None:
+        return "api_error"
+    return _ERROR_TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
+
+
+def error_body(message: str, *, status: int | None, code: str | None = None) -> dict[str, Any]:
+    """An OpenAI-style error object: ``{"error": {"message", "type", "param", "code"}}``.
+
+    ``code`` is the HTTP status (as OpenRouter sends it in-band) when there is one, so clients that read an
+    in-band error recover the status; otherwise the chunktape error code.
+    """
+    return {
+        "error": {
+            "message": message,
+            "type": error_type(status),
+            "param": None,
+            "code": status if status is not None else code,
+        }
+    }
+
+
+def error_headers(retry_after: float | None) -> dict[str, str]:
+    """``Retry-After`` (whole seconds, rounded up) and ``retry-after-ms`` (exact), as OpenAI sends them."""
+    if retry_after is None:
+        return {}
+    return {"retry-after": str(math.ceil(retry_after)), "retry-after-ms": str(round(retry_after * 1000))}
+
+
+def _event(obj: Any) -> bytes:
+    return b"data: " + _encoder.encode(obj) + b"\n\n"
+
+
+class SseRenderer:
+    """Renders one stream incrementally: ``head()``, ``chunk(c)`` per StreamChunk, then ``end()`` or an error."""
+
+    __slots__ = ("_encoder",)
+
+    def __init__(self, *, model: str, created: int = 0, id: str = "chatcmpl-chunktape") -> None:
+        self._encoder = OpenAIChatEncoder(model=model, created=created, id=id)
+
+    def head(self) -> bytes:
+        return _event(self._encoder.start())
+
+    def chunk(self, chunk: StreamChunk) -> bytes:
+        objects = self._encoder.feed(chunk)
+        if not objects:
+            return b""
+        if len(objects) == 1:
+            return _event(objects[0])
+        return b"".join(_event(obj) for obj in objects)
+
+    def end(self, *, done: bool = True) -> bytes:
+        """The usage-only chunk, then ``[DONE]`` if ``done`` and the stream had a finish."""
+        tail = b"".join(_event(obj) for obj in self._encoder.close())
+        if done and self._encoder.finished:
+            tail += b"data: " + DONE.encode() + b"\n\n"
+        return tail
+
+    def error(self, error: LlmError | Raised) -> bytes:
+        """An in-band error event (or, for ``INVALID_RESPONSE``, a malformed data line)."""
+        if str(error.code) == ErrorCode.INVALID_RESPONSE:
+            return MALFORMED_EVENT
+        return _event(error_body(error.message, status=error.status, code=str(error.code)))
+
+    def outcome(self, outcome: Outcome) -> bytes:
+        """How a whole body ends for a recorded outcome (see the module docstring)."""
+        match outcome:
+            case Completed():
+                return self.end()
+            case Raised():
+                return self.end(done=False) + self.error(outcome)
+            case Cancelled():
+                return self.end(done=False)
+
+
+def render_sse(interaction: Interaction, *, model: str | None = None) -> bytes:
+    """A recorded interaction as an OpenAI-compatible ``chat.completion.chunk`` SSE body.
+
+    ``OpenAICompatAdapter`` (or any OpenAI client) parses it back to ``==`` chunks and the same outcome;
+    ``model`` defaults to the recorded request's.
+    """
+    renderer = SseRenderer(model=model or interaction.request.model)
+    parts = [renderer.head()]
+    parts.extend(renderer.chunk(event.chunk) for event in interaction.events)
+    parts.append(renderer.outcome(interaction.outcome))
+    return b"".join(parts)
+
+
+def completion_from_chunks(chunks: Iterable[StreamChunk], *, model: str, id: str = "chatcmpl-chunktape") -> Any:
+    """A non-streamed ``chat.completion`` object assembled from a chunk stream."""
+    texts: list[str] = []
+    reasoning: list[str] = []
+    calls: list[dict[str, Any]] = []
+    finish: str | None = None
+    usage: dict[str, Any] | None = None
+    for chunk in chunks:
+        if isinstance(chunk, BlockEnd):
+            block = chunk.block
+            if isinstance(block, TextBlock):
+                texts.append(block.text)
+            elif isinstance(block, ReasoningBlock):
+                reasoning.append(block.text)
+            elif isinstance(block, ToolCallBlock):
+                calls.append(
+                    {"id": block.id, "type": "function", "function": {"name": block.name, "arguments": block.arguments}}
+                )
+        elif isinstance(chunk, UsageChunk):
+            usage = usage_to_wire(chunk.usage)
+        elif isinstance(chunk, Finish):
+            finish = finish_to_wire(chunk.reason)
+    message: dict[str, Any] = {"role": "assistant", "content": "".join(texts) if texts or not calls else None}
+    if reasoning:
+        message["reasoning_content"] = "".join(reasoning)
+    if calls:
+        message["tool_calls"] = calls
+    body: dict[str, Any] = {
+        "id": id,
+        "object": "chat.completion",
+        "created": 0,
+        "model": model,
+        "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": finish}],
+    }
+    if usage is not None:
+        body["usage"] = usage
+    return body

@@ -1,0 +1,584 @@
+"""A loopback OpenAI-compatible server that replays cassettes, with their timing and faults, to any HTTP client.
+
+Routes (``base`` is ``ReplayServer.url``; OpenAI SDKs take ``base_url=f"{base}/v1"``):
+
+- ``POST /chat/completions`` and ``POST /v1/chat/completions``: the default cassette(s). With an
+  ``X-Chunktape-Scenario: <name>`` header, the named scenario instead.
+- ``POST /scenarios/<name>/chat/completions`` and ``POST /scenarios/<name>/v1/chat/completions``: one
+  scenario (a cassette with its own faults and timing, from a ``chunktape.scenarios`` file).
+- ``GET /scenarios``: the scenarios as JSON (name, description, cassette, fault ids, timing, path, calls).
+- ``POST /reset``: forget what was played and every fault's call count, as if the server had just started.
+
+Each request body is decoded into ``GenerateOptions`` (``options_from_openai_request``) and answered by a
+``ReplayAdapter``, so matching, faults and timing are exactly the library's. How outcomes reach the wire:
+
+- before any chunk: a recorded or injected ``PROVIDER_HTTP_ERROR`` is that HTTP status with an OpenAI-style
+  JSON error body and ``Retry-After``/``retry-after-ms``; no matching interaction is ``404`` (and all matching
+  ones already played ``409``), with the ``CASSETTE_MISMATCH``/``CASSETTE_EXHAUSTED`` message;
+- mid-stream (or before the first chunk for other codes): ``STREAM_ABORTED`` and other failures **break the
+  connection** (the client sees a reset mid-body); a ``PROVIDER_HTTP_ERROR`` is an **in-band error event**
+  (``{"error": {"code": <status>, ...}}``); ``INVALID_RESPONSE`` is a malformed ``data:`` line; a recording
+  cut short ends the body without ``[DONE]``;
+- a stream that breaks the protocol (a ``Corrupt`` fault, or a recorded violation) is sent as a malformed
+  ``data:`` line where the violation happens, then the body ends;
+- ``"stream": false`` gets one JSON ``chat.completion`` assembled from the chunks (errors as JSON with the
+  status, or 502 when the recorded stream broke).
+
+Response headers go out with the first chunk, so a recorded time to first chunk is a time to first byte.
+The server binds 127.0.0.1 (or another loopback address) only, unless ``allow_remote=True``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import ipaddress
+import logging
+import os
+import socket
+import sys
+import threading
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any, TypeAlias
+
+import anyio
+import msgspec
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from chunktape.cassettes.codec import LazyCassette, as_cassette
+from chunktape.cassettes.matching import DEFAULT_MATCH, MatchOn
+from chunktape.cassettes.model import Cassette
+from chunktape.errors import ErrorCode, LlmError
+from chunktape.faults import Fault, fault_id
+from chunktape.http.render import (
+    MALFORMED_EVENT,
+    REASONING_FIELDS,
+    SseRenderer,
+    completion_from_chunks,
+    error_body,
+    error_headers,
+)
+from chunktape.protocol import StreamChunk
+from chunktape.replayer import ReplayAdapter, Timing
+from chunktape.scenarios import Scenario, ScenarioTiming, load_scenarios
+from chunktape.validation import StreamValidator
+from chunktape.wire.openai_chat import options_from_openai_request
+
+__all__ = ["SCENARIO_HEADER", "CassetteSource", "ReplayServer", "serve"]
+
+CassetteSource: TypeAlias = Cassette | LazyCassette | str | os.PathLike[str]
+"""A cassette, an opened cassette or a path."""
+
+SCENARIO_HEADER = "X-Chunktape-Scenario"
+"""The request header that picks a scenario on the plain ``/v1/chat/completions`` route."""
+
+# Both reasoning vocabularies OpenAICompatAdapter speaks, so a request's reasoning fields map back to its effort.
+_decoder = msgspec.json.Decoder()
+_SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
+
+
+class _Reset(Exception):
+    """Raised inside a body on purpose: the server then drops the connection mid-body."""
+
+
+class _QuietResets(logging.Filter):
+    """Keeps deliberate connection resets out of uvicorn's error log (they are the fault, not a bug)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        while exc is not None:
+            if isinstance(exc, _Reset):
+                return False
+            group = exc.exceptions if isinstance(exc, BaseExceptionGroup) else ()
+            exc = next((inner for inner in group if _has_reset(inner)), None) or exc.__cause__ or exc.__context__
+        return True
+
+
+def _has_reset(exc: BaseException) -> bool:
+    if isinstance(exc, _Reset):
+        return True
+    if isinstance(exc, BaseExceptionGroup):
+        return any(_has_reset(inner) for inner in exc.exceptions)
+    return False
+
+
+_quiet_resets = _QuietResets()
+
+
+def _timing(spec: ScenarioTiming) -> Timing:
+    if spec.mode == "recorded":
+        return Timing.recorded(spec.speed)
+    if spec.mode == "fixed":
+        return Timing.fixed(spec.first_chunk_s, spec.between_s)
+    return Timing.instant()
+
+
+def _merge(sources: Sequence[CassetteSource]) -> Cassette | LazyCassette | str | os.PathLike[str]:
+    """One source as is (lazily opened); several merged into one cassette, in the order given."""
+    if len(sources) == 1:
+        return sources[0]
+    cassettes = [as_cassette(source) for source in sources]
+    return Cassette(meta=cassettes[0].meta, interactions=[i for c in cassettes for i in c.interactions])
+
+
+def _bind(host: str, port: int, allow_remote: bool) -> socket.socket:
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        address = None
+    loopback = host == "localhost" if address is None else address.is_loopback
+    if not loopback and not allow_remote:
+        raise LlmError(
+            f"refusing to serve cassettes on {host!r}: only loopback addresses (127.0.0.1, ::1, localhost) are "
+            "allowed unless allow_remote=True (--allow-remote)",
+            ErrorCode.INVALID_CONFIG,
+            hint="bind 127.0.0.1, or pass allow_remote=True if the network is trusted",
+        )
+    family = socket.AF_INET6 if address is not None and address.version == 6 else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        if sys.platform != "win32":
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(128)
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            raise LlmError(
+                f"cannot listen on {host}:{port}: the port is already in use",
+                ErrorCode.INVALID_CONFIG,
+                hint="choose another port, or 0 for a free one",
+            ) from None
+        raise LlmError(
+            f"cannot listen on {host}:{port}: {exc.strerror or exc}", ErrorCode.INVALID_CONFIG, hint="fix host/port"
+        ) from None
+    return sock
+
+
+class _Target:
+    """What answers one route: a ReplayAdapter built from a cassette, faults and timing."""
+
+    def __init__(
+        self,
+        name: str | None,
+        source: Cassette | LazyCassette | str | os.PathLike[str],
+        *,
+        timing: Timing,
+        faults: Sequence[Fault | str | Mapping[str, Any]],
+        match_on: MatchOn,
+        allow_repeats: bool,
+        description: str = "",
+    ) -> None:
+        self.name = name
+        self.source = source
+        self.timing = timing
+        self.faults = tuple(faults)
+        self.match_on = match_on
+        self.allow_repeats = allow_repeats
+        self.description = description
+        self.adapter = self._build()
+
+    def _build(self) -> ReplayAdapter:
+        return ReplayAdapter(
+            self.source,
+            timing=self.timing,
+            faults=self.faults,
+            match_on=self.match_on,
+            allow_repeats=self.allow_repeats,
+            name=self.name,
+        )
+
+    def reset(self) -> None:
+        self.adapter = self._build()
+
+    def describe(self) -> dict[str, Any]:
+        adapter = self.adapter
+        return {
+            "name": self.name,
+            "description": self.description,
+            "cassette": adapter.path,
+            "interactions": len(adapter.play_counts),
+            "faults": [fault_id(fault) for fault in adapter.fault_plan.faults],
+            "timing": msgspec.to_builtins(self.timing),
+            "path": f"/scenarios/{self.name}/v1/chat/completions",
+            "calls": adapter.calls,
+        }
+
+
+class ReplayServer:
+    """The replay server, bound at construction (so ``url`` is known and a busy port fails at once).
+
+    Use it in tests with ``with ReplayServer(...) as server:`` or ``async with`` (it runs in a background
+    thread with its own event loop, so any client on any loop, sync or async, can reach it), or run it in the
+    foreground with ``run()`` (what ``serve()`` and ``chunktape serve`` do). ``adapter`` answers the default
+    routes, ``scenarios[name].adapter`` each scenario; both expose ``injected`` and ``calls``.
+    """
+
+    def __init__(
+        self,
+        cassettes: CassetteSource | Sequence[CassetteSource] = (),
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        timing: Timing = Timing.recorded(),  # noqa: B008 - Timing is frozen
+        faults: Iterable[Fault | str | Mapping[str, Any]] = (),
+        scenarios: str | os.PathLike[str] | Sequence[Scenario] | None = None,
+        match_on: MatchOn = DEFAULT_MATCH,
+        allow_repeats: bool = False,
+        allow_remote: bool = False,
+    ) -> None:
+        sources: list[CassetteSource] = (
+            [cassettes] if isinstance(cassettes, Cassette | LazyCassette | str | os.PathLike) else list(cassettes)
+        )
+        fault_list = list(faults)
+        self._default: _Target | None = None
+        if sources:
+            self._default = _Target(
+                None,
+                _merge(sources),
+                timing=timing,
+                faults=fault_list,
+                match_on=match_on,
+                allow_repeats=allow_repeats,
+            )
+        if isinstance(scenarios, str | os.PathLike):
+            scenarios = load_scenarios(Path(scenarios))
+        self.scenarios: dict[str, _Target] = {}
+        """The scenario routes by name; ``scenarios[name].adapter`` is the ReplayAdapter behind it."""
+        for scenario in scenarios or ():
+            self.scenarios[scenario.name] = _Target(
+                scenario.name,
+                Path(scenario.cassette),
+                timing=_timing(scenario.timing),
+                faults=scenario.faults,
+                match_on=match_on,
+                allow_repeats=allow_repeats,
+                description=scenario.description,
+            )
+        if self._default is None and not self.scenarios:
+            raise LlmError("nothing to serve: give a cassette or a scenario file", ErrorCode.INVALID_CONFIG)
+        self._socket = _bind(host, port, allow_remote)
+        bound_host, self.port = self._socket.getsockname()[:2]
+        shown = f"[{bound_host}]" if ":" in bound_host else bound_host
+        self.host: str = bound_host
+        self.url = f"http://{shown}:{self.port}"
+        """The base URL, without ``/v1`` (OpenAI SDKs want ``url + "/v1"``)."""
+        self.app = self._build_app()
+        config = uvicorn.Config(
+            self.app, log_config=None, log_level="warning", access_log=False, lifespan="off", ws="none", http="h11"
+        )
+        config.timeout_graceful_shutdown = 1
+        self._server = uvicorn.Server(config)
+        self._thread: threading.Thread | None = None
+        self._closed = False
+        self._running = False
+
+    # -- running -------------------------------------------------------------------------------
+
+    @property
+    def adapter(self) -> ReplayAdapter:
+        """The ReplayAdapter behind the default routes."""
+        if self._default is None:
+            raise LlmError("this server has no default cassette, only scenarios", ErrorCode.INVALID_CONFIG)
+        return self._default.adapter
+
+    def start(self) -> ReplayServer:
+        """Serve in a background thread; returns at once (the socket already accepts connections)."""
+        if self._thread is not None or self._closed:
+            raise RuntimeError("a ReplayServer can be started once")
+        logging.getLogger("uvicorn.error").addFilter(_quiet_resets)
+        self._thread = threading.Thread(
+            target=self._server.run, kwargs={"sockets": [self._socket]}, name="chunktape-replay-server", daemon=True
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop serving and release the port (waits for a background thread, at most a few seconds).
+
+        Also ends a foreground ``run()`` from another thread.
+        """
+        self._server.should_exit = True
+        if self._closed:
+            return
+        self._closed = True
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        if not self._running:
+            self._socket.close()
+
+    def run(self) -> None:
+        """Serve in this thread until Ctrl-C, SIGTERM or ``stop()``; returns normally after a clean shutdown."""
+        if self._thread is not None or self._closed:
+            raise RuntimeError("a ReplayServer can be started once")
+        logging.getLogger("uvicorn.error").addFilter(_quiet_resets)
+        self._running = True
+        try:
+            self._server.run(sockets=[self._socket])
+        except KeyboardInterrupt:
+            pass
+        finally:
+            self._closed = True
+            self._running = False
+            self._socket.close()
+
+    def reset(self) -> None:
+        """Forget every play count and fault call count (also ``POST /reset``)."""
+        for target in self._targets():
+            target.reset()
+
+    def __enter__(self) -> ReplayServer:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    async def __aenter__(self) -> ReplayServer:
+        return self.start()
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await asyncio.to_thread(self.stop)
+
+    def _targets(self) -> list[_Target]:
+        return ([self._default] if self._default is not None else []) + list(self.scenarios.values())
+
+    # -- the app -------------------------------------------------------------------------------
+
+    def _build_app(self) -> Starlette:
+        return Starlette(
+            routes=[
+                Route("/chat/completions", self._completions, methods=["POST"]),
+                Route("/v1/chat/completions", self._completions, methods=["POST"]),
+                Route("/scenarios/{scenario}/chat/completions", self._completions, methods=["POST"]),
+                Route("/scenarios/{scenario}/v1/chat/completions", self._completions, methods=["POST"]),
+                Route("/scenarios", self._list_scenarios, methods=["GET"]),
+                Route("/reset", self._reset, methods=["POST"]),
+            ]
+        )
+
+    async def _list_scenarios(self, request: Request) -> Response:
+        return JSONResponse({"scenarios": [target.describe() for target in self.scenarios.values()]})
+
+    async def _reset(self, request: Request) -> Response:
+        self.reset()
+        return JSONResponse({"reset": True})
+
+    def _target(self, request: Request) -> _Target | Response:
+        name = request.path_params.get("scenario") or request.headers.get(SCENARIO_HEADER)
+        if name is None:
+            if self._default is None:
+                names = ", ".join(self.scenarios)
+                return _problem(
+                    404,
+                    "this server only has scenarios: POST to /scenarios/<name>/v1/chat/completions or send an "
+                    f"{SCENARIO_HEADER} header (scenarios: {names})",
+                    "INVALID_CONFIG",
+                )
+            return self._default
+        target = self.scenarios.get(name)
+        if target is None:
+            names = ", ".join(self.scenarios) or "none"
+            return _problem(404, f"no scenario named {name!r} (scenarios: {names})", "INVALID_CONFIG")
+        return target
+
+    async def _completions(self, request: Request) -> Response:
+        target = self._target(request)
+        if isinstance(target, Response):
+            return target
+        raw = await request.body()
+        try:
+            body: Any = _decoder.decode(raw)
+        except msgspec.DecodeError as exc:
+            return _problem(400, f"the request body is not JSON ({exc})", "INVALID_REQUEST")
+        try:
+            options = options_from_openai_request(body, reasoning=REASONING_FIELDS)
+        except LlmError as exc:
+            return _problem(400, exc.message, exc.code.value)
+        streaming = isinstance(body, dict) and body.get("stream") is True
+        adapter = target.adapter
+        chunks = adapter.stream(options)
+        headers = {"x-chunktape-interaction-call": str(adapter.calls)}
+        if target.name is not None:
+            headers["x-chunktape-scenario"] = target.name
+        first: StreamChunk | None = None
+        try:
+            first = await anext(chunks, None)
+        except LlmError as exc:
+            await chunks.aclose()  # type: ignore[attr-defined]
+            injected = adapter.injected[-1] if adapter.injected else None
+            if injected is not None:
+                headers["x-chunktape-fault"] = injected
+            early = _early_error(exc, headers)
+            if early is not None or not streaming:
+                return early or _problem(502, exc.message, exc.code.value, headers=headers)
+            return StreamingResponse(
+                _failing_body(exc, SseRenderer(model=options.model)),
+                media_type="text/event-stream",
+                headers={**_SSE_HEADERS, **headers},
+            )
+        injected = adapter.injected[-1] if adapter.injected else None
+        if injected is not None:
+            headers["x-chunktape-fault"] = injected
+        if not streaming:
+            return await _complete(chunks, first, options.model, headers)
+        return StreamingResponse(
+            _body(chunks, first, SseRenderer(model=options.model), batch=target.timing.is_instant and injected is None),
+            media_type="text/event-stream",
+            headers={**_SSE_HEADERS, **headers},
+        )
+
+
+def _problem(status: int, message: str, code: str, *, headers: Mapping[str, str] | None = None) -> JSONResponse:
+    return JSONResponse(error_body(message, status=None, code=code), status_code=status, headers=dict(headers or {}))
+
+
+_EARLY_STATUS = {
+    ErrorCode.CASSETTE_MISMATCH: 404,
+    ErrorCode.CASSETTE_NOT_FOUND: 404,
+    ErrorCode.CASSETTE_EXHAUSTED: 409,
+    ErrorCode.UNSUPPORTED_OPTION: 400,
+}
+
+
+def _early_error(exc: LlmError, headers: dict[str, str]) -> Response | None:
+    """The HTTP answer for an error before any chunk, or None when it belongs in the body (a reset...)."""
+    status = _EARLY_STATUS.get(exc.code)
+    if status is not None:
+        return _problem(status, str(exc), exc.code.value, headers=headers)
+    if exc.code is ErrorCode.PROVIDER_HTTP_ERROR and exc.status is not None:
+        return JSONResponse(
+            error_body(exc.message, status=exc.status, code=exc.code.value),
+            status_code=exc.status,
+            headers={**headers, **error_headers(exc.retry_after)},
+        )
+    return None
+
+
+def _in_body(exc: LlmError, renderer: SseRenderer) -> bytes:
+    """How an error that happens once the body started reaches the wire; raises ``_Reset`` for a broken one."""
+    if exc.code is ErrorCode.PROVIDER_HTTP_ERROR:
+        return renderer.end(done=False) + renderer.error(exc)
+    if exc.code in (ErrorCode.INVALID_RESPONSE, ErrorCode.PROTOCOL_VIOLATION):
+        return MALFORMED_EVENT
+    if exc.code is ErrorCode.CASSETTE_EXHAUSTED:
+        return renderer.end(done=False)  # a recording cut short: the body ends where it does
+    raise _Reset(str(exc)) from exc
+
+
+async def _failing_body(exc: LlmError, renderer: SseRenderer) -> AsyncIterator[bytes]:
+    yield renderer.head()
+    yield _in_body(exc, renderer)
+
+
+_BATCH_BYTES = 64 * 1024
+
+
+async def _body(
+    chunks: AsyncIterator[StreamChunk], first: StreamChunk | None, renderer: SseRenderer, *, batch: bool = False
+) -> AsyncIterator[bytes]:
+    """The SSE body; with ``batch`` (instant timing, no fault) events are written in 64 KiB slabs, not one by one."""
+    validator = StreamValidator()
+    pending: list[bytes] = [renderer.head()]
+    size = 0
+    try:
+        chunk = first
+        while chunk is not None:
+            try:
+                validator.feed(chunk)
+            except LlmError as exc:
+                yield b"".join(pending)
+                yield _in_body(exc, renderer)
+                return
+            piece = renderer.chunk(chunk)
+            if piece:
+                pending.append(piece)
+                size += len(piece)
+                if not batch or size >= _BATCH_BYTES:
+                    yield b"".join(pending)
+                    pending, size = [], 0
+            try:
+                chunk = await anext(chunks, None)
+            except LlmError as exc:
+                if pending:
+                    yield b"".join(pending)
+                yield _in_body(exc, renderer)
+                return
+        try:
+            validator.close()
+        except LlmError:
+            # Only a stream cut short (a Truncate fault, no finish) fails at its end: it ends without [DONE].
+            yield b"".join(pending) + renderer.end(done=False)
+            return
+        yield b"".join(pending) + renderer.end()
+    finally:
+        with anyio.CancelScope(shield=True):
+            await chunks.aclose()  # type: ignore[attr-defined]
+
+
+async def _complete(
+    chunks: AsyncIterator[StreamChunk], first: StreamChunk | None, model: str, headers: dict[str, str]
+) -> Response:
+    collected: list[StreamChunk] = [] if first is None else [first]
+    try:
+        async for chunk in chunks:
+            collected.append(chunk)
+    except LlmError as exc:
+        status = exc.status if exc.code is ErrorCode.PROVIDER_HTTP_ERROR and exc.status is not None else 502
+        return JSONResponse(
+            error_body(exc.message, status=status if status != 502 else None, code=exc.code.value),
+            status_code=status,
+            headers={**headers, **error_headers(exc.retry_after)},
+        )
+    finally:
+        await chunks.aclose()  # type: ignore[attr-defined]
+    return JSONResponse(completion_from_chunks(collected, model=model), headers=headers)
+
+
+def _announce(server: ReplayServer) -> None:
+    lines = [f"chunktape: replaying on {server.url} (OpenAI base_url {server.url}/v1); Ctrl-C to stop"]
+    lines.extend(f"  scenario {name}: {server.url}/scenarios/{name}/v1/chat/completions" for name in server.scenarios)
+    print("\n".join(lines), flush=True)
+
+
+def serve(
+    cassettes: CassetteSource | Sequence[CassetteSource] = (),
+    *,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    timing: Timing = Timing.recorded(),  # noqa: B008 - Timing is frozen
+    faults: Iterable[Fault | str | Mapping[str, Any]] = (),
+    scenarios: str | os.PathLike[str] | Sequence[Scenario] | None = None,
+    match_on: MatchOn = DEFAULT_MATCH,
+    allow_repeats: bool = False,
+    allow_remote: bool = False,
+    on_ready: Callable[[ReplayServer], None] | None = None,
+) -> None:
+    """Run the replay server in the foreground until Ctrl-C (what ``chunktape serve`` does).
+
+    Binds first (a busy port or a non-loopback host raises ``LlmError(INVALID_CONFIG)`` with a one-line
+    message), then calls ``on_ready(server)`` (default: print the URL and the scenario routes), then serves.
+    For tests, use ``ReplayServer`` as a (async) context manager instead.
+    """
+    server = ReplayServer(
+        cassettes,
+        host=host,
+        port=port,
+        timing=timing,
+        faults=faults,
+        scenarios=scenarios,
+        match_on=match_on,
+        allow_repeats=allow_repeats,
+        allow_remote=allow_remote,
+    )
+    (on_ready or _announce)(server)
+    server.run()

@@ -1,0 +1,275 @@
+"""The vcrpy bridge: safe defaults for HTTP-level cassettes of provider traffic, and their import as chunk cassettes.
+
+``vcr_config()`` is for ``vcr.VCR(**vcr_config())`` or pytest-recording's ``vcr_config`` fixture.
+``import_vcr(path)`` reads a vcrpy cassette through vcrpy's public ``Cassette.load`` and turns every
+``POST .../chat/completions`` exchange into an ``Interaction``: the request body through
+``options_from_openai_request``, a 2xx SSE body through the same SSE parser and chunk decoder as
+``OpenAICompatAdapter``, a JSON ``chat.completion`` body through that decoder too, and a non-2xx answer into
+a ``Raised`` outcome with its status, ``Retry-After`` and the provider's message. vcrpy keeps no timing, so
+every event gets ``t_ns=0`` (replay them with ``Timing.fixed`` for a pace).
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import zlib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from chunktape.cassettes.model import (
+    Cassette,
+    CassetteMeta,
+    Completed,
+    Event,
+    Interaction,
+    Outcome,
+    Raised,
+    RecordedRequest,
+)
+from chunktape.errors import ErrorCode, LlmError
+from chunktape.http.render import REASONING_FIELDS
+from chunktape.protocol import StreamChunk
+from chunktape.wire.openai_chat import OpenAIChatDecoder, error_from_payload, options_from_openai_request
+from chunktape.wire.sse import SseParser
+
+__all__ = ["SECRET_HEADERS", "import_vcr", "vcr_config"]
+
+SECRET_HEADERS: tuple[str, ...] = (
+    "authorization",
+    "api-key",
+    "x-api-key",
+    "proxy-authorization",
+    "openai-organization",
+    "openai-project",
+    "cookie",
+    "set-cookie",
+)
+"""Headers that never reach a vcrpy cassette with ``vcr_config()`` (requests and responses)."""
+
+_SECRET_QUERY = ("api_key", "api-key", "key", "access_token")
+_decoder = msgspec.json.Decoder()
+
+
+def _scrub_response(response: dict[str, Any]) -> dict[str, Any]:
+    """vcrpy's ``filter_headers`` only covers requests: drop secret response headers too (``set-cookie``)."""
+    headers = response.get("headers")
+    if isinstance(headers, dict):
+        response["headers"] = {name: value for name, value in headers.items() if name.lower() not in SECRET_HEADERS}
+    return response
+
+
+def vcr_config() -> dict[str, Any]:
+    """Safe ``vcr.VCR`` keyword arguments for LLM provider traffic.
+
+    Credentials are filtered from request headers (``authorization``, ``api-key``, ``x-api-key``, cookies...),
+    response headers (``set-cookie``) and query strings; requests match on method, scheme, host, port, path,
+    query *and body* (two prompts to the same URL are different requests); compressed responses are stored
+    decoded so ``import_vcr`` and humans can read them. ``record_mode`` is left to the caller (pytest-recording
+    sets it from ``--record-mode``; pass ``record_mode="none"`` in CI).
+    """
+    return {
+        "filter_headers": list(SECRET_HEADERS),
+        "filter_query_parameters": list(_SECRET_QUERY),
+        "before_record_response": _scrub_response,
+        "match_on": ["method", "scheme", "host", "port", "path", "query", "body"],
+        "decode_compressed_response": True,
+    }
+
+
+def _header(headers: Any, name: str) -> str | None:
+    """A header from vcrpy's ``{name: [values]}`` (any case), or None."""
+    if not isinstance(headers, Mapping):
+        return None
+    for key, value in headers.items():
+        if str(key).lower() == name:
+            if isinstance(value, list | tuple):
+                return str(value[0]) if value else None
+            return str(value)
+    return None
+
+
+def _as_bytes(body: Any) -> bytes:
+    if body is None:
+        return b""
+    if isinstance(body, bytes):
+        return body
+    if isinstance(body, str):
+        return body.encode()
+    read = getattr(body, "read", None)
+    if read is not None:
+        data = read()
+        return data if isinstance(data, bytes) else str(data).encode()
+    return bytes(body)
+
+
+def _decompress(body: bytes, encoding: str | None) -> bytes:
+    if not body or encoding is None:
+        return body
+    encoding = encoding.lower()
+    try:
+        if encoding == "gzip":
+            return gzip.decompress(body)
+        if encoding == "deflate":
+            return zlib.decompress(body)
+    except (OSError, zlib.error):
+        return body  # already decoded (decode_compressed_response keeps the header on some versions)
+    return body
+
+
+def _retry_after(headers: Any) -> float | None:
+    millis = _header(headers, "retry-after-ms")
+    if millis is not None:
+        try:
+            return max(float(millis) / 1000, 0.0)
+        except ValueError:
+            pass
+    value = _header(headers, "retry-after")
+    if value is None:
+        return None
+    try:
+        return max(float(value), 0.0)
+    except ValueError:
+        return None
+
+
+def _raised(error: LlmError) -> Raised:
+    return Raised(
+        t_ns=0, code=error.code.value, message=error.message, status=error.status, retry_after=error.retry_after
+    )
+
+
+def _stream(body: bytes) -> tuple[list[StreamChunk], Outcome]:
+    """Decode an SSE body as the adapter would, keeping the chunks before an error and the error itself."""
+    parser = SseParser()
+    decoder = OpenAIChatDecoder()
+    chunks: list[StreamChunk] = []
+    try:
+        for item in parser.feed(body) + parser.close():
+            chunks.extend(decoder.feed_item(item))
+            if decoder.done:
+                break
+        chunks.extend(decoder.close())
+    except LlmError as exc:
+        return chunks, _raised(exc)
+    return chunks, Completed(t_ns=0)
+
+
+def _completion(payload: Any) -> tuple[list[StreamChunk], Outcome]:
+    """A non-streamed ``chat.completion``: its message is one delta chunk for the same decoder."""
+    decoder = OpenAIChatDecoder()
+    chunks: list[StreamChunk] = []
+    try:
+        choices = payload.get("choices") or []
+        for choice in choices:
+            message = choice.get("message") or {}
+            calls = [{**call, "index": position} for position, call in enumerate(message.get("tool_calls") or [])]
+            delta = {key: message.get(key) for key in ("content", "reasoning_content", "reasoning")}
+            delta["tool_calls"] = calls or None
+            chunk = {"choices": [{"index": choice.get("index", 0), "delta": delta}]}
+            chunks.extend(decoder.feed_data(msgspec.json.encode(chunk)))
+            chunk = {"choices": [{"index": choice.get("index", 0), "finish_reason": choice.get("finish_reason")}]}
+            chunks.extend(decoder.feed_data(msgspec.json.encode(chunk)))
+        if payload.get("usage") is not None:
+            chunks.extend(decoder.feed_data(msgspec.json.encode({"choices": [], "usage": payload["usage"]})))
+        chunks.extend(decoder.feed_data("[DONE]"))
+        chunks.extend(decoder.close())
+    except LlmError as exc:
+        return chunks, _raised(exc)
+    return chunks, Completed(t_ns=0)
+
+
+def _http_error(status: int, body: bytes, headers: Any) -> Raised:
+    try:
+        payload: Any = _decoder.decode(body)
+    except msgspec.DecodeError:
+        payload = None
+    what = f"the provider answered HTTP {status}"
+    if isinstance(payload, dict):
+        message = error_from_payload(payload, what=what).message
+    else:
+        text = body.decode(errors="replace").strip()
+        message = what + (f": {text[:500]}" if text else "")
+    return Raised(
+        t_ns=0,
+        code=ErrorCode.PROVIDER_HTTP_ERROR.value,
+        message=message,
+        status=status,
+        retry_after=_retry_after(headers),
+    )
+
+
+def _interaction(request: Any, response: Mapping[str, Any], number: int, where: str) -> Interaction:
+    try:
+        body: Any = _decoder.decode(_as_bytes(request.body))
+        options = options_from_openai_request(body, reasoning=REASONING_FIELDS)
+    except (msgspec.DecodeError, LlmError) as exc:
+        raise LlmError(
+            f"{where}: interaction #{number} ({request.method} {request.uri}) has a request body that is not a "
+            f"chat-completions request: {exc}",
+            ErrorCode.CASSETTE_CORRUPT,
+            hint="keep only chat-completions traffic in the cassette",
+        ) from None
+    status_info = response.get("status") or {}
+    status = int(status_info.get("code", 200)) if isinstance(status_info, Mapping) else int(status_info)
+    headers = response.get("headers") or {}
+    raw = (response.get("body") or {}).get("string") if isinstance(response.get("body"), Mapping) else None
+    if raw is None:
+        raw = response.get("content")
+    content = _decompress(_as_bytes(raw), _header(headers, "content-encoding"))
+    chunks: list[StreamChunk]
+    outcome: Outcome
+    if status >= 300:
+        chunks, outcome = [], _http_error(status, content, headers)
+    elif content.lstrip().startswith(b"{"):
+        payload = _decoder.decode(content)
+        if isinstance(payload, dict) and payload.get("error") is not None:
+            chunks, outcome = [], _raised(error_from_payload(payload, what="the provider answered with an error"))
+        else:
+            chunks, outcome = _completion(payload)
+    else:
+        chunks, outcome = _stream(content)
+    return Interaction(
+        request=RecordedRequest.from_options(options),
+        events=[Event(t_ns=0, chunk=chunk) for chunk in chunks],
+        outcome=outcome,
+    )
+
+
+def import_vcr(path: str | os.PathLike[str]) -> Cassette:
+    """Convert a vcrpy cassette of (streamed) chat completions into a chunk cassette.
+
+    Only ``POST`` requests to ``.../chat/completions`` are imported, in recorded order; other traffic is
+    skipped. Raises ``CASSETTE_NOT_FOUND`` for a missing file and ``CASSETTE_CORRUPT`` when it holds no chat
+    completion or one that cannot be read.
+    """
+    from vcr.cassette import Cassette as VcrCassette  # vcrpy's public cassette API; imported when needed
+
+    path = Path(path)
+    if not path.is_file():
+        raise LlmError(f"{path} does not exist", ErrorCode.CASSETTE_NOT_FOUND, hint="check the vcrpy cassette path")
+    try:
+        loaded = VcrCassette.load(path=str(path), record_mode="none")
+    except Exception as exc:
+        raise LlmError(f"{path}: vcrpy cannot read it ({exc})", ErrorCode.CASSETTE_CORRUPT) from exc
+    interactions: list[Interaction] = []
+    for number, (request, response) in enumerate(loaded.data):
+        if request.method.upper() != "POST" or not request.path.rstrip("/").endswith("/chat/completions"):
+            continue
+        interactions.append(_interaction(request, response, number, str(path)))
+    if not interactions:
+        raise LlmError(
+            f"{path}: no POST .../chat/completions exchange found in {len(loaded.data)} recorded interaction(s)",
+            ErrorCode.CASSETTE_CORRUPT,
+            hint="record chat-completions traffic with vcr_config(), or check the file",
+        )
+    attempts: dict[str, int] = {}
+    numbered = []
+    for interaction in interactions:
+        fingerprint = interaction.request.fingerprint
+        attempts[fingerprint] = attempts.get(fingerprint, 0) + 1
+        numbered.append(msgspec.structs.replace(interaction, attempt=attempts[fingerprint]))
+    return Cassette(meta=CassetteMeta(adapter="vcrpy-import", tags={"source": path.name}), interactions=numbered)

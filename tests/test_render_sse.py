@@ -1,0 +1,138 @@
+"""render_sse: recorded interactions as OpenAI SSE that OpenAICompatAdapter parses back to ``==`` chunks."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Coroutine
+from pathlib import Path
+from typing import Any, TypeVar
+
+import httpx
+import pytest
+from hypothesis import given, settings
+
+from chunktape import (
+    Cancelled,
+    Completed,
+    ErrorCode,
+    Event,
+    GenerateOptions,
+    Interaction,
+    LlmError,
+    Message,
+    Raised,
+    RecordedRequest,
+    StreamChunk,
+    load_cassette,
+)
+from chunktape.http import render_sse
+from chunktape.providers import OpenAICompatAdapter
+from chunktape.wire.sse import SseEvent, parse_sse
+from helpers import text_stream
+from test_openai_chat import valid_streams as wire_streams
+
+EXAMPLES = sorted((Path(__file__).resolve().parents[1] / "cassettes").glob("*.json"))
+REQUEST = RecordedRequest.from_options(GenerateOptions(model="m", messages=[Message(role="user", content="hi")]))
+T = TypeVar("T")
+
+
+def run_sync(coroutine: Coroutine[Any, Any, T]) -> T:
+    loop = asyncio.new_event_loop()
+    try:
+        return loop.run_until_complete(coroutine)
+    finally:
+        loop.close()
+
+
+async def parse_with_adapter(body: bytes, model: str = "m") -> tuple[list[StreamChunk], LlmError | None]:
+    """What OpenAICompatAdapter makes of ``body`` served as an event stream."""
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, headers={"content-type": "text/event-stream"}, content=body)
+
+    async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as client:
+        adapter = OpenAICompatAdapter("http://127.0.0.1:9", api_key="k", client=client)
+        chunks: list[StreamChunk] = []
+        options = GenerateOptions(model=model, messages=[Message(role="user", content="hi")])
+        try:
+            async for chunk in adapter.stream(options):
+                chunks.append(chunk)
+        except LlmError as exc:
+            return chunks, exc
+    return chunks, None
+
+
+def interaction(chunks: list[StreamChunk], outcome: Any = None) -> Interaction:
+    return Interaction(
+        request=REQUEST,
+        events=[Event(t_ns=position, chunk=chunk) for position, chunk in enumerate(chunks)],
+        outcome=outcome or Completed(t_ns=len(chunks)),
+    )
+
+
+def test_there_are_example_cassettes() -> None:
+    assert len(EXAMPLES) >= 3
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda path: path.stem)
+async def test_every_example_cassette_round_trips(path: Path) -> None:
+    for recorded in load_cassette(path).interactions:
+        chunks, error = await parse_with_adapter(render_sse(recorded))
+        outcome = recorded.outcome
+        if isinstance(outcome, Completed):
+            assert error is None
+            assert chunks == recorded.chunks
+        elif isinstance(outcome, Raised):
+            assert error is not None
+            assert chunks == recorded.chunks
+            assert error.code == outcome.code
+            assert error.status == outcome.status
+        else:
+            assert isinstance(outcome, Cancelled)
+            assert error is not None
+            assert error.code is ErrorCode.STREAM_ABORTED
+            assert chunks == recorded.chunks[: len(chunks)]
+
+
+@settings(max_examples=60, deadline=None)
+@given(chunks=wire_streams())
+def test_valid_streams_round_trip(chunks: list[StreamChunk]) -> None:
+    decoded, error = run_sync(parse_with_adapter(render_sse(interaction(chunks))))
+    assert error is None
+    assert decoded == chunks
+
+
+def test_the_body_looks_like_openai() -> None:
+    body = render_sse(interaction(text_stream("Hel", "lo")), model="gpt-x")
+    items = parse_sse(body)
+    assert all(isinstance(item, SseEvent) for item in items)
+    assert items[-1] == SseEvent(data="[DONE]")
+    assert b'"object":"chat.completion.chunk"' in body
+    assert b'"model":"gpt-x"' in body
+    assert b'"choices":[],"usage"' in body
+
+
+@pytest.mark.parametrize(
+    ("outcome", "code", "status"),
+    [
+        (
+            Raised(t_ns=9, code="PROVIDER_HTTP_ERROR", message="Token limit reached", status=400),
+            "PROVIDER_HTTP_ERROR",
+            400,
+        ),
+        (Raised(t_ns=9, code="STREAM_ABORTED", message="peer closed the connection"), "STREAM_ABORTED", None),
+        (Raised(t_ns=9, code="INVALID_RESPONSE", message="garbage"), "INVALID_RESPONSE", None),
+        (Cancelled(t_ns=9), "STREAM_ABORTED", None),
+    ],
+    ids=["in-band-http-error", "aborted", "invalid", "cut-short"],
+)
+async def test_outcomes_mid_stream(outcome: Any, code: str, status: int | None) -> None:
+    prefix = text_stream("Hel", "lo")[:2]
+    chunks, error = await parse_with_adapter(render_sse(interaction(prefix, outcome)))
+    assert chunks == prefix
+    assert error is not None
+    assert (error.code, error.status) == (code, status)
+    if isinstance(outcome, Raised) and outcome.code == "PROVIDER_HTTP_ERROR":
+        assert "Token limit reached" in error.message
+    if isinstance(outcome, Cancelled):
+        assert b"[DONE]" not in render_sse(interaction(prefix, outcome))

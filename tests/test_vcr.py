@@ -1,0 +1,132 @@
+"""The vcrpy bridge: ``vcr_config()`` keeps credentials out, ``import_vcr`` turns the traffic into chunks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import vcr
+import yaml
+
+from chunktape import (
+    Completed,
+    ErrorCode,
+    GenerateOptions,
+    LlmError,
+    Message,
+    Raised,
+    StreamChunk,
+    ToolSpec,
+)
+from chunktape.http import import_vcr, vcr_config
+from chunktape.providers import OpenAICompatAdapter
+from chunktape.providers.openai_compat import DEEPSEEK_REASONING
+from chunktape.replayer import ReplayAdapter
+from fake_provider import (
+    DEEPSEEK_400_BODY,
+    FakeProvider,
+    FakeResponse,
+    deepseek_parallel_tools,
+    deepseek_reasoning_then_text,
+    openai_usage_after_finish,
+)
+
+KEY = "sk-vcr-secret-0123456789abcdef"
+OPTIONS = [
+    GenerateOptions(model="deepseek-chat", messages=[Message(role="user", content="weather in Beijing and Luoyang?")]),
+    GenerateOptions(
+        model="deepseek-reasoner",
+        messages=[Message(role="system", content="be brief"), Message(role="user", content="hi")],
+        reasoning="thinking",
+        max_tokens=64,
+        tools=[ToolSpec(name="get_weather", description="weather", parameters={"type": "object"})],
+    ),
+    GenerateOptions(model="gpt-4o", messages=[Message(role="user", content="two tools please")], temperature=0.5),
+    GenerateOptions(model="deepseek-chat", messages=[Message(role="user", content="too long")]),
+]
+BODIES = [
+    FakeResponse(body=deepseek_parallel_tools(), headers={"set-cookie": "session=abc"}),
+    FakeResponse(body=deepseek_reasoning_then_text()),
+    FakeResponse(body=openai_usage_after_finish()),
+    FakeResponse(
+        body=DEEPSEEK_400_BODY, status=400, content_type="application/octet-stream", headers={"retry-after": "3"}
+    ),
+]
+
+
+async def live_run(provider: FakeProvider) -> list[tuple[list[StreamChunk], LlmError | None]]:
+    provider.enqueue(*BODIES)
+    adapter = OpenAICompatAdapter(provider.url, api_key=KEY, reasoning=DEEPSEEK_REASONING)
+    results: list[tuple[list[StreamChunk], LlmError | None]] = []
+    try:
+        for options in OPTIONS:
+            chunks: list[StreamChunk] = []
+            try:
+                async for chunk in adapter.stream(options):
+                    chunks.append(chunk)
+            except LlmError as exc:
+                results.append((chunks, exc))
+            else:
+                results.append((chunks, None))
+    finally:
+        await adapter.aclose()
+    return results
+
+
+async def test_vcrpy_round_trip(fake_provider: FakeProvider, tmp_path: Path) -> None:
+    path = tmp_path / "provider.yaml"
+    with vcr.VCR(**vcr_config()).use_cassette(str(path)):
+        live = await live_run(fake_provider)
+    assert len(fake_provider.requests) == len(OPTIONS)
+
+    text = path.read_text(encoding="utf-8")
+    assert KEY not in text
+    document = yaml.safe_load(text)
+    for recorded in document["interactions"]:
+        assert not {name.lower() for name in recorded["request"]["headers"]} & {"authorization", "cookie"}
+        assert "set-cookie" not in {name.lower() for name in recorded["response"]["headers"]}
+
+    cassette = import_vcr(path)
+    assert len(cassette.interactions) == len(OPTIONS)
+    for interaction, options, (chunks, error) in zip(cassette.interactions, OPTIONS, live, strict=True):
+        assert interaction.chunks == chunks
+        assert interaction.request.to_options() == options
+        if error is None:
+            assert isinstance(interaction.outcome, Completed)
+        else:
+            assert isinstance(interaction.outcome, Raised)
+            assert (interaction.outcome.code, interaction.outcome.status) == (error.code, error.status)
+            assert interaction.outcome.retry_after == error.retry_after == 3.0
+            assert "No tool output found" in interaction.outcome.message
+
+    # The imported cassette replays what the live run saw.
+    replay = ReplayAdapter(cassette)
+    for options, (chunks, error) in zip(OPTIONS, live, strict=True):
+        replayed: list[StreamChunk] = []
+        status: int | None = None
+        try:
+            async for chunk in replay.stream(options):
+                replayed.append(chunk)
+        except LlmError as exc:
+            status = exc.status
+        assert replayed == chunks
+        assert status == (None if error is None else error.status)
+
+
+def test_vcr_config_defaults() -> None:
+    config = vcr_config()
+    assert {"authorization", "api-key", "x-api-key", "cookie", "set-cookie"} <= set(config["filter_headers"])
+    assert config["match_on"] == ["method", "scheme", "host", "port", "path", "query", "body"]
+    assert config["decode_compressed_response"] is True
+    vcr.VCR(**config)  # vcrpy accepts every key
+
+
+def test_import_vcr_errors(tmp_path: Path) -> None:
+    with pytest.raises(LlmError) as info:
+        import_vcr(tmp_path / "missing.yaml")
+    assert info.value.code is ErrorCode.CASSETTE_NOT_FOUND
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("interactions: []\nversion: 1\n", encoding="utf-8")
+    with pytest.raises(LlmError) as info:
+        import_vcr(empty)
+    assert info.value.code is ErrorCode.CASSETTE_CORRUPT
