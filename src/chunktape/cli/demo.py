@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import selectors
 import tempfile
 import time
-from collections.abc import Coroutine, Iterator, Mapping
+from collections.abc import Coroutine, Iterator
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
+import looptime
 import msgspec
 import typer
 from rich.console import Console
@@ -47,48 +47,9 @@ POLICY = RetryPolicy(idle_timeout=10.0)
 # -- a virtual clock ---------------------------------------------------------------------------
 
 
-class _VirtualSelector(selectors.BaseSelector):
-    """Wraps the real selector: when the loop would wait for its next timer, jump the clock there instead."""
-
-    def __init__(self) -> None:
-        self._real = selectors.DefaultSelector()
-        self.offset = 0.0
-
-    def register(self, fileobj: Any, events: int, data: Any = None) -> selectors.SelectorKey:
-        return self._real.register(fileobj, events, data)
-
-    def unregister(self, fileobj: Any) -> selectors.SelectorKey:
-        return self._real.unregister(fileobj)
-
-    def modify(self, fileobj: Any, events: int, data: Any = None) -> selectors.SelectorKey:
-        return self._real.modify(fileobj, events, data)
-
-    def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
-        ready = self._real.select(0)
-        if ready or timeout is None or timeout <= 0:
-            return ready if ready or timeout is not None else self._real.select(None)
-        self.offset += timeout
-        return []
-
-    def get_map(self) -> Mapping[Any, selectors.SelectorKey]:
-        return self._real.get_map()
-
-    def close(self) -> None:
-        self._real.close()
-
-
-class _VirtualTimeLoop(asyncio.SelectorEventLoop):
-    def __init__(self) -> None:
-        self._virtual = _VirtualSelector()
-        super().__init__(self._virtual)
-
-    def time(self) -> float:
-        return super().time() + self._virtual.offset
-
-
 def run_virtual(coro: Coroutine[Any, Any, _T]) -> _T:
-    """Run ``coro`` on an event loop whose clock skips over every wait (no real I/O may be pending)."""
-    with asyncio.Runner(loop_factory=_VirtualTimeLoop) as runner:
+    """Run ``coro`` on a looptime event loop: every sleep and timeout passes at once in loop time."""
+    with asyncio.Runner(loop_factory=lambda: looptime.new_event_loop(start=0)) as runner:
         return runner.run(coro)
 
 
