@@ -407,7 +407,7 @@ class ReplayServer:
         streaming = isinstance(body, dict) and body.get("stream") is True
         adapter = target.adapter
         chunks = adapter.stream(options)
-        headers = {"x-chunktape-interaction-call": str(adapter.calls)}
+        headers = {"x-chunktape-call": str(adapter.calls)}
         if target.name is not None:
             headers["x-chunktape-scenario"] = target.name
         first: StreamChunk | None = None
