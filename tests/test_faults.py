@@ -216,3 +216,12 @@ def test_faults_read_like_the_design_positionally() -> None:
     assert Targeted(HttpError(500), [1, 3]) == Targeted(fault=HttpError(status=500), calls=[1, 3])
     with pytest.raises(TypeError):
         HttpError(500, None, None, "my-id")  # type: ignore[call-arg]
+
+
+def test_a_single_fault_is_a_list_of_one_never_iterated() -> None:
+    assert parse_faults("http-429") == [STANDARD_FAULTS["http-429"]]
+    assert parse_faults({"type": "http-error", "status": 503}) == [HttpError(503)]
+    assert parse_faults(HttpError(500)) == [HttpError(500)]
+    with pytest.raises(LlmError, match="faults must be a list") as caught:
+        parse_faults(123)  # type: ignore[arg-type]
+    assert caught.value.code is ErrorCode.INVALID_CONFIG

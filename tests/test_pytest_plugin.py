@@ -489,3 +489,29 @@ def test_the_readme_example_records_then_replays(pytester: pytest.Pytester) -> N
     offline = run(pytester, "--tape-strict")
     offline.assert_outcomes(passed=5)
     assert {path.name: path.read_bytes() for path in folder.iterdir()} == cassettes
+
+
+def test_a_bad_marker_fails_only_its_test_with_its_message_once(pytester: pytest.Pytester) -> None:
+    project(
+        pytester,
+        test_bad="""
+import pytest
+
+@pytest.mark.tape_fault_matrix(faults=123)
+async def test_bad_matrix(tape):
+    pass
+
+@pytest.mark.tape(faults=["no-such-fault"])
+async def test_bad_fault(tape):
+    pass
+
+def test_unrelated():
+    pass
+""",
+    )
+    result = run(pytester)
+    result.assert_outcomes(passed=1, errors=2)
+    output = result.stdout.str()
+    assert "tape_fault_matrix(faults=...) takes a mapping or a sequence of faults" in output
+    assert output.count("unknown standard fault 'no-such-fault'") == 1
+    assert "During handling of the above exception" not in output

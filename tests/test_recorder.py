@@ -20,6 +20,7 @@ from chunktape import (
     Cancelled,
     Completed,
     ErrorCode,
+    Finish,
     GenerateOptions,
     LlmError,
     Raised,
@@ -357,3 +358,37 @@ async def test_the_request_is_recorded_as_it_was_sent(tmp_path: Path) -> None:
         messages.append(Message(role="assistant", content="a"))  # agents grow the list they passed in
     (interaction,) = load_cassette(tmp_path / "c.msgpack").interactions
     assert [message.content for message in interaction.request.messages] == ["first"]
+
+
+# -- a consumer that stops at finish, and a consumer that is slow ----------------------------------
+
+
+async def test_a_consumer_stopping_at_finish_records_a_complete_stream(tmp_path: Path) -> None:
+    chunks = text_stream("a", "b")
+    path = tmp_path / "c.msgpack"
+    async with RecordingAdapter(PacedAdapter(paced(chunks)), path) as recorder:
+        async for chunk in recorder.stream(options()):
+            if isinstance(chunk, Finish):
+                break  # the async for's aclose() lands on the finish chunk's yield
+    (interaction,) = load_cassette(path).interactions
+    assert isinstance(interaction.outcome, Completed)
+    assert await collect(ReplayAdapter(path).stream(options())) == chunks
+
+
+@pytest.mark.looptime
+async def test_recorded_gaps_count_the_provider_not_the_consumer(tmp_path: Path) -> None:
+    chunks = text_stream("a", "b", "c")
+    path = tmp_path / "c.msgpack"
+    async with RecordingAdapter(PacedAdapter(paced(chunks, gap=0.01)), path) as recorder:
+        async for _ in recorder.stream(options()):
+            await asyncio.sleep(0.5)  # a slow consumer: replaying to it will be slow again by itself
+    offsets = [event.t_ns for event in load_cassette(path).interactions[0].events]
+    assert offsets == pytest.approx([10_000_000 * (n + 1) for n in range(len(chunks))], abs=1000)
+
+
+async def test_an_extra_field_that_cannot_be_recorded_is_an_unsupported_option(tmp_path: Path) -> None:
+    recorder = RecordingAdapter(PacedAdapter(paced(text_stream("x"))), tmp_path / "c.msgpack")
+    with pytest.raises(LlmError, match=r"extra field\(s\) \['handle'\] cannot be recorded") as caught:
+        await collect(recorder.stream(options(extra={"handle": object(), "fine": 1})))
+    assert caught.value.code is ErrorCode.UNSUPPORTED_OPTION
+    await recorder.aclose()

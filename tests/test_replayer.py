@@ -16,6 +16,7 @@ from chunktape import (
     Completed,
     ErrorCode,
     Event,
+    Finish,
     Interaction,
     LlmError,
     Outcome,
@@ -28,7 +29,7 @@ from chunktape import (
     Timing,
     save_cassette,
 )
-from chunktape.faults import Disconnect, FailFirst, HttpError, Stall, Targeted
+from chunktape.faults import Disconnect, FailFirst, HttpError, Latency, Stall, Targeted
 from chunktape.providers import ScriptedAdapter, ScriptedError, ScriptedTurn
 from helpers import collect, collect_until_error, options, text_stream
 
@@ -330,3 +331,34 @@ async def test_a_recorded_error_is_raised_at_its_recorded_time() -> None:
     _, error = await collect_until_error(replay.stream(options()))
     assert error.status == 503
     assert loop.time() - start == pytest.approx(2.5)
+
+
+@pytest.mark.looptime
+@pytest.mark.parametrize(
+    ("fault", "expected_ms"),
+    [
+        (Latency(first_chunk_s=0, between_s=0.01), [100, 210, 320, 430, 540, 650]),
+        (Stall(after_chunks=2, seconds=1.0), [100, 200, 1300, 1400, 1500, 1600]),
+    ],
+    ids=["latency", "stall"],
+)
+async def test_fault_delays_shift_the_recorded_schedule(fault: Latency | Stall, expected_ms: list[int]) -> None:
+    replay = ReplayAdapter(cassette(interaction(text_stream("a", "b"))), timing=Timing.recorded(), faults=[fault])
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    arrivals = [round((loop.time() - start) * 1000) async for _ in replay.stream(options())]
+    assert arrivals == expected_ms
+
+
+@pytest.mark.parametrize("fault", [Latency(first_chunk_s=0, between_s=0), Stall(after_chunks=1, seconds=0)])
+async def test_a_consumer_stopping_at_finish_uses_up_a_slowed_interaction(fault: Latency | Stall) -> None:
+    first, second = interaction(text_stream("first")), interaction(text_stream("second"))
+    replay = ReplayAdapter(cassette(first, second), faults=[fault])
+    for expected in ("first", "second"):
+        async for chunk in replay.stream(options()):
+            if isinstance(chunk, Finish):
+                break
+            if isinstance(chunk, TextDelta):
+                assert chunk.text == expected
+    assert replay.play_counts == [1, 1]
+    replay.assert_all_played()

@@ -171,8 +171,15 @@ async def test_a_scripted_error_is_raised_after_the_given_chunks() -> None:
     assert raised.value.recoverable
 
 
-def test_bad_construction_arguments_are_refused() -> None:
-    with pytest.raises(ValueError, match="must be >= 0"):
+def test_bad_construction_arguments_are_refused_with_invalid_config() -> None:
+    with pytest.raises(LlmError, match="must be >= 0") as caught:
         ScriptedAdapter([], between_s=-1)
-    with pytest.raises(ValueError, match="args_piece"):
+    assert caught.value.code is ErrorCode.INVALID_CONFIG
+    with pytest.raises(LlmError, match="args_piece"):
         ScriptedAdapter([], args_piece=0)
+    with pytest.raises(LlmError, match="arguments must be JSON text") as caught:
+        ScriptedToolCall(name="bash", arguments="")
+    assert caught.value.code is ErrorCode.INVALID_CONFIG
+    with pytest.raises(LlmError, match="'NOPE' is not an ErrorCode") as caught:
+        ScriptedError(code="NOPE")
+    assert caught.value.code is ErrorCode.INVALID_CONFIG

@@ -8,7 +8,17 @@ from pathlib import Path
 
 import pytest
 
-from chunktape import CassetteSession, ErrorCode, LlmAdapter, LlmError, RecordMode, load_cassette, use_cassette
+from chunktape import (
+    CassetteSession,
+    ErrorCode,
+    LlmAdapter,
+    LlmError,
+    ReasoningOption,
+    RecordMode,
+    load_cassette,
+    use_cassette,
+)
+from chunktape.providers import ScriptedAdapter, ScriptedTurn
 from helpers import PacedAdapter, collect, collect_until_error, options, paced, text_stream
 
 
@@ -209,3 +219,60 @@ async def test_new_episodes_keeps_a_cassette_written_meanwhile_by_another_proces
     async with mine:
         await collect(mine.stream(options("mine")))
     assert _questions(path) == ["theirs", "mine"]
+
+
+async def test_a_request_recorded_with_a_credential_in_it_replays(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, never_live: Callable[[], LlmAdapter]
+) -> None:
+    monkeypatch.setenv("ACME_API_KEY", "acme-live-0123456789")
+    request = options("please use acme-live-0123456789 for the call")
+    path = tmp_path / "c.msgpack"
+    async with use_cassette(path, live=lambda: PacedAdapter(paced(text_stream("ok"))), mode="once") as tape:
+        recorded = await collect(tape.stream(request))
+    assert b"acme-live" not in path.read_bytes()
+    async with use_cassette(path, live=never_live, mode="none") as tape:
+        assert await collect(tape.stream(request)) == recorded
+
+
+@pytest.mark.parametrize(
+    ("option", "message"),
+    [
+        ({"match_on": "bogus"}, "bogus"),
+        ({"faults": ["no-such-fault"]}, "no-such-fault"),
+        ({"timing": "recorded"}, "timing must be a Timing"),
+    ],
+)
+def test_bad_replay_options_are_refused_even_when_recording(
+    tmp_path: Path, option: dict[str, object], message: str
+) -> None:
+    with pytest.raises(LlmError, match=message) as caught:
+        use_cassette(tmp_path / "new.msgpack", live=lambda: PacedAdapter([]), mode="once", **option)  # type: ignore[arg-type]
+    assert caught.value.code is ErrorCode.INVALID_CONFIG
+
+
+async def test_a_passing_recording_removes_a_stale_failed_recording(tmp_path: Path) -> None:
+    path = tmp_path / "c.msgpack"
+    session = use_cassette(path, live=lambda: PacedAdapter(paced(text_stream("no"))), mode="all")
+    await collect(session.stream(options()))
+    session.save(failed=True)
+    await session.aclose()
+    assert session.failed_path.exists()
+    again = use_cassette(path, live=lambda: PacedAdapter(paced(text_stream("yes"))), mode="all")
+    await collect(again.stream(options()))
+    await again.aclose()
+    assert path.exists()
+    assert not again.failed_path.exists()
+
+
+async def test_reasoning_options_survive_record_and_replay(
+    tmp_path: Path, never_live: Callable[[], LlmAdapter]
+) -> None:
+    offered = [ReasoningOption(id="thinking", label="Think", default=True), ReasoningOption(id="no-thinking")]
+    path = tmp_path / "c.json"
+    live = ScriptedAdapter([ScriptedTurn(text="ok")], reasoning_options=offered)
+    async with use_cassette(path, live=lambda: live, mode="once") as tape:
+        await collect(tape.stream(options(reasoning="thinking")))
+        assert list(tape.reasoning_options()) == offered
+    async with use_cassette(path, live=never_live, mode="none") as tape:
+        assert list(tape.reasoning_options()) == offered
+        await collect(tape.stream(options(reasoning="thinking")))

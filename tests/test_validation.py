@@ -221,6 +221,29 @@ def test_bad_field_values_are_rejected_with_chunk_shape(chunk: StreamChunk) -> N
     assert violation([chunk]).rule == "chunk-shape"
 
 
+@pytest.mark.parametrize(
+    "bad",
+    [
+        TextDelta(index=0, text=None),  # type: ignore[arg-type]
+        TextDelta(index=0, text=3),  # type: ignore[arg-type]
+        BlockEnd(index=0, block=TextBlock(text=None)),  # type: ignore[arg-type]
+        BlockEnd(index=0, block="text"),  # type: ignore[arg-type]
+    ],
+)
+def test_fields_of_the_wrong_type_are_rejected_with_chunk_shape(bad: StreamChunk) -> None:
+    assert violation([BlockStart(index=0, block_type="text"), bad]).rule == "chunk-shape"
+
+
+def test_tool_delta_fields_of_the_wrong_type_are_rejected_with_chunk_shape() -> None:
+    start = BlockStart(index=0, block_type="tool-call")
+    for bad in (
+        ToolCallDelta(index=0, arguments_delta=7),  # type: ignore[arg-type]
+        ToolCallDelta(index=0, id=5, arguments_delta="{}"),  # type: ignore[arg-type]
+        ToolCallDelta(index=0, name=["x"], arguments_delta="{}"),  # type: ignore[arg-type]
+    ):
+        assert violation([start, bad]).rule == "chunk-shape"
+
+
 def test_negative_index_in_a_delta_is_rejected() -> None:
     chunks: list[StreamChunk] = [BlockStart(index=0, block_type="text"), TextDelta(index=-3, text="x")]
     assert violation(chunks).rule == "chunk-shape"

@@ -1,9 +1,8 @@
 """chunktape: record and replay LLM adapter streams, chunk by chunk, with timing and faults."""
 
-__version__ = "0.1.0"
-
 import logging
 
+from chunktape._version import __version__
 from chunktape.cassettes import (
     DEFAULT_MATCH,
     FORMAT_VERSION,

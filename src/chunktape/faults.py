@@ -363,8 +363,18 @@ def parse_fault(value: Fault | str | Mapping[str, Any]) -> Fault:
     )
 
 
-def parse_faults(values: Iterable[Fault | str | Mapping[str, Any]]) -> list[Fault]:
-    """``parse_fault`` over a sequence; an error names the position (``faults[2]``)."""
+def parse_faults(values: Iterable[Fault | str | Mapping[str, Any]] | Fault | str | Mapping[str, Any]) -> list[Fault]:
+    """``parse_fault`` over a sequence; an error names the position (``faults[2]``).
+
+    A single fault (a Struct, a catalogue id, or one mapping) is taken as a list of one, never iterated.
+    """
+    if isinstance(values, str | Mapping | _FaultBase):
+        values = [values]
+    if not isinstance(values, Iterable):
+        raise LlmError(
+            f"faults must be a list of faults, catalogue ids or mappings, got {type(values).__name__}",
+            ErrorCode.INVALID_CONFIG,
+        )
     faults: list[Fault] = []
     for position, value in enumerate(values):
         try:

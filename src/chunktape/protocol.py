@@ -187,7 +187,7 @@ class ReasoningOption(_Wire, frozen=True, kw_only=True):
 
 def attribution_headers() -> dict[str, str]:
     """Headers every provider request merges in, so providers can attribute traffic to chunktape."""
-    from chunktape import __version__
+    from chunktape._version import __version__
 
     return {"User-Agent": f"chunktape/{__version__}", "X-Title": "chunktape"}
 

@@ -113,7 +113,7 @@ def _record_mode(config: pytest.Config, marker_mode: object) -> RecordMode:
         try:
             return RecordMode.parse(marker_mode)
         except LlmError as error:
-            pytest.fail(f"@pytest.mark.tape(mode=...): {error.message}", pytrace=False)
+            raise pytest.fail.Exception(f"@pytest.mark.tape(mode=...): {error.message}", pytrace=False) from None
     ini = str(config.getini("tape_mode"))
     return RecordMode(ini) if ini else RecordMode.NONE
 
@@ -159,17 +159,23 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     marker = metafunc.definition.get_closest_marker("tape_fault_matrix")
     if marker is None:
         return
-    where = metafunc.definition.nodeid
     if "tape" not in metafunc.fixturenames:
+        where = metafunc.definition.nodeid
         pytest.fail(f"{where}: @pytest.mark.tape_fault_matrix needs the test to use the tape fixture", pytrace=False)
     unknown = set(marker.kwargs) - {"faults"}
+    problem = None
     if len(marker.args) > 1 or unknown:
-        pytest.fail(f"{where}: the marker's signature is tape_fault_matrix(faults=STANDARD_FAULTS)", pytrace=False)
-    value = marker.args[0] if marker.args else marker.kwargs.get("faults", STANDARD_FAULTS)
-    try:
-        items = _matrix_faults(value)
-    except LlmError as error:
-        pytest.fail(f"{where}: {error.message}", pytrace=False)
+        problem = "the marker's signature is tape_fault_matrix(faults=STANDARD_FAULTS)"
+    else:
+        value = marker.args[0] if marker.args else marker.kwargs.get("faults", STANDARD_FAULTS)
+        try:
+            items = _matrix_faults(value)
+        except LlmError as error:
+            problem = error.message
+    if problem is not None:
+        # One failing item for this test, rather than a collection error that hides the rest of the module.
+        metafunc.parametrize("_tape_fault", [_BadMatrix(problem)], ids=["invalid-fault-matrix"], indirect=True)
+        return
     metafunc.parametrize(
         "_tape_fault",
         [None, *(fault for _, fault in items)],
@@ -178,11 +184,20 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     )
 
 
+class _BadMatrix:
+    """A ``tape_fault_matrix`` marker that cannot be used; the test fails with ``problem`` at setup."""
+
+    def __init__(self, problem: str) -> None:
+        self.problem = problem
+
+
 @pytest.fixture
 def _tape_fault(request: pytest.FixtureRequest) -> Fault | None:
     """The fault the matrix injects into this run (None outside the matrix and in its ``[no-fault]`` run)."""
-    fault: Fault | None = getattr(request, "param", None)
-    return fault
+    param: Fault | _BadMatrix | None = getattr(request, "param", None)
+    if isinstance(param, _BadMatrix):
+        pytest.fail(f"@pytest.mark.tape_fault_matrix: {param.problem}", pytrace=False)
+    return param
 
 
 # -- the fixtures ---------------------------------------------------------------------------------
@@ -374,7 +389,7 @@ def tape(
         if not isinstance(timing, Timing):
             raise LlmError("@pytest.mark.tape(timing=...) takes a Timing", ErrorCode.INVALID_CONFIG)
     except LlmError as error:
-        pytest.fail(f"@pytest.mark.tape: {error.message}", pytrace=False)
+        raise pytest.fail.Exception(f"@pytest.mark.tape: {error.message}", pytrace=False) from None
     if _tape_fault is not None:
         # A recording made under an injected fault would record the fault, not the provider: replay only.
         mode = RecordMode.NONE
@@ -398,7 +413,7 @@ def tape(
             match_on=options.get("match_on") or DEFAULT_MATCH,
         )
     except LlmError as error:  # an unreadable cassette, a bad matcher: the message says what to do
-        pytest.fail(f"{_show(request.config, path)}: {error}", pytrace=False)
+        raise pytest.fail.Exception(f"{_show(request.config, path)}: {error}", pytrace=False) from None
     adapter = Tape(session, _tape_fault, matrix_id if _tape_fault is not None else None)
     item.stash[_tape_key] = adapter
     yield adapter
@@ -408,7 +423,7 @@ def tape(
     try:
         written = session.close(failed=not passed)
     except LlmError as error:  # a secret left in the recording: nothing was written
-        pytest.fail(f"{_show(request.config, path)}: {error}", pytrace=False)
+        raise pytest.fail.Exception(f"{_show(request.config, path)}: {error}", pytrace=False) from None
     if written is not None:
         recorded = sum(1 for made in session.calls if made.recorded)
         total = len(session.cassette.interactions) if passed else recorded
@@ -436,7 +451,7 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
         try:
             adapter.session.assert_all_played()
         except AssertionError as error:
-            pytest.fail(f"--tape-strict: {error}", pytrace=False)
+            raise pytest.fail.Exception(f"--tape-strict: {error}", pytrace=False) from None
     return result
 
 

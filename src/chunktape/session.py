@@ -15,7 +15,7 @@ import msgspec
 from chunktape.cassettes.matching import DEFAULT_MATCH, MatchOn
 from chunktape.cassettes.model import Cassette, RecordedRequest
 from chunktape.errors import ErrorCode, LlmError
-from chunktape.protocol import GenerateOptions, LlmAdapter, StreamChunk
+from chunktape.protocol import GenerateOptions, LlmAdapter, ReasoningOption, StreamChunk
 from chunktape.recorder.recording import RecordingAdapter
 from chunktape.replayer.replaying import ReplayAdapter
 from chunktape.replayer.timing import Timing
@@ -83,12 +83,22 @@ class CassetteSession(LlmAdapter):
         """The file this session wrote on save: ``path``, ``failed_path``, or None when nothing was recorded."""
         if self.path.exists() and self.mode is not RecordMode.ALL:
             self._replayer = ReplayAdapter(self.path, **replay_options)
+        else:
+            # Check the replay options now, even though this run records: a bad matcher, fault or timing must
+            # not pass while recording and fail only later, offline, in CI.
+            ReplayAdapter(Cassette(), **replay_options)
 
     @property
     def name(self) -> str:
         if self._replayer is not None:
             return self._replayer.name
         return self._live.name if self._live is not None else "cassette"
+
+    def reasoning_options(self) -> Sequence[ReasoningOption]:
+        """The recorded adapter's efforts when replaying; the live adapter's once one was built."""
+        if self._replayer is not None:
+            return self._replayer.reasoning_options()
+        return self._live.reasoning_options() if self._live is not None else ()
 
     @property
     def replayer(self) -> ReplayAdapter | None:
@@ -182,6 +192,7 @@ class CassetteSession(LlmAdapter):
             self._saved = recorder.save()
             if self._saved is not None:
                 self.written = self.path
+                self.failed_path.unlink(missing_ok=True)  # an earlier failed run's leftover is stale now
         return self.written
 
     async def aclose(self) -> None:
@@ -210,6 +221,7 @@ class CassetteSession(LlmAdapter):
             raise LlmError(
                 "CassetteSession.close() cannot run inside an event loop; await aclose() instead",
                 ErrorCode.INVALID_CONFIG,
+                hint="",
             )
         if self._closed:
             return self.written
@@ -248,6 +260,12 @@ def use_cassette(
         path,
         live=live,
         mode=mode,
-        replay_options={"timing": timing, "faults": faults, "match_on": match_on, "allow_repeats": allow_repeats},
+        replay_options={
+            "timing": timing,
+            "faults": faults,
+            "match_on": match_on,
+            "allow_repeats": allow_repeats,
+            "redact": redact,
+        },
         record_options={"redact": redact, "allow_secrets": allow_secrets, "validate": validate},
     )

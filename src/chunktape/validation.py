@@ -97,9 +97,13 @@ class StreamValidator:
         match chunk:
             case TextDelta() | ReasoningDelta():
                 self._delta(chunk, chunk.index)
+                self._check_str("text", chunk.text)
                 self._pieces.append(chunk.text)
             case ToolCallDelta():
                 self._delta(chunk, chunk.index)
+                self._check_str("argumentsDelta", chunk.arguments_delta)
+                self._check_str("id", chunk.id, optional=True)
+                self._check_str("name", chunk.name, optional=True)
                 self._pieces.append(chunk.arguments_delta)
                 if chunk.id is not None:
                     if self._open_id is not None and chunk.id != self._open_id:
@@ -146,6 +150,10 @@ class StreamValidator:
 
     # -- helpers ----------------------------------------------------------------------------
 
+    def _check_str(self, field: str, value: object, *, optional: bool = False) -> None:
+        if type(value) is not str and not (optional and value is None):
+            self._fail("chunk-shape", f"{field} must be a string, got {type(value).__name__}")
+
     def _check_index(self, index: object) -> None:
         if type(index) is not int or index < 0:
             self._fail("chunk-shape", f"index must be a non-negative int, got {index!r}")
@@ -167,6 +175,10 @@ class StreamValidator:
             self._fail("index-order", f"block-end index {chunk.index} inside block {self._open_index}")
         block = chunk.block
         block_type = _BLOCK_TYPE.get(type(block))
+        if block_type is None:
+            self._fail("chunk-shape", f"block-end carries {type(block).__name__}, not a block")
+        for field in ("text",) if block_type != "tool-call" else ("id", "name", "arguments"):
+            self._check_str(field, getattr(block, field))
         if block_type != self._open_type:
             self._fail("block-content", f"block-end carries a {block_type} block for a {self._open_type} block")
         streamed = "".join(self._pieces)

@@ -13,7 +13,8 @@ from typing import Any, TypeAlias
 
 import msgspec
 
-from chunktape.protocol import PROTOCOL, GenerateOptions, Message, StreamChunk, ToolSpec
+from chunktape.errors import ErrorCode, LlmError
+from chunktape.protocol import PROTOCOL, GenerateOptions, Message, ReasoningOption, StreamChunk, ToolSpec
 
 __all__ = [
     "FORMAT_VERSION",
@@ -114,7 +115,23 @@ class RecordedRequest(_Wire, frozen=True, kw_only=True):
 def request_fingerprint(request: RecordedRequest) -> str:
     """sha256 hex of the request's canonical JSON: sorted keys, without the fingerprint field itself."""
     canonical = msgspec.structs.replace(request, fingerprint="")
-    return hashlib.sha256(msgspec.json.encode(canonical, order="sorted")).hexdigest()
+    try:
+        encoded = msgspec.json.encode(canonical, order="sorted")
+    except (TypeError, ValueError) as error:  # msgspec.EncodeError is a ValueError
+        bad = [key for key, value in request.extra.items() if not _encodable(value)]
+        where = f"extra field(s) {bad}" if bad else "a request field"
+        raise LlmError(
+            f"{where} cannot be recorded: {error}", ErrorCode.UNSUPPORTED_OPTION, hint="pass JSON-serialisable values"
+        ) from None
+    return hashlib.sha256(encoded).hexdigest()
+
+
+def _encodable(value: object) -> bool:
+    try:
+        msgspec.json.encode(value)
+    except (TypeError, ValueError):
+        return False
+    return True
 
 
 class Interaction(_Wire, frozen=True, kw_only=True):
@@ -138,7 +155,7 @@ def _now() -> datetime:
 
 
 def _recorder() -> str:
-    from chunktape import __version__
+    from chunktape._version import __version__
 
     return f"chunktape {__version__}"
 
@@ -151,6 +168,8 @@ class CassetteMeta(_Wire, frozen=True, kw_only=True):
     adapter: str = ""
     protocol: str = PROTOCOL
     tags: dict[str, str] = {}
+    reasoning_options: list[ReasoningOption] = []
+    """The recorded adapter's ``reasoning_options()``, so a replay offers the agent the same efforts."""
 
 
 class Cassette(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):

@@ -28,7 +28,7 @@ from chunktape.protocol import (
     ToolCallDelta,
 )
 
-__all__ = ["KEY_PATTERNS", "REDACTED", "check_secrets", "env_secrets", "find_secrets", "redact"]
+__all__ = ["KEY_PATTERNS", "REDACTED", "check_secrets", "env_secrets", "find_secrets", "redact", "redact_request"]
 
 REDACTED = "[REDACTED]"
 MIN_SECRET_LENGTH = 8
@@ -279,6 +279,16 @@ def _redact_request(request: RecordedRequest, secrets: Sequence[str], patterns: 
     if cleaned == plain:
         return request
     return RecordedRequest.from_options(msgspec.convert(cleaned, RecordedRequest))
+
+
+def redact_request(request: RecordedRequest, secrets: Iterable[str]) -> RecordedRequest:
+    """``request`` with every occurrence of ``secrets`` replaced, as the recorder stores it.
+
+    A replayer applies this to the live request so that a request recorded with a credential in it still
+    matches its (redacted) recording.
+    """
+    usable = _usable(secrets)
+    return _redact_request(request, usable, patterns=False) if usable else request
 
 
 def redact_interaction(interaction: Interaction, secrets: Sequence[str], *, patterns: bool = False) -> Interaction:

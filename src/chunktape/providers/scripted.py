@@ -43,6 +43,16 @@ class ScriptedToolCall(msgspec.Struct, frozen=True, kw_only=True):
     arguments: dict[str, Any] | str = {}
     id: str | None = None
 
+    def __post_init__(self) -> None:
+        if isinstance(self.arguments, str):
+            try:
+                msgspec.json.decode(self.arguments)
+            except msgspec.DecodeError:
+                raise LlmError(
+                    f"ScriptedToolCall {self.name!r}: arguments must be JSON text, got {self.arguments!r}",
+                    ErrorCode.INVALID_CONFIG,
+                ) from None
+
 
 class ScriptedError(msgspec.Struct, frozen=True, kw_only=True):
     """Make the turn fail with this ``LlmError`` after ``after_chunks`` chunks (0: before any chunk)."""
@@ -52,6 +62,15 @@ class ScriptedError(msgspec.Struct, frozen=True, kw_only=True):
     status: int | None = None
     retry_after: float | None = None
     after_chunks: int = 0
+
+    def __post_init__(self) -> None:
+        if self.code not in ErrorCode.__members__:
+            raise LlmError(
+                f"ScriptedError code {self.code!r} is not an ErrorCode (valid: {', '.join(ErrorCode)})",
+                ErrorCode.INVALID_CONFIG,
+            )
+        if self.after_chunks < 0:
+            raise LlmError("ScriptedError after_chunks must be >= 0", ErrorCode.INVALID_CONFIG)
 
     def to_error(self) -> LlmError:
         return LlmError(self.message, self.code, status=self.status, retry_after=self.retry_after)
@@ -93,9 +112,9 @@ class ScriptedAdapter(LlmAdapter):
         name: str = "scripted",
     ) -> None:
         if first_chunk_s < 0 or between_s < 0:
-            raise ValueError("first_chunk_s and between_s must be >= 0")
+            raise LlmError("first_chunk_s and between_s must be >= 0", ErrorCode.INVALID_CONFIG)
         if args_piece < 1:
-            raise ValueError("args_piece must be >= 1")
+            raise LlmError("args_piece must be >= 1", ErrorCode.INVALID_CONFIG)
         self._turns = turns
         self.first_chunk_s = first_chunk_s
         self.between_s = between_s

@@ -25,7 +25,7 @@ from chunktape.cassettes.model import (
 )
 from chunktape.cassettes.redaction import check_secrets, env_secrets, redact_interaction
 from chunktape.errors import ErrorCode, LlmError, ProtocolViolation
-from chunktape.protocol import GenerateOptions, LlmAdapter, ReasoningOption, StreamChunk
+from chunktape.protocol import Finish, GenerateOptions, LlmAdapter, ReasoningOption, StreamChunk
 from chunktape.validation import StreamValidator
 
 __all__ = ["RecordingAdapter", "StreamViolationWarning"]
@@ -50,10 +50,15 @@ class _Slot:
         self.violation: ProtocolViolation | None = None
 
     def freeze(self) -> Interaction:
-        outcome = self.outcome or Cancelled(
-            t_ns=self.events[-1].t_ns if self.events else 0,
-            reason="still streaming when the recorder was closed",
-        )
+        outcome = self.outcome
+        if outcome is None:
+            t_ns = self.events[-1].t_ns if self.events else 0
+            if self.events and type(self.events[-1].chunk) is Finish:
+                # A consumer that breaks out of ``async for`` at finish leaves the generator unclosed; the
+                # stream itself was complete.
+                outcome = Completed(t_ns=t_ns)
+            else:
+                outcome = Cancelled(t_ns=t_ns, reason="still streaming when the recorder was closed")
         return Interaction(
             request=self.request,
             events=list(self.events),
@@ -61,6 +66,40 @@ class _Slot:
             started_at=self.started_at,
             attempt=self.attempt,
         )
+
+
+class _ProviderClock:
+    """Time attributable to the provider: spent waiting on the inner stream, not in the consumer's hands.
+
+    The tee is pull-based, so a consumer that works between chunks delays the next read; counting that time
+    would make a replay (which the same consumer slows down again) count it twice.
+    """
+
+    __slots__ = ("_loop", "_since", "elapsed")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._since: float | None = loop.time()
+        self.elapsed = 0.0
+
+    def waiting(self) -> None:
+        self._since = self._loop.time()
+
+    def arrived(self) -> int:
+        """Stop the wait (if one is running) and return the provider time so far, in ns."""
+        if self._since is not None:
+            self.elapsed += self._loop.time() - self._since
+            self._since = None
+        return round(self.elapsed * 1e9)
+
+
+def _close_validator(slot: _Slot, validator: StreamValidator | None) -> None:
+    if validator is None:
+        return
+    try:
+        validator.close()
+    except ProtocolViolation as violation:
+        slot.violation = violation
 
 
 class RecordingAdapter(LlmAdapter):
@@ -79,7 +118,7 @@ class RecordingAdapter(LlmAdapter):
     def __init__(
         self,
         inner: LlmAdapter,
-        cassette_path: str | os.PathLike[str],
+        cassette: str | os.PathLike[str],
         *,
         redact: bool | Sequence[str] = True,
         allow_secrets: Sequence[str] = (),
@@ -89,13 +128,15 @@ class RecordingAdapter(LlmAdapter):
         tags: Mapping[str, str] | None = None,
     ) -> None:
         self.inner = inner
-        self.path = Path(cassette_path)
+        self.path = Path(cassette)
         self.journal_path = journal_path(self.path)
         self.redact = redact
         self.allow_secrets = tuple(allow_secrets)
         self.validate = validate
         self.append = append
-        self.meta = CassetteMeta(adapter=inner.name, tags=dict(tags or {}))
+        self.meta = CassetteMeta(
+            adapter=inner.name, tags=dict(tags or {}), reasoning_options=list(inner.reasoning_options())
+        )
         self._use_journal = journal
         self._journal: Journal | None = None
         self._slots: list[_Slot] = []
@@ -144,8 +185,7 @@ class RecordingAdapter(LlmAdapter):
         return slot
 
     async def stream(self, options: GenerateOptions) -> AsyncIterator[StreamChunk]:
-        loop = asyncio.get_running_loop()
-        start = loop.time()
+        clock = _ProviderClock(asyncio.get_running_loop())
         slot = self._begin(options)
         events, journal, ident = slot.events, self._journal, slot.id
         validator = StreamValidator() if self.validate else None
@@ -153,8 +193,13 @@ class RecordingAdapter(LlmAdapter):
         outcome: Outcome | None = None
         try:
             iterator = self.inner.stream(options)
-            async for chunk in iterator:
-                t_ns = round((loop.time() - start) * 1e9)
+            while True:
+                clock.waiting()
+                try:
+                    chunk = await anext(iterator)
+                except StopAsyncIteration:
+                    break
+                t_ns = clock.arrived()
                 events.append(Event(t_ns=t_ns, chunk=chunk))
                 if journal is not None:
                     journal.event(ident, t_ns, chunk)
@@ -164,19 +209,15 @@ class RecordingAdapter(LlmAdapter):
                     except ProtocolViolation as violation:
                         slot.violation, validator = violation, None
                 yield chunk
-            if validator is not None:
-                try:
-                    validator.close()
-                except ProtocolViolation as violation:
-                    slot.violation = violation
-            outcome = Completed(t_ns=self._now(loop, start))
+            _close_validator(slot, validator)
+            outcome = Completed(t_ns=clock.arrived())
         except LlmError as error:
             signal = options.signal
             if error.code is ErrorCode.CANCELLED and signal is not None and signal.aborted:
-                outcome = Cancelled(t_ns=self._now(loop, start), reason="abort signal")
+                outcome = Cancelled(t_ns=clock.arrived(), reason="abort signal")
             else:
                 outcome = Raised(
-                    t_ns=self._now(loop, start),
+                    t_ns=clock.arrived(),
                     code=error.code.value,
                     message=error.message,
                     status=error.status,
@@ -185,14 +226,19 @@ class RecordingAdapter(LlmAdapter):
             self._warn(slot)
             raise
         except GeneratorExit:
-            outcome = Cancelled(t_ns=self._now(loop, start), reason="consumer closed the stream")
+            if events and type(events[-1].chunk) is Finish:
+                # The consumer stopped at the finish chunk: the stream was complete, nothing was cut.
+                _close_validator(slot, validator)
+                outcome = Completed(t_ns=clock.arrived())
+            else:
+                outcome = Cancelled(t_ns=clock.arrived(), reason="consumer closed the stream")
             raise
         except asyncio.CancelledError:
-            outcome = Cancelled(t_ns=self._now(loop, start), reason="task cancelled")
+            outcome = Cancelled(t_ns=clock.arrived(), reason="task cancelled")
             raise
         except Exception as error:
             outcome = Raised(
-                t_ns=self._now(loop, start),
+                t_ns=clock.arrived(),
                 code=ErrorCode.INVALID_RESPONSE.value,
                 message=f"{type(error).__name__}: {error}",
                 exception_type=f"{type(error).__module__}.{type(error).__qualname__}",
@@ -200,17 +246,13 @@ class RecordingAdapter(LlmAdapter):
             self._warn(slot)
             raise
         finally:
-            slot.outcome = outcome or Cancelled(t_ns=self._now(loop, start), reason="interrupted")
+            slot.outcome = outcome or Cancelled(t_ns=clock.arrived(), reason="interrupted")
             if journal is not None and self._journal is journal:
                 journal.end(ident, slot.outcome)
             aclose = getattr(iterator, "aclose", None)
             if aclose is not None:
                 await aclose()
         self._warn(slot, strict=True)
-
-    @staticmethod
-    def _now(loop: asyncio.AbstractEventLoop, start: float) -> int:
-        return round((loop.time() - start) * 1e9)
 
     def _warn(self, slot: _Slot, *, strict: bool = False) -> None:
         """Warn about a recorded violation; on error paths a warnings-as-errors filter must not mask the error."""

@@ -28,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import random
 import re
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from typing import Any, Literal
 
 import msgspec
@@ -92,7 +92,7 @@ class FiredFault(msgspec.Struct, frozen=True, kw_only=True):
 class ActiveFault:
     """The faults that fire on one call; ``before_stream()`` then ``wrap()`` apply them."""
 
-    __slots__ = ("_outcome", "call", "fired")
+    __slots__ = ("_outcome", "call", "delayed_s", "fired")
 
     def __init__(self, fired: Sequence[FiredFault], *, call: int) -> None:
         if not fired:
@@ -101,6 +101,8 @@ class ActiveFault:
         self.call = call
         """The 1-based number of the ``stream()`` call this applies to."""
         self._outcome: Literal["pending", "served", "abandoned"] = "pending"
+        self.delayed_s = 0.0
+        """Seconds of delay the faults injected so far; a timed source shifts its schedule by this much."""
 
     @property
     def fault_id(self) -> str:
@@ -142,12 +144,18 @@ class ActiveFault:
         """The faulty view of ``chunks``; closing it closes ``chunks``. Delays honour ``signal``."""
         stream = chunks
         for item in self.fired:
-            stream = _apply(item, stream, signal)
+            stream = _apply(item, stream, signal, self._delayed)
         return self._track(stream)
+
+    def _delayed(self, seconds: float) -> None:
+        self.delayed_s += seconds
 
     async def _track(self, stream: AsyncIterator[StreamChunk]) -> AsyncIterator[StreamChunk]:
         try:
             async for chunk in stream:
+                if type(chunk) is Finish:
+                    # Served: a consumer may stop at the finish chunk without reading on to the end.
+                    self._outcome = "served"
                 yield chunk
             self._outcome = "served"
         finally:
@@ -274,7 +282,10 @@ async def _aclose(chunks: AsyncIterator[StreamChunk]) -> None:
 
 
 def _apply(
-    item: FiredFault, chunks: AsyncIterator[StreamChunk], signal: AbortSignal | None
+    item: FiredFault,
+    chunks: AsyncIterator[StreamChunk],
+    signal: AbortSignal | None,
+    delayed: Callable[[float], None],
 ) -> AsyncIterator[StreamChunk]:
     fault = item.fault
     match fault:
@@ -283,9 +294,9 @@ def _apply(
         case Disconnect():
             return _disconnect(item, fault, chunks)
         case Stall():
-            return _stall(fault, chunks, signal)
+            return _stall(fault, chunks, signal, delayed)
         case Latency():
-            return _latency(fault, chunks, signal)
+            return _latency(fault, chunks, signal, delayed)
         case Truncate():
             return _truncate(fault, chunks)
         case Corrupt():
@@ -339,13 +350,14 @@ async def _disconnect(
 
 
 async def _stall(
-    fault: Stall, chunks: AsyncIterator[StreamChunk], signal: AbortSignal | None
+    fault: Stall, chunks: AsyncIterator[StreamChunk], signal: AbortSignal | None, delayed: Callable[[float], None]
 ) -> AsyncIterator[StreamChunk]:
     position = 0
     try:
         async for chunk in chunks:
             if position == fault.after_chunks:
                 await abort.sleep(fault.seconds, signal)
+                delayed(fault.seconds)
             yield chunk
             position += 1
         if position <= fault.after_chunks:
@@ -355,7 +367,7 @@ async def _stall(
 
 
 async def _latency(
-    fault: Latency, chunks: AsyncIterator[StreamChunk], signal: AbortSignal | None
+    fault: Latency, chunks: AsyncIterator[StreamChunk], signal: AbortSignal | None, delayed: Callable[[float], None]
 ) -> AsyncIterator[StreamChunk]:
     rng = random.Random(fault.seed)
     first = True
@@ -367,6 +379,7 @@ async def _latency(
             first = False
             if delay > 0:
                 await abort.sleep(delay, signal)
+                delayed(delay)
             yield chunk
     finally:
         await _aclose(chunks)

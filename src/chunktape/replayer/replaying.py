@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from chunktape import abort
 from chunktape.cassettes.codec import LazyCassette, as_lazy
 from chunktape.cassettes.matching import DEFAULT_MATCH, MatchOn, RequestMatcher
 from chunktape.cassettes.model import Cancelled, Cassette, Interaction, Raised, RecordedRequest
+from chunktape.cassettes.redaction import env_secrets, redact_request
 from chunktape.errors import ErrorCode, LlmError
 from chunktape.faults import Fault
-from chunktape.protocol import GenerateOptions, LlmAdapter, StreamChunk
+from chunktape.protocol import GenerateOptions, LlmAdapter, ReasoningOption, StreamChunk
 from chunktape.replayer.injection import FaultPlan
 from chunktape.replayer.timing import Timing
 
@@ -37,7 +38,14 @@ class ReplayAdapter(LlmAdapter):
         match_on: MatchOn = DEFAULT_MATCH,
         allow_repeats: bool = False,
         name: str | None = None,
+        redact: bool | Sequence[str] = True,
     ) -> None:
+        if not isinstance(timing, Timing):
+            raise LlmError(
+                f"timing must be a Timing (Timing.instant(), Timing.recorded(speed), Timing.fixed(first_chunk_s, "
+                f"between_s)), got {timing!r}",
+                ErrorCode.INVALID_CONFIG,
+            )
         self.source = as_lazy(cassette)
         self.timing = timing
         self.fault_plan = FaultPlan(faults)
@@ -46,6 +54,8 @@ class ReplayAdapter(LlmAdapter):
         """Per ``stream()`` call, the id of the fault injected into it, or None."""
         self.matcher = RequestMatcher(match_on)
         self.allow_repeats = allow_repeats
+        self.redact = redact
+        """Redact live requests like the recorder did (env credentials, plus any listed), so they still match."""
         self.play_counts = [0] * len(self.source)
         """How often each recorded interaction was played."""
         self.calls = 0
@@ -56,6 +66,10 @@ class ReplayAdapter(LlmAdapter):
     @property
     def name(self) -> str:
         return self._name
+
+    def reasoning_options(self) -> Sequence[ReasoningOption]:
+        """The efforts the recorded adapter offered (from the cassette's meta)."""
+        return self.source.meta.reasoning_options
 
     @property
     def path(self) -> str | None:
@@ -89,10 +103,20 @@ class ReplayAdapter(LlmAdapter):
             ErrorCode.CASSETTE_EXHAUSTED,
         )
 
+    def _recorded_form(self, options: GenerateOptions | RecordedRequest) -> RecordedRequest:
+        """The request as the recorder would have stored it: same fields, same redaction."""
+        request = RecordedRequest.from_options(options)
+        if self.redact is False:
+            return request
+        secrets = list(env_secrets().values())
+        if not isinstance(self.redact, bool):
+            secrets.extend(self.redact)
+        return redact_request(request, secrets)
+
     def can_play(self, options: GenerateOptions | RecordedRequest) -> bool:
         """Whether a ``stream(options)`` call now would replay something (rather than mismatch or run out)."""
         try:
-            self.select(RecordedRequest.from_options(options))
+            self.select(self._recorded_form(options))
         except LlmError:
             return False
         return True
@@ -120,7 +144,7 @@ class ReplayAdapter(LlmAdapter):
         signal = options.signal
         if signal is not None:
             signal.throw_if_aborted()
-        request = RecordedRequest.from_options(options)
+        request = self._recorded_form(options)
         fault = self.fault_plan.select(options) if self.fault_plan else None
         self.injected.append(None if fault is None else fault.fault_id)
         if fault is not None:
@@ -142,7 +166,9 @@ class ReplayAdapter(LlmAdapter):
                     yield event.chunk
             self._end(interaction, index)
             return
-        chunks = self.timed(interaction, index, signal)
+        # Delays a fault injects (a stall, latency) shift the rest of the recorded schedule, not vanish into it.
+        shift = (lambda: fault.delayed_s) if fault is not None else None
+        chunks = self.timed(interaction, index, signal, shift)
         if fault is not None:
             chunks = fault.wrap(chunks, signal)
         try:
@@ -155,7 +181,11 @@ class ReplayAdapter(LlmAdapter):
                 self.play_counts[index] -= 1
 
     async def timed(
-        self, interaction: Interaction, index: int, signal: abort.AbortSignal | None
+        self,
+        interaction: Interaction,
+        index: int,
+        signal: abort.AbortSignal | None,
+        shift: Callable[[], float] | None = None,
     ) -> AsyncIterator[StreamChunk]:
         """The interaction's chunks released on this adapter's ``timing``, ending with its recorded outcome.
 
@@ -168,14 +198,14 @@ class ReplayAdapter(LlmAdapter):
         instant = self.timing.is_instant
         for position, event in enumerate(interaction.events):
             if not instant:
-                delay = start + due[position] - loop.time()
+                delay = start + due[position] + (shift() if shift is not None else 0.0) - loop.time()
                 if delay > 0:
                     await abort.sleep(delay, signal)
             if signal is not None and signal.aborted:
                 raise signal.error()
             yield event.chunk
         if not instant:
-            delay = start + due[-1] - loop.time()
+            delay = start + due[-1] + (shift() if shift is not None else 0.0) - loop.time()
             if delay > 0:
                 await abort.sleep(delay, signal)
         self._end(interaction, index)
