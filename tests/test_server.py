@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 from pathlib import Path
 from typing import Any
@@ -404,3 +405,13 @@ async def test_concurrent_requests_each_get_their_interaction() -> None:
         for recorded, result in zip(cassette.interactions, results, strict=True):
             check(recorded, *result)
         assert server.adapter.unplayed() == []
+
+
+async def test_a_deliberate_reset_is_not_logged_as_a_server_error(caplog: pytest.LogCaptureFixture) -> None:
+    recorded = load_cassette(DEMO).interactions[0]
+    with caplog.at_level(logging.INFO):
+        async with ReplayServer(DEMO, timing=INSTANT, faults=[Disconnect(after_chunks=2)]) as server:
+            _, error = await replay(server, recorded.request.to_options())
+    assert error is not None
+    assert error.code is ErrorCode.STREAM_ABORTED
+    assert not [record for record in caplog.records if "Exception in ASGI application" in record.getMessage()]

@@ -92,11 +92,12 @@ class _QuietResets(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         exc = record.exc_info[1] if record.exc_info else None
-        while exc is not None:
-            if isinstance(exc, _Reset):
+        seen: set[int] = set()
+        while exc is not None and id(exc) not in seen:
+            seen.add(id(exc))
+            if _has_reset(exc):
                 return False
-            group = exc.exceptions if isinstance(exc, BaseExceptionGroup) else ()
-            exc = next((inner for inner in group if _has_reset(inner)), None) or exc.__cause__ or exc.__context__
+            exc = exc.__cause__ or exc.__context__
         return True
 
 
@@ -407,7 +408,7 @@ class ReplayServer:
         streaming = isinstance(body, dict) and body.get("stream") is True
         adapter = target.adapter
         chunks = adapter.stream(options)
-        headers = {"x-chunktape-interaction-call": str(adapter.calls)}
+        headers = {"x-chunktape-call": str(adapter.calls)}
         if target.name is not None:
             headers["x-chunktape-scenario"] = target.name
         first: StreamChunk | None = None
