@@ -33,6 +33,10 @@ def serve(
         Path | None,
         typer.Option("--scenarios", help="A scenario file (.toml/.json): one route per scenario."),
     ] = None,
+    repeat: Annotated[
+        bool,
+        typer.Option("--repeat", help="Let an interaction be played again (clients that rerun their suite)."),
+    ] = False,
     allow_remote: Annotated[
         bool, typer.Option("--allow-remote", help="Allow a non-loopback --host (only on a trusted network).")
     ] = False,
@@ -42,6 +46,7 @@ def serve(
     POST /v1/chat/completions replays the cassettes. With --scenarios, each scenario also answers at
     /scenarios/<name>/v1/chat/completions (or with the header X-Chunktape-Scenario: <name>), and
     GET /scenarios lists them, so an agent in any language runs its fault matrix against one server.
+    Each interaction plays once (like a replay in tests); --repeat, or POST /reset, lets a client run again.
 
     Example: chunktape serve cassettes/demo-session.msgpack --port 8000 --speed 2
     """
@@ -67,6 +72,7 @@ def serve(
         timing=timing,
         faults=faults,
         scenarios=scenarios,
+        allow_repeats=repeat,
         allow_remote=allow_remote,
         on_ready=announce,
     )
