@@ -608,3 +608,18 @@ async def test_a_stall_abandoned_by_the_consumer_does_not_consume_the_interactio
     assert len(received) == 1
     assert not abandoned.served
     assert not abandoned.consumes_interaction
+
+
+async def test_disconnect_after_bytes_counts_streamed_content() -> None:
+    out, error, source = await run_fault(Disconnect(after_bytes=3))
+    assert error is not None
+    assert error.code is ErrorCode.STREAM_ABORTED
+    assert "disconnect-after-3-bytes" in str(error)
+    content = "".join(
+        c.arguments_delta if isinstance(c, ToolCallDelta) else getattr(c, "text", "")
+        for c in out
+        if type(c).__name__.endswith("Delta")
+    )
+    assert len(content.encode()) >= 3
+    assert out == CHUNKS[: len(out)]
+    assert source.closed

@@ -377,3 +377,22 @@ def test_any_fault_over_any_stream_gives_a_valid_prefix_and_a_documented_code(
     else:
         assert error is not None
         assert error.code in (ErrorCode.PROVIDER_HTTP_ERROR, ErrorCode.STREAM_ABORTED, ErrorCode.INVALID_RESPONSE)
+
+
+@pytest.mark.parametrize("after_bytes", [0, 1, 137, 1000])
+async def test_disconnect_after_bytes_delivers_exactly_that_many_bytes(
+    fake_provider: FakeProvider, after_bytes: int
+) -> None:
+    fake_provider.enqueue(FakeResponse(body=deepseek_parallel_tools()))
+    fault = Disconnect(after_bytes=after_bytes)
+    transport = FaultTransport(httpx.AsyncHTTPTransport(), [fault])
+    received = b""
+    url = f"{fake_provider.url}/chat/completions"
+    async with httpx.AsyncClient(transport=transport) as client, client.stream("POST", url, json={}) as response:
+        with pytest.raises(
+            httpx.ReadError, match=r"after \d+ byte\(s\) of the body \[injected fault disconnect-after-\d+-bytes"
+        ):
+            async for piece in response.aiter_raw():
+                received += piece
+    assert len(received) == after_bytes
+    assert deepseek_parallel_tools().startswith(received)

@@ -138,8 +138,13 @@ class HttpError(_FaultBase, frozen=True, tag="http-error"):
 
 class Disconnect(_FaultBase, frozen=True, tag="disconnect"):
     """The stream breaks with ``STREAM_ABORTED``: after N chunks, after T seconds of loop time (counted from
-    the first read of the stream), or right after the first delta of the first block of type ``inside``
-    (exactly one of the three).
+    the first read of the stream), right after the first delta of the first block of type ``inside``, or after
+    N bytes (exactly one of the four).
+
+    ``after_bytes`` counts the HTTP body in ``FaultTransport``, where the connection breaks after exactly that
+    many bytes, mid-event; on a chunk stream (``ReplayAdapter``, the replay server), where a chunk cannot be
+    split, it counts the UTF-8 bytes of streamed content (text, reasoning, tool-call arguments) and breaks
+    once that many were delivered.
 
     A disconnect always breaks the stream: if the stream would finish earlier (fewer chunks, no such block,
     or done before T), it breaks just before the ``finish`` chunk instead.
@@ -148,14 +153,15 @@ class Disconnect(_FaultBase, frozen=True, tag="disconnect"):
     after_chunks: NonNegInt | None = None
     after_s: NonNegFloat | None = None
     inside: InsideBlock | None = None
+    after_bytes: NonNegInt | None = None
 
     def __post_init__(self) -> None:
-        given = [name for name in ("after_chunks", "after_s", "inside") if getattr(self, name) is not None]
+        names = ("after_chunks", "after_s", "inside", "after_bytes")
+        given = [name for name in names if getattr(self, name) is not None]
         if len(given) != 1:
-            raise _invalid(
-                Disconnect, "after_chunks", f"exactly one of after_chunks, after_s, inside must be set, got {given}"
-            )
+            raise _invalid(Disconnect, "after_chunks", f"exactly one of {', '.join(names)} must be set, got {given}")
         self._check_count("after_chunks", self.after_chunks)
+        self._check_count("after_bytes", self.after_bytes)
         self._check_seconds("after_s", self.after_s)
         if self.inside is not None and self.inside not in ("text", "tool-call", "reasoning"):
             raise _invalid(Disconnect, "inside", f"must be one of text, tool-call, reasoning, got {self.inside!r}")
@@ -294,6 +300,8 @@ def fault_id(fault: Fault) -> str:
                 return f"disconnect-mid-{fault.inside}"
             if fault.after_s is not None:
                 return f"disconnect-after-{_num(fault.after_s)}s"
+            if fault.after_bytes is not None:
+                return f"disconnect-after-{fault.after_bytes}-bytes"
             if fault.after_chunks == 0:
                 return "disconnect-before-first-chunk"
             return f"disconnect-after-{fault.after_chunks}-chunks"

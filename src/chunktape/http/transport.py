@@ -12,8 +12,9 @@ HTTP layer a "chunk" is one SSE ``data:`` event, and each fault becomes:
 
 ``HttpError``   the request never reaches ``inner``: the status, ``Retry-After``/``retry-after-ms`` and an
                 OpenAI-style JSON error body (clients: ``PROVIDER_HTTP_ERROR``; openai: ``RateLimitError``...)
-``Disconnect``  after N data events (the first half of event N+1 is delivered), after T seconds, or right after
-                the first event with content of the ``inside`` kind, the body raises ``httpx.ReadError``; it
+``Disconnect``  after N data events (the first half of event N+1 is delivered), after T seconds, after exactly
+                N bytes of the body, or right after the first event with content of the ``inside`` kind, the
+                body raises ``httpx.ReadError``; it
                 never lets the finish event or ``[DONE]`` through (clients: ``STREAM_ABORTED``;
                 openai: ``APIConnectionError``)
 ``Stall``       silence for S seconds (``asyncio.sleep``, so virtual time works) before data event N
@@ -268,10 +269,10 @@ def _reset(item: FiredFault, request: httpx.Request, where: str) -> httpx.ReadEr
 
 
 class _Partial(_Frame):
-    """The first half of a frame: what arrived before the connection broke."""
+    """The start of a frame (its first half by default): what arrived before the connection broke."""
 
-    def __init__(self, frame: _Frame) -> None:
-        self.data = frame.data[: max(len(frame.data) // 2, 1)]
+    def __init__(self, frame: _Frame, size: int | None = None) -> None:
+        self.data = frame.data[: max(len(frame.data) // 2, 1) if size is None else size]
         self.is_data = self.done = self.ending = False
         self.kinds = frozenset()
 
@@ -282,6 +283,7 @@ async def _disconnect(
     loop = asyncio.get_running_loop()
     deadline = None if fault.after_s is None else loop.time() + fault.after_s
     seen = 0
+    sent = 0
     try:
         while True:
             try:
@@ -301,6 +303,10 @@ async def _disconnect(
                     yield _Partial(frame)
                     raise _reset(item, request, f"after {seen} event(s)")
                 seen += 1
+            if fault.after_bytes is not None and sent + len(frame.data) >= fault.after_bytes:
+                yield _Partial(frame, fault.after_bytes - sent)
+                raise _reset(item, request, f"after {fault.after_bytes} byte(s) of the body")
+            sent += len(frame.data)
             yield frame
             if fault.inside is not None and fault.inside in frame.kinds:
                 raise _reset(item, request, f"inside a {fault.inside} block, after {seen} event(s)")

@@ -317,6 +317,7 @@ async def _disconnect(
     loop = asyncio.get_running_loop()
     deadline = None if fault.after_s is None else loop.time() + fault.after_s
     yielded = 0
+    content_bytes = 0
     in_target = False
     try:
         while True:
@@ -343,10 +344,22 @@ async def _disconnect(
                     raise _aborted(item, f"inside {fault.inside} block {chunk.index}")
             yield chunk
             yielded += 1
+            if fault.after_bytes is not None:
+                content_bytes += _content_bytes(chunk)
+                if content_bytes >= fault.after_bytes:
+                    raise _aborted(item, f"after {content_bytes} byte(s) of content, {yielded} chunk(s)")
             if in_target and isinstance(chunk, TextDelta | ReasoningDelta | ToolCallDelta):
                 raise _aborted(item, f"inside {fault.inside} block {chunk.index}, after {yielded} chunk(s)")
     finally:
         await _aclose(chunks)
+
+
+def _content_bytes(chunk: StreamChunk) -> int:
+    if type(chunk) is TextDelta or type(chunk) is ReasoningDelta:
+        return len(chunk.text.encode())
+    if type(chunk) is ToolCallDelta:
+        return len(chunk.arguments_delta.encode())
+    return 0
 
 
 async def _stall(
