@@ -120,7 +120,9 @@ def build_corpus(folder: Path) -> None:
                 journal.end(ident, interaction.outcome)
         journal.close(remove=False)
         (folder / f"{number}-journal").write_bytes(b"\x02" + journal.path.read_bytes())
-    (folder / "sse").write_bytes(b'\x03data: {"choices":[{"delta":{"content":"hi"}}]}\n\n: keep-alive\n\ndata: [DONE]\n\n')
+    (folder / "sse").write_bytes(
+        b'\x03data: {"choices":[{"delta":{"content":"hi"}}]}\n\n: keep-alive\n\ndata: [DONE]\n\n'
+    )
 
 
 def main() -> None:
