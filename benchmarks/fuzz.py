@@ -43,7 +43,7 @@ WORK = Path(tempfile.mkdtemp(prefix="chunktape-fuzz-"))
 def _sse_parser() -> Callable[[bytes], object] | None:
     """The SSE parser's entry point, if the wire layer exists yet (it is built separately)."""
     try:
-        from chunktape.wire import sse  # type: ignore[attr-defined, unused-ignore]
+        from chunktape.wire import sse  # type: ignore[import-not-found, unused-ignore]
     except ImportError:
         return None
     module: Any = sse
@@ -128,7 +128,7 @@ def build_corpus(folder: Path) -> None:
 def main() -> None:
     args = sys.argv[:1]
     extra = sys.argv[1:]
-    if not any(arg.startswith("-max_total_time") or arg.startswith("-runs") for arg in extra):
+    if not any(arg.startswith(("-max_total_time", "-runs")) for arg in extra):
         extra.append(f"-max_total_time={os.environ.get('FUZZ_SECONDS', '600')}")
     if not any(arg.startswith("-timeout") for arg in extra):
         extra.append("-timeout=10")  # a hang is a finding
