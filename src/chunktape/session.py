@@ -122,7 +122,9 @@ class CassetteSession(LlmAdapter):
                     ErrorCode.INVALID_CONFIG,
                 )
             self._live = self._live_factory()
-            append = self.mode is RecordMode.NEW_EPISODES and self.path.exists()
+            # new_episodes always appends (under the cassette lock, re-reading the file): another process may
+            # create the cassette between now and our save, and replacing it would lose its interactions.
+            append = self.mode is RecordMode.NEW_EPISODES
             self._recorder = RecordingAdapter(self._live, self.path, append=append, **self._record_options)
         return self._recorder
 
