@@ -23,7 +23,9 @@ def machine() -> str:
                 break
     except OSError:
         pass
-    return f"Python {platform.python_version()} ({platform.python_implementation()}), {os.cpu_count()} cores, {model}"
+    load = "" if not hasattr(os, "getloadavg") else f", load average {os.getloadavg()[0]:.1f} at start"
+    python = f"Python {platform.python_version()} ({platform.python_implementation()})"
+    return f"{python}, {os.cpu_count()} cores, {model}{load}"
 
 
 def main() -> None:
