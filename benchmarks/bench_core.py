@@ -7,7 +7,8 @@
 - decoding every chunk vs vcrpy load + SSE split + ``json.loads`` per data line;
 - recorded-timing replay: per-gap error in real time.
 
-Medians over repeated runs; nothing here is asserted (timing never belongs in tests).
+Medians over repeated runs; nothing here is asserted (timing never belongs in tests). ``main()`` returns the
+rows of the one table ``benchmarks/run.py`` prints; ``--quick`` shrinks every workload for a smoke run.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import sys
 import tempfile
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -57,14 +59,78 @@ INTERACTIONS = 200
 CHUNKS = 500
 
 
+@dataclass(frozen=True)
+class Row:
+    """One line of the table: a figure, its target, and whether it was met (None: not measured)."""
+
+    name: str
+    value: str
+    target: str
+    passed: bool | None
+    detail: str = ""
+
+    @property
+    def verdict(self) -> str:
+        return "pending" if self.passed is None else ("PASS" if self.passed else "MISS")
+
+
+@dataclass(frozen=True)
+class Size:
+    """How big each workload is: the full run, or ``--quick``."""
+
+    repeat: int
+    replay_chunks: int
+    record_streams: int
+    record_chunks: int
+    interactions: int
+    chunks: int
+    timing_gaps: int
+    timing_runs: int
+    million: int
+    open_rounds: int
+
+
+FULL = Size(
+    repeat=7,
+    replay_chunks=10_000,
+    record_streams=20,
+    record_chunks=5_000,
+    interactions=INTERACTIONS,
+    chunks=CHUNKS,
+    timing_gaps=200,
+    timing_runs=5,
+    million=1_000_000,
+    open_rounds=3,
+)
+QUICK = Size(
+    repeat=2,
+    replay_chunks=2_000,
+    record_streams=2,
+    record_chunks=2_000,
+    interactions=20,
+    chunks=CHUNKS,
+    timing_gaps=40,
+    timing_runs=1,
+    million=50_000,
+    open_rounds=1,
+)
+
+
 def median_time(run: Callable[[], object], repeat: int) -> float:
-    times = []
+    return median_times({"run": run}, repeat)["run"]
+
+
+def median_times(runs: dict[str, Callable[[], object]], repeat: int) -> dict[str, float]:
+    """Median seconds of each run, the runs interleaved (a, b, a, b, ...) so that a noisy moment on a shared
+    machine hits every side of a ratio alike."""
+    times: dict[str, list[float]] = {name: [] for name in runs}
     for _ in range(repeat):
-        gc.collect()
-        start = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+        for name, run in runs.items():
+            gc.collect()
+            start = time.perf_counter()
+            run()
+            times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(values) for name, values in times.items()}
 
 
 def text_chunks(count: int, seed: int = 0) -> list[StreamChunk]:
@@ -116,8 +182,8 @@ async def drain(stream: AsyncIterator[StreamChunk]) -> int:
 # -- 1. instant replay ----------------------------------------------------------------------------
 
 
-def bench_replay(repeat: int) -> dict[str, float]:
-    chunks = text_chunks(10_000)
+def bench_replay(repeat: int, count: int = 10_000) -> dict[str, float]:
+    chunks = text_chunks(count)
     options = request(0)
     interaction = Interaction(
         request=RecordedRequest.from_options(options),
@@ -139,8 +205,10 @@ def bench_replay(repeat: int) -> dict[str, float]:
             await drain(replay.stream(options))
 
     total = 20 * len(chunks)
-    t_bare = median_time(lambda: asyncio.run(run_bare()), repeat)
-    t_replay = median_time(lambda: asyncio.run(run_replay()), repeat)
+    medians = median_times(
+        {"bare": lambda: asyncio.run(run_bare()), "replay": lambda: asyncio.run(run_replay())}, repeat
+    )
+    t_bare, t_replay = medians["bare"], medians["replay"]
     return {
         "bare chunks/s": total / t_bare,
         "replay chunks/s": total / t_replay,
@@ -151,9 +219,7 @@ def bench_replay(repeat: int) -> dict[str, float]:
 # -- 2. recording overhead --------------------------------------------------------------------------
 
 
-def bench_recording(repeat: int, folder: Path) -> dict[str, float]:
-    per_stream = 5_000
-    streams = 20
+def bench_recording(repeat: int, folder: Path, streams: int = 20, per_stream: int = 5_000) -> dict[str, float]:
     chunks = text_chunks(per_stream)
     inner = InstantAdapter(chunks)
     total = per_stream * streams
@@ -170,9 +236,10 @@ def bench_recording(repeat: int, folder: Path) -> dict[str, float]:
 
         return lambda: asyncio.run(run())
 
-    t_direct = median_time(lambda: asyncio.run(direct()), repeat)
-    t_record = median_time(record(True), repeat)
-    t_record_novalidate = median_time(record(False), repeat)
+    medians = median_times(
+        {"direct": lambda: asyncio.run(direct()), "record": record(True), "novalidate": record(False)}, repeat
+    )
+    t_direct, t_record, t_record_novalidate = medians["direct"], medians["record"], medians["novalidate"]
     return {
         "direct µs/chunk": t_direct / total * 1e6,
         "recording µs/chunk (validate, journal, save)": t_record / total * 1e6,
@@ -214,16 +281,16 @@ def openai_chunk(chunk: StreamChunk, number: int) -> dict[str, Any] | None:
     return None
 
 
-def build_files(folder: Path) -> tuple[Cassette, dict[str, Path]]:
+def build_files(folder: Path, count: int = INTERACTIONS, per: int = CHUNKS) -> tuple[Cassette, dict[str, Path]]:
     import vcr.serializers.yamlserializer as yamlserializer
     from vcr.persisters.filesystem import FilesystemPersister
     from vcr.request import Request
 
     interactions = []
     vcr_requests, vcr_responses = [], []
-    for number in range(INTERACTIONS):
+    for number in range(count):
         options = request(number)
-        chunks = text_chunks(CHUNKS, seed=number)
+        chunks = text_chunks(per, seed=number)
         interactions.append(
             Interaction(
                 request=RecordedRequest.from_options(options),
@@ -288,31 +355,70 @@ def vcr_decode(path: Path) -> int:
     return count
 
 
-def bench_files(repeat: int, folder: Path) -> dict[str, float]:
-    cassette, paths = build_files(folder)
-    first = cassette.interactions[0].request.to_options()
+def open_child(kind: str, path: str, repeat: int) -> None:
+    """Run in a fresh process: open ``path`` ``repeat`` times (vcrpy: load; ours: open and match the first
+    request); print every run's seconds as JSON, the first (cold) one first."""
+    first = RecordedRequest.from_options(request(0))
+    times = []
+    for _ in range(repeat):
+        gc.collect()
+        start = time.perf_counter()
+        if kind == "vcrpy":
+            vcr_load(Path(path))
+        else:
+            ReplayAdapter(open_cassette(path)).select(first)
+        times.append(time.perf_counter() - start)
+    print(json.dumps(times))
 
-    def open_and_match(path: Path) -> Callable[[], None]:
-        def run() -> None:
-            replay = ReplayAdapter(open_cassette(path))
-            replay.select(RecordedRequest.from_options(first))
 
-        return run
+def open_times(paths: dict[str, Path], repeat: int, rounds: int) -> dict[str, list[float]]:
+    """Per side, the seconds of every open, measured in fresh processes, the sides taking turns.
 
-    vcr_repeat = max(1, repeat // 2)
-    t_vcr_open = median_time(lambda: vcr_load(paths["vcrpy"]), vcr_repeat)
-    t_vcr_decode = median_time(lambda: vcr_decode(paths["vcrpy"]), vcr_repeat)
+    A fresh process per side keeps one side's allocations from slowing the other: after vcrpy frees its
+    28 MB buffers, glibc serves the next large read from new pages, and on this VM faulting in 18 MB of new
+    pages costs ~10 ms, which would be charged to whichever JSON open came next.
+    """
+    times: dict[str, list[float]] = {key: [] for key in ("vcrpy", "msgpack", "json")}
+    for _ in range(rounds):
+        for key in times:
+            done = subprocess.run(
+                [sys.executable, __file__, "--open-child", key, str(paths[key]), str(repeat)],
+                capture_output=True,
+                check=True,
+                text=True,
+            )
+            times[key] += json.loads(done.stdout)
+    return times
+
+
+def bench_files(
+    repeat: int, folder: Path, count: int = INTERACTIONS, per: int = CHUNKS, rounds: int = 3
+) -> dict[str, float]:
+    _, paths = build_files(folder, count, per)
+    runs = open_times(paths, repeat, rounds)
+    cold = {key: statistics.median(values[::repeat]) for key, values in runs.items()}
+    opens = {key: statistics.median(values) for key, values in runs.items()}
+    decodes = median_times(
+        {
+            "vcrpy": lambda: vcr_decode(paths["vcrpy"]),
+            "msgpack": lambda: load_cassette(paths["msgpack"]),
+            "json": lambda: load_cassette(paths["json"]),
+        },
+        max(1, (repeat + 1) // 2),
+    )
+    t_vcr_open, t_vcr_decode = opens["vcrpy"], decodes["vcrpy"]
     lines = vcr_decode(paths["vcrpy"])
-    total_chunks = INTERACTIONS * CHUNKS
+    total_chunks = count * per
     figures: dict[str, float] = {
         "vcrpy open s": t_vcr_open,
+        "vcrpy first open s": cold["vcrpy"],
         "vcrpy decode chunks/s": lines / t_vcr_decode,
     }
     sizes = [paths[key].stat().st_size / 1e6 for key in ("msgpack", "json", "vcrpy")]
     for key in ("msgpack", "json"):
-        t_open = median_time(open_and_match(paths[key]), repeat)
-        t_decode = median_time(lambda key=key: load_cassette(paths[key]), repeat)  # type: ignore[misc]
+        t_open, t_decode = opens[key], decodes[key]
         figures[f"{key} open-to-first-match ms"] = t_open * 1e3
+        figures[f"{key} first open ms"] = cold[key] * 1e3
         figures[f"{key} open speedup vs vcrpy"] = t_vcr_open / t_open
         figures[f"{key} decode chunks/s"] = total_chunks / t_decode
         figures[f"{key} decode speedup vs vcrpy"] = (total_chunks / t_decode) / (lines / t_vcr_decode)
@@ -323,26 +429,31 @@ def bench_files(repeat: int, folder: Path) -> dict[str, float]:
 # -- 5. recorded-timing accuracy ------------------------------------------------------------------------
 
 
-def bench_timing() -> dict[str, float]:
+def bench_timing(gaps: int = 200, runs: int = 3) -> dict[str, float]:
     gap_ns = 5_000_000
-    chunks = text_chunks(204)
+    chunks = text_chunks(gaps + 4)
     interaction = Interaction(
         request=RecordedRequest.from_options(request(0)),
         events=[Event(t_ns=gap_ns * (n + 1), chunk=chunk) for n, chunk in enumerate(chunks)],
         outcome=Completed(t_ns=gap_ns * (len(chunks) + 1)),
     )
-    replay = ReplayAdapter(Cassette(interactions=[interaction]), timing=Timing.recorded())
+    replay = ReplayAdapter(Cassette(interactions=[interaction]), timing=Timing.recorded(), allow_repeats=True)
 
     async def run() -> list[float]:
         loop = asyncio.get_running_loop()
         start = loop.time()
         return [loop.time() - start async for _ in replay.stream(request(0))]
 
-    arrivals = asyncio.run(run())
-    errors = sorted(abs(arrivals[n] - (n + 1) * gap_ns / 1e9) * 1e3 for n in range(len(arrivals)))
+    medians: list[float] = []
+    p99s: list[float] = []
+    for _ in range(runs):
+        arrivals = asyncio.run(run())
+        errors = sorted(abs(arrivals[n] - (n + 1) * gap_ns / 1e9) * 1e3 for n in range(len(arrivals)))
+        medians.append(statistics.median(errors))
+        p99s.append(errors[min(len(errors) - 1, int(len(errors) * 0.99))])
     return {
-        "median per-chunk error ms": statistics.median(errors),
-        "p99 per-chunk error ms": errors[int(len(errors) * 0.99) - 1],
+        "median per-chunk error ms": statistics.median(medians),
+        "p99 per-chunk error ms": statistics.median(p99s),
     }
 
 
@@ -378,10 +489,10 @@ def _peak_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e3
 
 
-def memory_child(folder: str) -> None:
-    """Run in a fresh process: record, save, load and replay 1,000,000 chunks; print the figures as JSON."""
+def memory_child(folder: str, total: int) -> None:
+    """Run in a fresh process: record, save, load and replay ``total`` chunks; print the figures as JSON."""
     path = Path(folder) / "million.msgpack"
-    streams, per_stream = 10, 100_000
+    streams, per_stream = 10, total // 10
     gc.collect()
     baseline = _rss_mb()
 
@@ -405,10 +516,10 @@ def memory_child(folder: str) -> None:
     print(json.dumps({"chunks": replayed, "decoded": decoded, "peak": _peak_mb() - baseline}))
 
 
-def bench_memory() -> dict[str, float]:
+def bench_memory(total: int = 1_000_000) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as folder:
         done = subprocess.run(
-            [sys.executable, __file__, "--memory-child", folder], capture_output=True, check=True, text=True
+            [sys.executable, __file__, "--memory-child", folder, str(total)], capture_output=True, check=True, text=True
         )
     figures = json.loads(done.stdout)
     return {
@@ -419,28 +530,105 @@ def bench_memory() -> dict[str, float]:
     }
 
 
-def report(title: str, figures: dict[str, float]) -> None:
-    print(f"\n{title}")
-    for key, value in figures.items():
-        text = f"{value:,.3f}" if abs(value) < 1000 else f"{value:,.0f}"
-        print(f"  {key:<48} {text:>16}")
+def _x(value: float) -> str:
+    return f"{value:,.1f}x" if value < 1000 else f"{value:,.0f}x"
 
 
-def main(repeat: int = 5) -> None:
+def main(quick: bool = False) -> list[Row]:
+    """Measure everything in this file (one run, side by side) and return the rows of the table."""
+    size = QUICK if quick else FULL
+    rows: list[Row] = []
     with tempfile.TemporaryDirectory() as temp:
         folder = Path(temp)
-        report("instant replay vs bare async generator (target: replay/bare >= 0.33)", bench_replay(repeat))
-        report("recording overhead (target: <= 3 µs/chunk)", bench_recording(repeat, folder))
-        report(
-            f"{INTERACTIONS} x {CHUNKS} cassette vs vcrpy YAML (targets: open >= 50x, decode >= 5x)",
-            bench_files(repeat, folder),
+        replay = bench_replay(size.repeat, size.replay_chunks)
+        ratio = replay["replay / bare speed"]
+        rows.append(
+            Row(
+                "instant replay speed / bare async generator",
+                f"{ratio:.2f}",
+                ">= 0.33",
+                ratio >= 1 / 3,
+                f"bare {replay['bare chunks/s'] / 1e6:.1f} M chunks/s, replay {replay['replay chunks/s'] / 1e6:.1f} M",
+            )
         )
-        report("recorded timing, real time, 5 ms gaps (targets: median < 1 ms, p99 < 5 ms)", bench_timing())
-    report("1,000,000 chunks: record, save, load, replay (target: peak < 4x decoded size)", bench_memory())
+        recording = bench_recording(size.repeat, folder, size.record_streams, size.record_chunks)
+        overhead = recording["overhead µs/chunk"]
+        rows.append(
+            Row(
+                "recording overhead per chunk (journal, validation, save)",
+                f"{overhead:.2f} µs",
+                "<= 3 µs",
+                overhead <= 3,
+                f"direct {recording['direct µs/chunk']:.2f} µs/chunk; without validation "
+                f"{recording['overhead µs/chunk without validation']:.2f} µs",
+            )
+        )
+        files = bench_files(size.repeat, folder, size.interactions, size.chunks, size.open_rounds)
+        shape = f"{size.interactions} x {size.chunks}"
+        for key in ("msgpack", "json"):
+            speedup = files[f"{key} open speedup vs vcrpy"]
+            rows.append(
+                Row(
+                    f"open-to-first-match, {key} vs vcrpy YAML ({shape})",
+                    _x(speedup),
+                    ">= 50x",
+                    speedup >= 50,
+                    f"{files[f'{key} open-to-first-match ms']:.2f} ms vs {files['vcrpy open s'] * 1e3:.0f} ms "
+                    f"({files[f'size MB {key}']:.1f} MB vs {files['size MB vcrpy yaml']:.1f} MB); first open in a "
+                    f"fresh process {files[f'{key} first open ms']:.1f} ms "
+                    f"vs {files['vcrpy first open s'] * 1e3:.0f} ms",
+                )
+            )
+        for key in ("msgpack", "json"):
+            speedup = files[f"{key} decode speedup vs vcrpy"]
+            rows.append(
+                Row(
+                    f"full decode to chunks, {key} vs vcrpy + SSE + json.loads",
+                    _x(speedup),
+                    ">= 5x",
+                    speedup >= 5,
+                    f"{files[f'{key} decode chunks/s'] / 1e6:.2f} M chunks/s vs "
+                    f"{files['vcrpy decode chunks/s'] / 1e6:.2f} M",
+                )
+            )
+    timing = bench_timing(size.timing_gaps, size.timing_runs)
+    gaps = f"{size.timing_gaps} gaps of 5 ms in real time; median of {size.timing_runs} runs"
+    median, p99 = timing["median per-chunk error ms"], timing["p99 per-chunk error ms"]
+    rows.append(Row("recorded-timing replay: median error per gap", f"{median:.3f} ms", "< 1 ms", median < 1, gaps))
+    rows.append(Row("recorded-timing replay: p99 error per gap", f"{p99:.3f} ms", "< 5 ms", p99 < 5, gaps))
+    memory = bench_memory(size.million)
+    ratio = memory["peak / decoded"]
+    rows.append(
+        Row(
+            f"{size.million:,}-chunk session: peak RSS / decoded size",
+            f"{ratio:.2f}x",
+            "< 4x",
+            ratio < 4,
+            f"record, save, load, replay in a fresh process: peak {memory['peak memory over baseline MB']:.0f} MB "
+            f"over baseline, decoded cassette {memory['decoded cassette MB']:.0f} MB",
+        )
+    )
+    return rows
+
+
+def print_table(rows: Sequence[Row]) -> None:
+    """The table ``make bench`` prints: figure, measured, target, verdict; details underneath each row."""
+    name_width = max(len(row.name) for row in rows)
+    value_width = max(len(row.value) for row in rows)
+    target_width = max(len(row.target) for row in rows)
+    header = f"{'figure':<{name_width}}  {'measured':>{value_width}}  {'target':<{target_width}}  verdict"
+    print(header)
+    print("-" * len(header))
+    for row in rows:
+        print(f"{row.name:<{name_width}}  {row.value:>{value_width}}  {row.target:<{target_width}}  {row.verdict}")
+        if row.detail:
+            print(f"    {row.detail}")
 
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--memory-child"]:
-        memory_child(sys.argv[2])
+        memory_child(sys.argv[2], int(sys.argv[3]))
+    elif sys.argv[1:2] == ["--open-child"]:
+        open_child(sys.argv[2], sys.argv[3], int(sys.argv[4]))
     else:
-        main()
+        print_table(main(quick="--quick" in sys.argv))

@@ -7,7 +7,9 @@ figure is recorded chunks delivered per second of wall time, client and server i
 from __future__ import annotations
 
 import asyncio
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import openai
@@ -34,6 +36,9 @@ from chunktape.http import ReplayServer
 from chunktape.providers import OpenAICompatAdapter
 from chunktape.replayer import Timing
 from chunktape.wire.openai_chat import options_to_openai_request
+
+sys.path.insert(0, str(Path(__file__).parent))
+from bench_core import Row, print_table
 
 OPTIONS = GenerateOptions(model="bench-model", messages=[Message(role="user", content="stream a lot")])
 
@@ -95,13 +100,15 @@ def measure(quick: bool = False) -> dict[str, float]:
     return figures
 
 
-def main(quick: bool = False) -> None:
+NAME = "HTTP path: chunks/s, OpenAICompatAdapter vs openai SDK (loopback server)"
+
+
+def main(quick: bool = False) -> list[Row]:
     figures = measure(quick)
-    print(f"HTTP replay, loopback server, instant timing ({'quick' if quick else '50 x 500 chunks'}):")
-    print(f"  OpenAICompatAdapter  {figures['adapter_chunks_per_s']:>12,.0f} chunks/s")
-    print(f"  openai SDK           {figures['openai_sdk_chunks_per_s']:>12,.0f} chunks/s")
-    print(f"  adapter / SDK        {figures['adapter_vs_sdk']:>12.2f}x")
+    ratio = figures["adapter_vs_sdk"]
+    detail = f"adapter {figures['adapter_chunks_per_s']:,.0f} chunks/s, SDK {figures['openai_sdk_chunks_per_s']:,.0f}"
+    return [Row(NAME, f"{ratio:.2f}x", ">= 1x", ratio >= 1, detail)]
 
 
 if __name__ == "__main__":
-    main()
+    print_table(main(quick="--quick" in sys.argv))

@@ -364,3 +364,13 @@ def test_processes_appending_to_one_cassette_keep_every_interaction(tmp_path: Pa
     assert [process.wait(timeout=60) for process in processes] == [0, 0, 0, 0]
     assert len(load_cassette(target).interactions) == 40
     assert os.listdir(target.parent) == ["c.json"]
+
+
+@pytest.mark.parametrize("name", ENCODINGS)
+def test_a_cassette_with_only_a_version_is_empty_for_both_readers(tmp_path: Path, name: str) -> None:
+    """Found by fuzzing: ``load_cassette`` refused a msgpack file that ``open_cassette`` accepted."""
+    path = tmp_path / name
+    document = {"version": FORMAT_VERSION}
+    path.write_bytes(msgspec.json.encode(document) if name.endswith(".json") else msgspec.msgpack.encode(document))
+    assert load_cassette(path).interactions == []
+    assert open_cassette(path).to_cassette().interactions == []

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from chunktape import (
@@ -152,3 +154,119 @@ async def test_redact_and_find_take_a_path_too(tmp_path: Path) -> None:
         "credential blue…(11 chars) in interaction #0 chunk #2 block-end",
     ]
     assert find_secrets(redact(path, ["bluebird-42"]), ["bluebird-42"]) == []
+
+
+# -- before it reaches disk: every place a credential can hide, with a cassette already on disk --------------
+
+
+def _leak(where: str, secret: str) -> tuple[PacedAdapter, GenerateOptions]:
+    """An adapter and request that put ``secret`` in one place: split over two text deltas, inside a tool
+    call's arguments (split too), in a request message, or in an error message."""
+    half = len(secret) // 2
+    if where == "split-text":
+        return PacedAdapter(paced(text_stream("key: ", secret[:half], secret[half:]))), options()
+    if where == "tool-argument":
+        chunks = tool_stream("login", '{"token": "' + secret[:half], secret[half:] + '"}')
+        return PacedAdapter(paced(chunks)), options()
+    if where == "request-message":
+        return PacedAdapter(paced(text_stream("ok"))), options(f"use {secret} please")
+    error = LlmError(f"401: key {secret} is invalid", ErrorCode.PROVIDER_HTTP_ERROR, status=401)
+    return PacedAdapter(paced(text_stream("x")[:1]), error=error), options()
+
+
+WHERE = ["split-text", "tool-argument", "request-message", "error-message"]
+
+
+@pytest.mark.parametrize("where", WHERE)
+@pytest.mark.parametrize("mode", ["replace", "append"])
+@pytest.mark.parametrize("secret", [PATTERN_KEY, "AKIAABCDEFGHIJKLMNOP"], ids=["sk-key", "aws-key"])
+async def test_a_key_is_refused_before_disk_and_the_cassette_on_disk_is_unchanged(
+    tmp_path: Path, where: str, mode: str, secret: str
+) -> None:
+    path = tmp_path / "c.msgpack"
+    await _record(path, PacedAdapter(paced(text_stream("earlier"))), options("earlier"))
+    before = path.read_bytes()
+    inner, request = _leak(where, secret)
+    with pytest.raises(LlmError) as caught:
+        await _record(path, inner, request, append=mode == "append")
+    assert caught.value.code is ErrorCode.SECRET_DETECTED
+    assert secret not in str(caught.value)
+    assert path.read_bytes() == before
+    assert sorted(os.listdir(tmp_path)) == ["c.msgpack"]  # no journal, no temp file
+
+
+@pytest.mark.parametrize("where", WHERE)
+async def test_a_declared_secret_anywhere_is_redacted_on_the_way_to_disk(tmp_path: Path, where: str) -> None:
+    path = tmp_path / "c.json"
+    inner, request = _leak(where, DECLARED)
+    inner = PacedAdapter(inner._steps, error=inner._error, secrets=[DECLARED])
+    await _record(path, inner, request)
+    data = path.read_bytes()
+    assert DECLARED[: len(DECLARED) // 2].encode() not in data
+    assert DECLARED[len(DECLARED) // 2 :].encode() not in data
+    assert REDACTED.encode() in data
+    assert sorted(os.listdir(tmp_path)) == ["c.json"]
+
+
+@pytest.mark.parametrize("where", WHERE)
+async def test_redact_removes_a_key_pattern_wherever_it_is(tmp_path: Path, where: str) -> None:
+    from chunktape import Cancelled, Cassette, Completed, Event, Interaction, Raised, RecordedRequest
+
+    inner, request = _leak(where, PATTERN_KEY)
+    chunks: list[StreamChunk] = []
+    outcome: Completed | Raised | Cancelled = Completed(t_ns=1)
+    try:
+        chunks = await collect(inner.stream(request))
+    except LlmError as error:
+        outcome = Raised(t_ns=1, code=error.code.value, message=error.message, status=error.status)
+    cassette = Cassette(
+        interactions=[
+            Interaction(
+                request=RecordedRequest.from_options(request),
+                events=[Event(t_ns=n, chunk=chunk) for n, chunk in enumerate(chunks)],
+                outcome=outcome,
+            )
+        ]
+    )
+    assert find_secrets(cassette)
+    cleaned = redact(cassette)
+    assert find_secrets(cleaned) == []
+    assert PATTERN_KEY[:12].encode() not in msgspec.json.encode(cleaned)
+    if outcome == Completed(t_ns=1):
+        validate(cleaned.interactions[0].chunks)
+
+
+# -- the repository's own cassettes ---------------------------------------------------------------------------
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _repository_files() -> list[Path]:
+    """Every data file under ``cassettes/`` and ``tests/``: cassettes, journals, fixtures (not our .py sources,
+    which hold fake keys on purpose)."""
+    found = []
+    for folder in (ROOT / "cassettes", ROOT / "tests"):
+        for path in folder.rglob("*"):
+            if path.is_file() and path.suffix not in {".py", ".pyc"} and ".hypothesis" not in path.parts:
+                found.append(path)
+    return sorted(found)
+
+
+def test_no_cassette_in_the_repository_holds_a_key() -> None:
+    from chunktape.cassettes.redaction import KEY_PATTERNS
+
+    files = _repository_files()
+    assert any(path.suffix == ".msgpack" for path in files)
+    cassettes = 0
+    for path in files:
+        text = path.read_bytes().decode("latin-1")
+        for label, pattern in KEY_PATTERNS.items():
+            assert not pattern.search(text), f"{path.relative_to(ROOT)} holds a {label}"
+        if path.suffix in {".msgpack", ".json"}:
+            try:
+                cassette = load_cassette(path)
+            except LlmError:
+                continue  # not a cassette (a fixture of another kind)
+            cassettes += 1
+            assert find_secrets(cassette, env_secrets().values()) == [], path  # also across delta boundaries
+    assert cassettes >= 6

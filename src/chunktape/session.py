@@ -137,8 +137,8 @@ class CassetteSession(LlmAdapter):
                     ErrorCode.INVALID_CONFIG,
                 )
             self._live = self._live_factory()
-            # new_episodes appends even to a cassette that did not exist when the session began: another process
-            # (a pytest-xdist worker) may have written it since, and appending under the lock keeps both.
+            # new_episodes always appends (under the cassette lock, re-reading the file): another process may
+            # create the cassette between now and our save, and replacing it would lose its interactions.
             append = self.mode is RecordMode.NEW_EPISODES
             self._recorder = RecordingAdapter(self._live, self.path, append=append, **self._record_options)
         return self._recorder

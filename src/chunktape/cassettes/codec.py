@@ -1,7 +1,7 @@
 """Reading and writing cassette files: msgpack or JSON by suffix, atomic saves, a crash journal, migrations.
 
 Loading is lazy: ``open_cassette`` decodes the header and every request but leaves each interaction's events
-undecoded (a nested msgpack blob, or ``msgspec.Raw`` JSON) until that interaction is first played, so
+undecoded (a nested msgpack blob, or a slice of the JSON text) until that interaction is first played, so
 matching one request in a large cassette does not pay for decoding all of its chunks. Every decode failure
 is ``LlmError(CASSETTE_CORRUPT)`` naming the file and what is wrong; nothing else escapes.
 """
@@ -96,7 +96,7 @@ class _PackedInteraction(msgspec.Struct, frozen=True, kw_only=True, rename="came
 
 
 class _PackedView(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
-    """msgpack, lazy: the events blob as a zero-copy view into the file's bytes."""
+    """Lazy: the events as a zero-copy view into the file's bytes (a msgpack blob, or a JSON array's text)."""
 
     request: RecordedRequest
     events: memoryview
@@ -106,9 +106,12 @@ class _PackedView(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
 
 
 class _PackedCassette(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+    """A whole msgpack cassette; ``meta`` and ``interactions`` default as in every other decoder (fuzzing found
+    ``load_cassette`` refusing a file that ``open_cassette`` accepted)."""
+
     version: int
-    meta: CassetteMeta
-    interactions: list[_PackedInteraction]
+    meta: CassetteMeta = msgspec.field(default_factory=CassetteMeta)
+    interactions: list[_PackedInteraction] = []
 
 
 _Stored: TypeAlias = _StoredInteraction | _PackedView
@@ -128,6 +131,25 @@ class _LazyPacked(msgspec.Struct, kw_only=True, rename="camel"):
     version: int
     meta: CassetteMeta = msgspec.field(default_factory=CassetteMeta)
     interactions: list[_PackedView] = []
+
+
+class _SkeletonInteraction(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+    """JSON with each events array cut out and replaced by its number (see ``_open_sliced``)."""
+
+    request: RecordedRequest
+    events: int
+    outcome: Outcome
+    started_at: datetime | None = None
+    attempt: int = 1
+
+
+class _Skeleton(msgspec.Struct, kw_only=True, rename="camel"):
+    version: int
+    meta: CassetteMeta = msgspec.field(default_factory=CassetteMeta)
+    interactions: list[_SkeletonInteraction] = []
+
+
+_skeleton_decoder = msgspec.json.Decoder(_Skeleton)
 
 
 class _FullJson(msgspec.Struct, kw_only=True, rename="camel"):
@@ -334,11 +356,79 @@ def _decode(path: Path, data: bytes, decoder: Any, fmt: _Format) -> Any:
     return None if document.version < FORMAT_VERSION else document
 
 
+# The layout ``_Format.encode`` writes (msgspec's indent=2): each interaction's events array opens at the end of
+# a line reading ``      "events": [`` and closes on a line reading ``      ]`` after its last event's ``}``. A
+# JSON string never holds a raw newline, so neither line can occur inside text.
+_EVENTS_OPEN = b'\n      "events": ['
+_EVENTS_CLOSE = b"\n      ]"
+
+
+def _open_sliced(path: Path, data: bytes) -> LazyCassette | None:
+    """Open a JSON cassette in the layout we write without tokenising its events; None: use the full scan.
+
+    The ``[`` of every events array is found with ``memchr`` (``[`` is rare outside them), its closing line
+    by a short backward search from the next one, and each array is replaced by its number in a small
+    "skeleton" of the document, decoded by a typed decoder that insists on exactly one number per
+    interaction, in order. The arrays are decoded (and checked) when their interaction is first played, as
+    a msgpack cassette's blobs are. A file edited into another layout, another version, or anything
+    unexpected falls back to the full scan, which reports errors exactly as before.
+    """
+    find = data.find
+    opens: list[int] = []
+    reach = len(_EVENTS_OPEN) - 1
+    bracket = find(b"[")
+    while bracket >= 0:
+        if data[bracket - reach : bracket + 1] == _EVENTS_OPEN:
+            opens.append(bracket)
+        bracket = find(b"[", bracket + 1)
+    if not opens:
+        return None
+    view = memoryview(data)
+    parts: list[bytes | memoryview] = []
+    slices: list[memoryview] = []
+    position = 0
+    for number, start in enumerate(opens):
+        if data[start + 1 : start + 2] == b"]":
+            end = start + 1
+        else:
+            limit = opens[number + 1] if number + 1 < len(opens) else len(data)
+            close = data.rfind(_EVENTS_CLOSE, start, limit)
+            if close < 0 or data[close - 1 : close] != b"}":
+                return None
+            end = close + len(_EVENTS_CLOSE) - 1
+        parts += [view[position:start], str(number).encode()]
+        slices.append(view[start : end + 1])
+        position = end + 1
+    parts.append(view[position:])
+    try:
+        skeleton = _skeleton_decoder.decode(b"".join(parts))
+    except Exception:  # anything unexpected: let the full scan decide (and explain)
+        return None
+    numbers = [item.events for item in skeleton.interactions]
+    if skeleton.version != FORMAT_VERSION or numbers != list(range(len(slices))):
+        return None
+    stored: list[_Stored] = [
+        _PackedView(
+            request=item.request,
+            events=slices[item.events],
+            outcome=item.outcome,
+            started_at=item.started_at,
+            attempt=item.attempt,
+        )
+        for item in skeleton.interactions
+    ]
+    return LazyCassette._from_stored(path, skeleton.meta, stored, _JSON)
+
+
 def open_cassette(path: PathLike) -> LazyCassette:
     """Open a cassette for matching: events stay undecoded until an interaction is played."""
     path = Path(path)
     data = _read(path)
     fmt = _format_for(path)
+    if fmt is _JSON:
+        sliced = _open_sliced(path, data)
+        if sliced is not None:
+            return sliced
     document = _decode(path, data, fmt.lazy, fmt)
     if document is None:
         return LazyCassette(_migrate(path, data, fmt, fmt.envelope.decode(data).version), path)
