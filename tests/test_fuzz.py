@@ -8,6 +8,7 @@ out, never another exception, and nothing hangs (each example has a deadline far
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
@@ -52,6 +53,8 @@ from chunktape import (
 )
 from chunktape.cassettes import codec
 from chunktape.cassettes.codec import Journal, journal_path
+from chunktape.wire.openai_chat import OpenAIChatDecoder, chunks_to_openai_events
+from chunktape.wire.sse import SseParser
 from helpers import options
 from strategies import valid_streams
 
@@ -326,3 +329,58 @@ def test_any_chunk_sequence_passes_or_raises_protocol_violation(
     except LlmError as error:
         code = error.code
     assert code in (None, ErrorCode.PROTOCOL_VIOLATION)
+
+
+# -- the wire: SSE parser and OpenAI chunk decoder ---------------------------------------------------
+
+WIRE_CODES = {ErrorCode.INVALID_RESPONSE, ErrorCode.STREAM_ABORTED, ErrorCode.PROVIDER_HTTP_ERROR}
+
+
+def _decode_body(body: bytes, cuts: list[int]) -> list[StreamChunk]:
+    """What the adapter does with a body arriving in pieces: SSE items into the chunk decoder."""
+    parser, decoder = SseParser(), OpenAIChatDecoder()
+    chunks: list[StreamChunk] = []
+    bounds = sorted({0, len(body), *(cut % (len(body) + 1) for cut in cuts)})
+    for start, end in itertools.pairwise(bounds):
+        for item in parser.feed(body[start:end]):
+            chunks += decoder.feed_item(item)
+    for item in parser.close():
+        chunks += decoder.feed_item(item)
+    return chunks + decoder.close()
+
+
+def _assert_wire_outcome(body: bytes, cuts: list[int]) -> None:
+    """Decoding gives a valid stream, or raises one of the documented wire codes (never a protocol violation)."""
+    try:
+        chunks = _decode_body(body, cuts)
+    except LlmError as error:
+        failure: LlmError | None = error
+    else:
+        failure = None
+        validator = StreamValidator(require_finish=False)
+        for chunk in chunks:
+            validator.feed(chunk)  # a ProtocolViolation here fails the test: the decoder emitted an invalid stream
+    if failure is not None:
+        assert failure.code in WIRE_CODES, failure
+
+
+@settings(max_examples=300, deadline=None)
+@given(body=st.binary(max_size=600), cuts=st.lists(st.integers(0, 600), max_size=8))
+def test_random_bytes_through_sse_and_the_decoder_give_only_documented_errors(body: bytes, cuts: list[int]) -> None:
+    _assert_wire_outcome(body, cuts)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    chunks=valid_streams(),
+    edits=st.lists(st.tuples(st.integers(0, 10_000), st.binary(max_size=3)), min_size=1, max_size=4),
+    cuts=st.lists(st.integers(0, 10_000), max_size=8),
+)
+def test_mutated_provider_bodies_give_a_valid_prefix_or_a_documented_error(
+    chunks: list[StreamChunk], edits: list[tuple[int, bytes]], cuts: list[int]
+) -> None:
+    body = bytearray(b"".join(chunks_to_openai_events(chunks, model="m")))
+    for at, replacement in edits:
+        at %= len(body) + 1
+        body[at : at + len(replacement)] = replacement
+    _assert_wire_outcome(bytes(body), cuts)
