@@ -75,6 +75,9 @@ def test_a_stream_without_usage_passes_but_not_without_finish() -> None:
     error = violation([*text_block(0, "hi"), USAGE])
     assert (error.rule, error.position) == ("finish-last", 4)
     validate([*text_block(0, "hi")], require_finish=False)
+    validate([BlockStart(index=0, block_type="text"), TextDelta(index=0, text="cut here")], require_finish=False)
+    with pytest.raises(ProtocolViolation):  # cut short, but what came before the cut must still be valid
+        validate([BlockStart(index=0, block_type="text"), TextDelta(index=1, text="x")], require_finish=False)
 
 
 # -- rule 1: block-start and block-end come in pairs --------------------------------------

@@ -58,8 +58,9 @@ _json_decoder = msgspec.json.Decoder()
 class StreamValidator:
     """Feed every chunk in order, then ``close()``; the first broken rule raises ``ProtocolViolation``.
 
-    ``require_finish`` makes ``close()`` insist on a final ``finish`` chunk; turn it off to validate a
-    stream that was cut short on purpose (a recorded cancellation).
+    ``require_finish`` makes ``close()`` insist the stream is complete: no block left open, a final ``finish``.
+    Turn it off to validate a stream that was cut short on purpose (a recorded cancellation, a crash), which
+    may stop anywhere, mid-block included; every chunk up to the cut is still checked.
     """
 
     __slots__ = (
@@ -142,10 +143,12 @@ class StreamValidator:
         self.position += 1
 
     def close(self) -> None:
-        """Declare the end of the stream; raises if a block is open or (by default) finish is missing."""
+        """Declare the end of the stream; by default raises if a block is open or finish is missing."""
+        if not self.require_finish:
+            return
         if self._open_type is not None:
             self._fail("block-pairs", f"stream ended while block {self._open_index} is still open")
-        if self.require_finish and not self._finished:
+        if not self._finished:
             self._fail("finish-last", "stream ended without a finish chunk")
 
     # -- helpers ----------------------------------------------------------------------------

@@ -144,8 +144,7 @@ def _check_interaction(path: str, index: int, interaction: Interaction) -> list[
     try:
         for chunk in interaction.chunks:
             validator.feed(chunk)
-        if completed:
-            validator.close()
+        validator.close()
     except ProtocolViolation as violation:
         problems.append(CheckProblem(path=path, interaction=index, rule=violation.rule, detail=violation.message))
     previous = 0
