@@ -178,11 +178,11 @@ async def test_disconnect_inside_a_block_lands_inside_it(block_type: str) -> Non
     assert error.code is ErrorCode.STREAM_ABORTED
     starts = [chunk for chunk in out if isinstance(chunk, BlockStart)]
     assert starts[-1].block_type == block_type
-    validator = StreamValidator(require_finish=False)
+    validator = StreamValidator()
     for chunk in out:
-        validator.feed(chunk)
+        validator.feed(chunk)  # valid up to the cut ...
     with pytest.raises(ProtocolViolation, match="still open"):
-        validator.close()  # cut inside the block
+        validator.close()  # ... which is inside the block
 
 
 async def test_disconnect_mid_tool_call_is_computed_from_the_stream() -> None:
