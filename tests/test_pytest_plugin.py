@@ -509,7 +509,7 @@ def test_unrelated():
     pass
 """,
     )
-    result = run(pytester)
+    result = run(pytester, "-rN")  # no short summary: its width depends on the terminal
     result.assert_outcomes(passed=1, errors=2)
     output = result.stdout.str()
     assert "tape_fault_matrix(faults=...) takes a mapping or a sequence of faults" in output
