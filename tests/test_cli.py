@@ -444,6 +444,67 @@ def test_record_keeps_a_provider_error_and_exits_3(
     assert load_cassette(out).interactions[0].outcome.code == "PROVIDER_HTTP_ERROR"  # type: ignore[union-attr]
 
 
+def test_record_messages_in_openai_format_with_a_tool_call_and_its_reply(
+    runner: CliRunner, fake_provider: FakeProvider, api_key: str, tmp_path: Path
+) -> None:
+    fake_provider.enqueue(_text_reply("Sunny", "."))
+    call = {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city":"Paris"}'}}
+    conversation = [
+        {"role": "developer", "content": "Be brief."},
+        {"role": "user", "content": [{"type": "text", "text": "Weather in Paris?"}]},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "sunny"},
+    ]
+    messages = tmp_path / "messages.json"
+    messages.write_bytes(msgspec.json.encode(conversation))
+    tools = tmp_path / "tools.json"
+    tools.write_text('[{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]')
+    out = tmp_path / "weather.msgpack"
+    result = run(
+        runner,
+        *("record", "--base-url", fake_provider.url, "--api-key-env", api_key),
+        *("--messages", messages, "--tools", tools, "-o", out),
+    )
+    assert result.exit_code == 0, result.output
+    sent = fake_provider.requests[0].json
+    assert sent["messages"] == [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "Weather in Paris?"},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "content": "sunny", "tool_call_id": "call_1"},
+    ]
+    assert [tool["function"]["name"] for tool in sent["tools"]] == ["get_weather"]
+    request = load_cassette(out).interactions[0].request
+    assert request.messages[2].tool_calls[0].name == "get_weather"
+    assert request.messages[3].tool_call_id == "call_1"
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ('[{"role": "wizard", "content": "hi"}]', "unknown role 'wizard'"),
+        ('[{"role": "user", "content": [{"type": "image_url"}]}]', "content part 'image_url'"),
+        ('[{"role": "tool", "content": "sunny"}]', "tool_call_id"),
+        ('{"messages": 3}', "expected a JSON list"),
+    ],
+)
+def test_record_a_bad_messages_file_is_one_line_and_nothing_is_recorded(
+    runner: CliRunner, fake_provider: FakeProvider, api_key: str, tmp_path: Path, content: str, message: str
+) -> None:
+    messages = tmp_path / "messages.json"
+    messages.write_text(content)
+    out = tmp_path / "x.msgpack"
+    result = run(
+        runner, "record", "--base-url", fake_provider.url, "--api-key-env", api_key, "--messages", messages, "-o", out
+    )
+    assert result.exit_code == 3
+    line = one_error_line(result)
+    assert str(messages) in line
+    assert message in line
+    assert not out.exists()
+    assert fake_provider.requests == []
+
+
 # -- serve, import-vcr -------------------------------------------------------------------------------
 
 

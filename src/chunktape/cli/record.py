@@ -18,6 +18,7 @@ from chunktape.errors import LlmError
 from chunktape.protocol import GenerateOptions, Message, ToolSpec
 from chunktape.providers.openai_compat import DEEPSEEK_BASE_URL, OpenAICompatAdapter
 from chunktape.recorder.recording import RecordingAdapter
+from chunktape.wire.openai_chat import message_from_openai, options_from_openai_request, options_to_openai_request
 
 __all__ = ["record"]
 
@@ -36,27 +37,37 @@ def _read_json(path: Path, what: str) -> Any:
 
 
 def load_messages(path: Path) -> list[Message]:
-    """A JSON list of messages (``{"role": "user", "content": "..."}``), or an object with a ``messages`` list."""
+    """A JSON list of messages in OpenAI's chat format, or an object with a ``messages`` list.
+
+    Assistant ``tool_calls``, ``tool_call_id``, role ``developer`` and lists of text parts are understood (the
+    library's ``message_from_openai``); anything else is a ``CliError`` naming the file and the message.
+    """
     data = _read_json(path, "messages")
     if isinstance(data, dict) and "messages" in data:
         data = data["messages"]
+    if not isinstance(data, list):
+        raise CliError(f"messages file {path}: expected a JSON list of messages, got {type(data).__name__}")
     try:
-        return msgspec.convert(data, list[Message])
-    except msgspec.ValidationError as exc:
-        raise CliError(f"messages file {path}: {exc}") from None
+        return [message_from_openai(item, f"messages[{position}]") for position, item in enumerate(data)]
+    except LlmError as error:
+        raise CliError(f"messages file {path}: {error.message}") from None
 
 
 def load_tools(path: Path) -> list[ToolSpec]:
-    """A JSON list of tools: ``{"name", "description", "parameters"}``, or OpenAI's ``{"type": "function", ...}``."""
+    """A JSON list of OpenAI tools (``{"type": "function", "function": {...}}``) or bare ``{"name", ...}`` specs."""
     data = _read_json(path, "tools")
     if isinstance(data, dict) and "tools" in data:
         data = data["tools"]
-    if isinstance(data, list):
-        data = [item["function"] if isinstance(item, dict) and "function" in item else item for item in data]
+    if not isinstance(data, list):
+        raise CliError(f"tools file {path}: expected a JSON list of tools, got {type(data).__name__}")
+    wire = [
+        item if not isinstance(item, dict) or "function" in item else {"type": "function", "function": item}
+        for item in data
+    ]
     try:
-        return msgspec.convert(data, list[ToolSpec])
-    except msgspec.ValidationError as exc:
-        raise CliError(f"tools file {path}: {exc}") from None
+        return options_from_openai_request({"model": "-", "messages": [], "tools": wire}).tools
+    except LlmError as error:
+        raise CliError(f"tools file {path}: {error.message}") from None
 
 
 class _Session:
@@ -110,9 +121,12 @@ def record(
     output: Annotated[Path, typer.Option("--output", "-o", help="The cassette to write (.msgpack or .json).")],
     prompt: Annotated[str | None, typer.Option("--prompt", "-p", help="The user message to send.")] = None,
     messages: Annotated[
-        Path | None, typer.Option("--messages", help="A JSON file with the conversation to send.")
+        Path | None,
+        typer.Option("--messages", help="A JSON file with the conversation to send, in OpenAI chat format."),
     ] = None,
-    tools: Annotated[Path | None, typer.Option("--tools", help="A JSON file with the tools to offer.")] = None,
+    tools: Annotated[
+        Path | None, typer.Option("--tools", help="A JSON file with the tools to offer, in OpenAI format.")
+    ] = None,
     chat: Annotated[
         bool, typer.Option("--chat", help="Interactive: read user turns from stdin until EOF or /exit.")
     ] = False,
@@ -152,12 +166,17 @@ def record(
         raise CliError(f"no API key: set the environment variable {api_key_env} (or name another with --api-key-env)")
     if output.is_dir():
         raise CliError(f"{output} is a directory; give the cassette file name with -o")
-    out = console()
-    adapter = OpenAICompatAdapter(base_url=base_url, api_key=api_key, model=model)
-    recorder = RecordingAdapter(adapter, output, append=append)
     options = GenerateOptions(
         model=model, messages=conversation, tools=tool_specs, max_tokens=max_tokens, temperature=temperature
     )
+    try:
+        options_to_openai_request(options)  # a conversation the provider cannot take fails here, unrecorded
+    except LlmError as error:
+        where = f"messages file {messages}: " if messages is not None else ""
+        raise CliError(f"{where}cannot be sent: {error.message}") from None
+    out = console()
+    adapter = OpenAICompatAdapter(base_url=base_url, api_key=api_key, model=model)
+    recorder = RecordingAdapter(adapter, output, append=append)
     session = _Session(recorder, out, options)
     failure: LlmError | None = None
     interrupted = False
