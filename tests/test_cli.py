@@ -239,6 +239,26 @@ def test_diff_shows_request_text_outcome_and_timing_changes(runner: CliRunner, t
     assert diff_cassettes(old, new).changes == [line for line in out.splitlines() if line.startswith("#")]
 
 
+MARKUP = "list [/etc] [bold]now[/INST] :thumbs_up:"
+
+
+def test_show_play_and_diff_print_markup_and_emoji_codes_as_they_are(runner: CliRunner, tmp_path: Path) -> None:
+    tape = write(tmp_path / "[red]tape.msgpack", interaction(text_stream("ok [/INST] :thumbs_up:"), content=MARKUP))
+    shown = run(runner, "show", tape)
+    assert shown.exit_code == 0, shown.output
+    assert MARKUP[:24] in shown.stdout  # the column is 32 wide
+    assert str(tape) in shown.stdout
+    played = run(runner, "play", tape, "--instant")
+    assert played.exit_code == 0, played.output
+    assert repr(MARKUP) in played.stdout
+    assert "ok [/INST] :thumbs_up:" in played.stdout
+    other = write(tmp_path / "other.msgpack", interaction(text_stream("ok [/etc] :smile:"), content=MARKUP))
+    diffed = run(runner, "diff", tape, other)
+    assert diffed.exit_code == 1, diffed.output
+    assert "#0 text: 'ok [/INST] :thumbs_up:' -> 'ok [/etc] :smile:'" in diffed.stdout
+    assert "👍" not in diffed.stdout + played.stdout + shown.stdout
+
+
 # -- redact, recover ---------------------------------------------------------------------------------
 
 

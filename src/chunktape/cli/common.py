@@ -68,13 +68,17 @@ def _width(file: Any) -> int | None:
 
 
 class _Consoles:
-    """Created on each use, so each run (and each ``CliRunner`` invocation) sees its own stdout/stderr."""
+    """Created on each use, so each run (and each ``CliRunner`` invocation) sees its own stdout/stderr.
+
+    ``emoji=False``: recorded text such as ``:thumbs_up:`` is printed as it is, never as an emoji. Recorded
+    text (prompts, replies, paths) is passed as ``rich.text.Text`` or with ``markup=False``, never as markup.
+    """
 
     def out(self) -> Console:
-        return Console(file=sys.stdout, no_color=_no_color(), highlight=False, width=_width(sys.stdout))
+        return Console(file=sys.stdout, no_color=_no_color(), highlight=False, emoji=False, width=_width(sys.stdout))
 
     def err(self) -> Console:
-        return Console(file=sys.stderr, no_color=_no_color(), highlight=False, width=_width(sys.stderr))
+        return Console(file=sys.stderr, no_color=_no_color(), highlight=False, emoji=False, width=_width(sys.stderr))
 
 
 _consoles = _Consoles()
