@@ -525,6 +525,35 @@ def test_record_a_bad_messages_file_is_one_line_and_nothing_is_recorded(
     assert fake_provider.requests == []
 
 
+def test_record_that_streamed_nothing_keeps_the_cassette_and_hides_the_key(
+    runner: CliRunner, fake_provider: FakeProvider, api_key: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OTHER_CLI_TOKEN", "tok-other-credential-123")
+    echo = f'{{"error": {{"message": "Incorrect API key provided: {DUMMY_KEY} (also tok-other-credential-123)"}}}}'
+    out = shutil.copy(DEMO, tmp_path / "good.msgpack")
+    failed = tmp_path / "good.failed.msgpack"
+    fake_provider.enqueue(FakeResponse(status=401, body=echo.encode(), content_type="application/json"))
+    args = ("record", "--base-url", fake_provider.url, "--api-key-env", api_key, "-p", "hi", "-o", out)
+    result = run(runner, *args)
+    assert result.exit_code == 3
+    assert out.read_bytes() == DEMO.read_bytes()
+    note, error = result.stderr.strip().splitlines()
+    assert f"kept the failed recording in {failed}" in note
+    assert error.startswith("chunktape: error: [PROVIDER_HTTP_ERROR] ")
+    assert "Incorrect API key provided: [REDACTED] (also [REDACTED])" in error
+    assert DUMMY_KEY not in result.output
+    assert "tok-other-credential-123" not in result.output
+    assert load_cassette(failed).interactions[0].outcome.code == "PROVIDER_HTTP_ERROR"  # type: ignore[union-attr]
+    assert DUMMY_KEY.encode() not in failed.read_bytes()
+
+    fake_provider.enqueue(FakeResponse(status=401, body=echo.encode(), content_type="application/json"))
+    forced = run(runner, *args, "--force")
+    assert forced.exit_code == 3
+    assert f"saved 1 interaction(s) in {out}" in forced.stderr
+    assert len(load_cassette(out).interactions) == 1
+    assert not failed.exists()  # the stale side file goes once the cassette is written
+
+
 # -- serve, import-vcr -------------------------------------------------------------------------------
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -12,6 +13,7 @@ import msgspec
 import typer
 from rich.console import Console
 
+from chunktape.cassettes.redaction import _redact_text, env_secrets
 from chunktape.cli.common import EXIT_USAGE, CliError, console, err_console
 from chunktape.cli.render import ChunkPrinter
 from chunktape.errors import LlmError
@@ -70,13 +72,30 @@ def load_tools(path: Path) -> list[ToolSpec]:
         raise CliError(f"tools file {path}: {error.message}") from None
 
 
+def _without_secrets(error: LlmError, secrets: Sequence[str]) -> LlmError:
+    """``error`` with credentials redacted from its message (a provider may echo the key in a 401 body)."""
+    message = _redact_text(error.message, secrets, True)
+    hint = None if error.hint is None else _redact_text(error.hint, secrets, True)
+    if message == error.message and hint == error.hint:
+        return error
+    return LlmError(message, error.code, status=error.status, retry_after=error.retry_after, hint=hint)
+
+
+def failed_path(path: Path) -> Path:
+    """Where a recording that streamed nothing goes when ``path`` exists: ``<name>.failed<suffix>`` beside it."""
+    return path.with_name(f"{path.stem}.failed{path.suffix}")
+
+
 class _Session:
     """One recording session: the conversation so far and the recorder every turn goes through."""
 
-    def __init__(self, recorder: RecordingAdapter, out: Console, options: GenerateOptions) -> None:
+    def __init__(
+        self, recorder: RecordingAdapter, out: Console, options: GenerateOptions, secrets: Sequence[str]
+    ) -> None:
         self.recorder = recorder
         self.out = out
         self.options = options
+        self.secrets = secrets
         self.turns = 0
 
     async def turn(self) -> LlmError | None:
@@ -87,8 +106,9 @@ class _Session:
             async for chunk in self.recorder.stream(self.options):
                 printer.feed(chunk)
         except LlmError as error:
-            printer.error(error)
-            return error
+            shown = _without_secrets(error, self.secrets)
+            printer.error(shown)
+            return shown
         finally:
             printer.done()
         reply = Message(
@@ -141,13 +161,18 @@ def record(
     max_tokens: Annotated[int | None, typer.Option("--max-tokens", help="Cap the reply length.")] = None,
     temperature: Annotated[float | None, typer.Option("--temperature", help="Sampling temperature.")] = None,
     append: Annotated[bool, typer.Option("--append", help="Add to the cassette instead of replacing it.")] = False,
+    force: Annotated[
+        bool, typer.Option("--force", help="Write the cassette even when nothing was streamed (every call failed).")
+    ] = False,
 ) -> None:
     """Record a live session against an OpenAI-compatible provider, streaming it to the terminal.
 
     The provider is DeepSeek unless --base-url names another OpenAI-compatible API.
     Give the input with --prompt, --messages FILE.json (and --tools FILE.json), or --chat for a multi-turn
     session on stdin (each turn is another interaction of the same cassette). Ctrl-C stops and keeps what was
-    recorded. The API key is read from --api-key-env and never written to the cassette.
+    recorded. The API key is read from --api-key-env and never written to the cassette or printed.
+    A run that streamed nothing (every call failed) does not replace an existing cassette unless --force:
+    it is kept beside it as <name>.failed.<suffix>.
 
     Example: chunktape record --prompt "Say hello" -o hello.msgpack
     """
@@ -177,7 +202,8 @@ def record(
     out = console()
     adapter = OpenAICompatAdapter(base_url=base_url, api_key=api_key, model=model)
     recorder = RecordingAdapter(adapter, output, append=append)
-    session = _Session(recorder, out, options)
+    secrets = [api_key, *env_secrets().values()]
+    session = _Session(recorder, out, options, secrets)
     failure: LlmError | None = None
     interrupted = False
     with asyncio.Runner() as runner:
@@ -198,10 +224,28 @@ def record(
         except KeyboardInterrupt:
             interrupted = True
         finally:
-            written = recorder.save()
-            runner.run(adapter.aclose())
+            aside = not force and output.exists() and not any(item.events for item in recorder.interactions)
+            if aside:  # a wrong --base-url or key must not replace a good cassette with a lone failure
+                recorder.path, recorder.append = failed_path(output), False
+            try:
+                written = recorder.save()
+            finally:
+                runner.run(adapter.aclose())
     count = 0 if written is None else len(written.interactions)
-    note = "interrupted; kept" if interrupted else "saved"
-    err_console().print(f"{note} {count} interaction(s) in {output}", style="dim", markup=False, soft_wrap=True)
+    err = err_console()
+    if aside:
+        if written is not None:
+            err.print(
+                f"nothing was streamed; kept the failed recording in {failed_path(output)} and left {output} as it "
+                "was (--force replaces it)",
+                style="yellow",
+                markup=False,
+                soft_wrap=True,
+            )
+    else:
+        if written is not None:
+            failed_path(output).unlink(missing_ok=True)  # an earlier failed run's leftover is stale now
+        note = "interrupted; kept" if interrupted else "saved"
+        err.print(f"{note} {count} interaction(s) in {output}", style="dim", markup=False, soft_wrap=True)
     if failure is not None and not chat:
         raise CliError(str(failure))
