@@ -530,7 +530,7 @@ def test_record_that_streamed_nothing_keeps_the_cassette_and_hides_the_key(
 ) -> None:
     monkeypatch.setenv("OTHER_CLI_TOKEN", "tok-other-credential-123")
     echo = f'{{"error": {{"message": "Incorrect API key provided: {DUMMY_KEY} (also tok-other-credential-123)"}}}}'
-    out = shutil.copy(DEMO, tmp_path / "good.msgpack")
+    out = Path(shutil.copy(DEMO, tmp_path / "good.msgpack"))
     failed = tmp_path / "good.failed.msgpack"
     fake_provider.enqueue(FakeResponse(status=401, body=echo.encode(), content_type="application/json"))
     args = ("record", "--base-url", fake_provider.url, "--api-key-env", api_key, "-p", "hi", "-o", out)
