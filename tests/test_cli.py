@@ -128,6 +128,25 @@ def test_not_a_cassette_is_one_line_and_exit_3(runner: CliRunner, tmp_path: Path
     assert "CASSETTE_CORRUPT" in one_error_line(result)
 
 
+def test_error_hints_name_the_next_cli_step(runner: CliRunner, tmp_path: Path) -> None:
+    missing = run(runner, "show", tmp_path / "missing.msgpack")
+    assert "; check the path; `chunktape record -o FILE` records a new cassette" in one_error_line(missing)
+    journal = run(runner, "recover", tmp_path / "missing.msgpack.journal")
+    assert "a recording that ended normally leaves no journal" in one_error_line(journal)
+    bad_yaml = tmp_path / "bad.yaml"
+    bad_yaml.write_text("a: [\n")
+    vcr = run(runner, "import-vcr", bad_yaml, "-o", tmp_path / "out.msgpack")
+    assert vcr.exit_code == 3
+    assert "give a vcrpy YAML cassette of chat-completions traffic" in one_error_line(vcr)
+    corrupt = tmp_path / "notes.json"
+    corrupt.write_text("{}")
+    shown = run(runner, "show", corrupt)
+    assert "`chunktape check FILE` says what is wrong" in one_error_line(shown)
+    for result in (missing, journal, vcr, shown):
+        assert "--tape-mode" not in result.stderr
+    assert "recover" not in vcr.stderr
+
+
 def test_debug_shows_the_traceback(runner: CliRunner, tmp_path: Path) -> None:
     result = run(runner, "--debug", "show", tmp_path / "nope.msgpack")
     assert result.exit_code == 3

@@ -13,7 +13,7 @@ from rich.console import Console
 
 from chunktape.cassettes.codec import load_cassette
 from chunktape.cassettes.model import Cassette
-from chunktape.errors import LlmError
+from chunktape.errors import ErrorCode, LlmError
 from chunktape.faults import Fault, parse_fault
 from chunktape.replayer.timing import Timing
 
@@ -30,6 +30,7 @@ __all__ = [
     "one_line",
     "parse_fault_option",
     "timing_option",
+    "with_cli_hint",
 ]
 
 EXIT_OK: Final = 0
@@ -51,6 +52,30 @@ class CliError(Exception):
         super().__init__(message)
         self.message = message
         self.exit_code = exit_code
+
+
+_CLI_HINTS: Final[dict[ErrorCode, str]] = {
+    ErrorCode.CASSETTE_NOT_FOUND: "check the path; `chunktape record -o FILE` records a new cassette",
+    ErrorCode.CASSETTE_CORRUPT: "is it a chunktape cassette (.msgpack or .json)? `chunktape check FILE` says what "
+    "is wrong; if its recording crashed, `chunktape recover FILE.journal` rebuilds it",
+    ErrorCode.SECRET_DETECTED: "redact it with `chunktape redact FILE --secret VALUE`",
+}
+"""Next steps on the command line, replacing the library's default hints (which speak of pytest options)."""
+_COMMAND_HINTS: Final[dict[tuple[str, ErrorCode], str]] = {
+    ("recover", ErrorCode.CASSETTE_NOT_FOUND): "check the path; a recording that ended normally leaves no journal",
+    ("recover", ErrorCode.CASSETTE_CORRUPT): "give the <cassette>.journal file an interrupted recording left",
+    ("import-vcr", ErrorCode.CASSETTE_NOT_FOUND): "check the vcrpy cassette path",
+    ("import-vcr", ErrorCode.CASSETTE_CORRUPT): "give a vcrpy YAML cassette of chat-completions traffic",
+}
+
+
+def with_cli_hint(error: LlmError, command: str | None) -> LlmError:
+    """``error`` with the command line's next step when its raiser left the (library, pytest-minded) default."""
+    if error.hint is None:
+        hint = _COMMAND_HINTS.get((command or "", error.code), _CLI_HINTS.get(error.code))
+        if hint is not None:
+            error.hint = hint
+    return error
 
 
 def _no_color() -> bool:
