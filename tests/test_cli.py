@@ -219,6 +219,36 @@ def test_check_of_a_missing_path_is_a_runtime_error(runner: CliRunner, tmp_path:
     assert "does not exist" in one_error_line(result)
 
 
+def test_check_still_checks_every_path_that_exists(runner: CliRunner, tmp_path: Path) -> None:
+    missing = tmp_path / "missing.msgpack"
+    bad = write(tmp_path / "bad.msgpack", interaction(list(reversed(text_stream("x")))))
+    result = run(runner, "check", DEMO, bad, missing)
+    assert result.exit_code == 3
+    lines = result.stdout.strip().splitlines()
+    assert [line.split(":")[0] for line in lines] == [str(bad), str(missing)]
+    assert f"{missing}: file: CASSETTE_NOT_FOUND" in lines[1]
+    line = one_error_line(result)
+    assert "1 of 3 cassette file(s) pass; 2 failed" in line
+    assert f"{missing} does not exist" in line
+
+
+def test_check_skips_json_in_folders_that_is_not_a_cassette(runner: CliRunner, tmp_path: Path) -> None:
+    shutil.copy(EXAMPLES / "retry-429.json", tmp_path / "tape.json")
+    (tmp_path / "scenarios.json").write_text('{"scenarios": [{"name": "a"}]}')
+    (tmp_path / "list.json").write_text("[1, 2]")
+    (tmp_path / "broken.json").write_text('{"version": 1, "interactions": [')
+    result = run(runner, "check", tmp_path)
+    assert result.exit_code == 1
+    assert result.stdout.strip().splitlines()[0].startswith(f"{tmp_path / 'broken.json'}: file: CASSETTE_CORRUPT")
+    assert f"skipped {tmp_path / 'list.json'}: JSON but not a cassette" in result.stderr
+    assert f"skipped {tmp_path / 'scenarios.json'}: JSON but not a cassette" in result.stderr
+    assert "1 of 2 cassette file(s) pass; 1 failed" in result.stderr
+    (tmp_path / "broken.json").unlink()
+    assert run(runner, "check", tmp_path).exit_code == 0
+    named = run(runner, "check", tmp_path / "scenarios.json")  # given by name, it is checked
+    assert named.exit_code == 1
+
+
 def test_check_finds_timing_problems(tmp_path: Path) -> None:
     item = interaction(text_stream("x"))
     backwards = msgspec.structs.replace(item, events=list(reversed(item.events)))
@@ -233,6 +263,14 @@ def test_convert_round_trips_losslessly(runner: CliRunner, tmp_path: Path) -> No
     assert run(runner, "convert", as_json, back).exit_code == 0
     assert load_cassette(as_json) == load_cassette(DEMO)
     assert back.read_bytes() == DEMO.read_bytes()
+
+
+@pytest.mark.parametrize("name", ["out.yaml", "out", "out.msgpack.bak"])
+def test_convert_refuses_an_unknown_suffix(runner: CliRunner, tmp_path: Path, name: str) -> None:
+    result = run(runner, "convert", DEMO, tmp_path / name)
+    assert result.exit_code == 2
+    assert "give a .msgpack or .json file name" in one_error_line(result)
+    assert not (tmp_path / name).exists()
 
 
 def test_diff_of_equal_cassettes_exits_0(runner: CliRunner) -> None:

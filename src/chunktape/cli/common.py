@@ -11,6 +11,7 @@ from typing import Any, Final
 import msgspec
 from rich.console import Console
 
+from chunktape.cassettes.analysis import CASSETTE_SUFFIXES
 from chunktape.cassettes.codec import load_cassette
 from chunktape.cassettes.model import Cassette
 from chunktape.errors import ErrorCode, LlmError
@@ -24,6 +25,7 @@ __all__ = [
     "EXIT_RUNTIME",
     "EXIT_USAGE",
     "CliError",
+    "check_output_suffix",
     "console",
     "err_console",
     "load",
@@ -122,6 +124,14 @@ def err_console() -> Console:
 def one_line(text: str) -> str:
     """``text`` squeezed onto one line (error messages may carry a multi-line diff)."""
     return " ".join(text.split())
+
+
+def check_output_suffix(path: Path, what: str = "") -> None:
+    """A cassette to write must end in ``.msgpack`` or ``.json`` (the suffix picks the encoding): else a usage error."""
+    if path.suffix.lower() not in CASSETTE_SUFFIXES:
+        where = f"{what} " if what else ""
+        valid = " or ".join(CASSETTE_SUFFIXES)
+        raise CliError(f"{where}{path}: give a {valid} file name (the suffix picks the encoding)", EXIT_USAGE)
 
 
 def load(path: Path) -> Cassette:

@@ -14,7 +14,7 @@ import typer
 from rich.console import Console
 
 from chunktape.cassettes.redaction import _redact_text, env_secrets
-from chunktape.cli.common import EXIT_USAGE, CliError, console, err_console
+from chunktape.cli.common import EXIT_USAGE, CliError, check_output_suffix, console, err_console
 from chunktape.cli.render import ChunkPrinter
 from chunktape.errors import LlmError
 from chunktape.protocol import GenerateOptions, Message, ToolSpec
@@ -178,6 +178,7 @@ def record(
     """
     if prompt is None and messages is None and not chat:
         raise CliError("give --prompt, --messages FILE or --chat", EXIT_USAGE)
+    check_output_suffix(output, "--output")
     conversation: list[Message] = []
     if system is not None:
         conversation.append(Message(role="system", content=system))
