@@ -624,6 +624,15 @@ def test_serve_on_a_busy_port(runner: CliRunner) -> None:
     assert "in use" in one_error_line(result)
 
 
+@pytest.mark.parametrize("port", ["70000", "-1"])
+def test_serve_port_out_of_range_is_a_usage_error(runner: CliRunner, port: str) -> None:
+    result = run(runner, "serve", DEMO, "--port", port)
+    assert result.exit_code == 2
+    line = one_error_line(result)
+    assert "Invalid value for '--port'" in line
+    assert "65535" in line or "greater than or equal to 0" in line
+
+
 def test_serve_needs_something_to_serve(runner: CliRunner, tmp_path: Path) -> None:
     assert run(runner, "serve").exit_code == 2
     result = run(runner, "serve", tmp_path / "missing.msgpack")
