@@ -128,6 +128,25 @@ def test_not_a_cassette_is_one_line_and_exit_3(runner: CliRunner, tmp_path: Path
     assert "CASSETTE_CORRUPT" in one_error_line(result)
 
 
+def test_error_hints_name_the_next_cli_step(runner: CliRunner, tmp_path: Path) -> None:
+    missing = run(runner, "show", tmp_path / "missing.msgpack")
+    assert "; check the path; `chunktape record -o FILE` records a new cassette" in one_error_line(missing)
+    journal = run(runner, "recover", tmp_path / "missing.msgpack.journal")
+    assert "a recording that ended normally leaves no journal" in one_error_line(journal)
+    bad_yaml = tmp_path / "bad.yaml"
+    bad_yaml.write_text("a: [\n")
+    vcr = run(runner, "import-vcr", bad_yaml, "-o", tmp_path / "out.msgpack")
+    assert vcr.exit_code == 3
+    assert "give a vcrpy YAML cassette of chat-completions traffic" in one_error_line(vcr)
+    corrupt = tmp_path / "notes.json"
+    corrupt.write_text("{}")
+    shown = run(runner, "show", corrupt)
+    assert "`chunktape check FILE` says what is wrong" in one_error_line(shown)
+    for result in (missing, journal, vcr, shown):
+        assert "--tape-mode" not in result.stderr
+    assert "recover" not in vcr.stderr
+
+
 def test_debug_shows_the_traceback(runner: CliRunner, tmp_path: Path) -> None:
     result = run(runner, "--debug", "show", tmp_path / "nope.msgpack")
     assert result.exit_code == 3
@@ -200,6 +219,36 @@ def test_check_of_a_missing_path_is_a_runtime_error(runner: CliRunner, tmp_path:
     assert "does not exist" in one_error_line(result)
 
 
+def test_check_still_checks_every_path_that_exists(runner: CliRunner, tmp_path: Path) -> None:
+    missing = tmp_path / "missing.msgpack"
+    bad = write(tmp_path / "bad.msgpack", interaction(list(reversed(text_stream("x")))))
+    result = run(runner, "check", DEMO, bad, missing)
+    assert result.exit_code == 3
+    lines = result.stdout.strip().splitlines()
+    assert [line.split(":")[0] for line in lines] == [str(bad), str(missing)]
+    assert f"{missing}: file: CASSETTE_NOT_FOUND" in lines[1]
+    line = one_error_line(result)
+    assert "1 of 3 cassette file(s) pass; 2 failed" in line
+    assert f"{missing} does not exist" in line
+
+
+def test_check_skips_json_in_folders_that_is_not_a_cassette(runner: CliRunner, tmp_path: Path) -> None:
+    shutil.copy(EXAMPLES / "retry-429.json", tmp_path / "tape.json")
+    (tmp_path / "scenarios.json").write_text('{"scenarios": [{"name": "a"}]}')
+    (tmp_path / "list.json").write_text("[1, 2]")
+    (tmp_path / "broken.json").write_text('{"version": 1, "interactions": [')
+    result = run(runner, "check", tmp_path)
+    assert result.exit_code == 1
+    assert result.stdout.strip().splitlines()[0].startswith(f"{tmp_path / 'broken.json'}: file: CASSETTE_CORRUPT")
+    assert f"skipped {tmp_path / 'list.json'}: JSON but not a cassette" in result.stderr
+    assert f"skipped {tmp_path / 'scenarios.json'}: JSON but not a cassette" in result.stderr
+    assert "1 of 2 cassette file(s) pass; 1 failed" in result.stderr
+    (tmp_path / "broken.json").unlink()
+    assert run(runner, "check", tmp_path).exit_code == 0
+    named = run(runner, "check", tmp_path / "scenarios.json")  # given by name, it is checked
+    assert named.exit_code == 1
+
+
 def test_check_finds_timing_problems(tmp_path: Path) -> None:
     item = interaction(text_stream("x"))
     backwards = msgspec.structs.replace(item, events=list(reversed(item.events)))
@@ -214,6 +263,14 @@ def test_convert_round_trips_losslessly(runner: CliRunner, tmp_path: Path) -> No
     assert run(runner, "convert", as_json, back).exit_code == 0
     assert load_cassette(as_json) == load_cassette(DEMO)
     assert back.read_bytes() == DEMO.read_bytes()
+
+
+@pytest.mark.parametrize("name", ["out.yaml", "out", "out.msgpack.bak"])
+def test_convert_refuses_an_unknown_suffix(runner: CliRunner, tmp_path: Path, name: str) -> None:
+    result = run(runner, "convert", DEMO, tmp_path / name)
+    assert result.exit_code == 2
+    assert "give a .msgpack or .json file name" in one_error_line(result)
+    assert not (tmp_path / name).exists()
 
 
 def test_diff_of_equal_cassettes_exits_0(runner: CliRunner) -> None:
@@ -237,6 +294,26 @@ def test_diff_shows_request_text_outcome_and_timing_changes(runner: CliRunner, t
     assert "#1 added:" in out
     assert "timing: duration: mean shift" in out
     assert diff_cassettes(old, new).changes == [line for line in out.splitlines() if line.startswith("#")]
+
+
+MARKUP = "list [/etc] [bold]now[/INST] :thumbs_up:"
+
+
+def test_show_play_and_diff_print_markup_and_emoji_codes_as_they_are(runner: CliRunner, tmp_path: Path) -> None:
+    tape = write(tmp_path / "[red]tape.msgpack", interaction(text_stream("ok [/INST] :thumbs_up:"), content=MARKUP))
+    shown = run(runner, "show", tape)
+    assert shown.exit_code == 0, shown.output
+    assert MARKUP[:24] in shown.stdout  # the column is 32 wide
+    assert str(tape) in shown.stdout
+    played = run(runner, "play", tape, "--instant")
+    assert played.exit_code == 0, played.output
+    assert repr(MARKUP) in played.stdout
+    assert "ok [/INST] :thumbs_up:" in played.stdout
+    other = write(tmp_path / "other.msgpack", interaction(text_stream("ok [/etc] :smile:"), content=MARKUP))
+    diffed = run(runner, "diff", tape, other)
+    assert diffed.exit_code == 1, diffed.output
+    assert "#0 text: 'ok [/INST] :thumbs_up:' -> 'ok [/etc] :smile:'" in diffed.stdout
+    assert "👍" not in diffed.stdout + played.stdout + shown.stdout
 
 
 # -- redact, recover ---------------------------------------------------------------------------------
@@ -444,6 +521,96 @@ def test_record_keeps_a_provider_error_and_exits_3(
     assert load_cassette(out).interactions[0].outcome.code == "PROVIDER_HTTP_ERROR"  # type: ignore[union-attr]
 
 
+def test_record_messages_in_openai_format_with_a_tool_call_and_its_reply(
+    runner: CliRunner, fake_provider: FakeProvider, api_key: str, tmp_path: Path
+) -> None:
+    fake_provider.enqueue(_text_reply("Sunny", "."))
+    call = {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city":"Paris"}'}}
+    conversation = [
+        {"role": "developer", "content": "Be brief."},
+        {"role": "user", "content": [{"type": "text", "text": "Weather in Paris?"}]},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "sunny"},
+    ]
+    messages = tmp_path / "messages.json"
+    messages.write_bytes(msgspec.json.encode(conversation))
+    tools = tmp_path / "tools.json"
+    tools.write_text('[{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]')
+    out = tmp_path / "weather.msgpack"
+    result = run(
+        runner,
+        *("record", "--base-url", fake_provider.url, "--api-key-env", api_key),
+        *("--messages", messages, "--tools", tools, "-o", out),
+    )
+    assert result.exit_code == 0, result.output
+    sent = fake_provider.requests[0].json
+    assert sent["messages"] == [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "Weather in Paris?"},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "content": "sunny", "tool_call_id": "call_1"},
+    ]
+    assert [tool["function"]["name"] for tool in sent["tools"]] == ["get_weather"]
+    request = load_cassette(out).interactions[0].request
+    assert request.messages[2].tool_calls[0].name == "get_weather"
+    assert request.messages[3].tool_call_id == "call_1"
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ('[{"role": "wizard", "content": "hi"}]', "unknown role 'wizard'"),
+        ('[{"role": "user", "content": [{"type": "image_url"}]}]', "content part 'image_url'"),
+        ('[{"role": "tool", "content": "sunny"}]', "tool_call_id"),
+        ('{"messages": 3}', "expected a JSON list"),
+    ],
+)
+def test_record_a_bad_messages_file_is_one_line_and_nothing_is_recorded(
+    runner: CliRunner, fake_provider: FakeProvider, api_key: str, tmp_path: Path, content: str, message: str
+) -> None:
+    messages = tmp_path / "messages.json"
+    messages.write_text(content)
+    out = tmp_path / "x.msgpack"
+    result = run(
+        runner, "record", "--base-url", fake_provider.url, "--api-key-env", api_key, "--messages", messages, "-o", out
+    )
+    assert result.exit_code == 3
+    line = one_error_line(result)
+    assert str(messages) in line
+    assert message in line
+    assert not out.exists()
+    assert fake_provider.requests == []
+
+
+def test_record_that_streamed_nothing_keeps_the_cassette_and_hides_the_key(
+    runner: CliRunner, fake_provider: FakeProvider, api_key: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OTHER_CLI_TOKEN", "tok-other-credential-123")
+    echo = f'{{"error": {{"message": "Incorrect API key provided: {DUMMY_KEY} (also tok-other-credential-123)"}}}}'
+    out = Path(shutil.copy(DEMO, tmp_path / "good.msgpack"))
+    failed = tmp_path / "good.failed.msgpack"
+    fake_provider.enqueue(FakeResponse(status=401, body=echo.encode(), content_type="application/json"))
+    args = ("record", "--base-url", fake_provider.url, "--api-key-env", api_key, "-p", "hi", "-o", out)
+    result = run(runner, *args)
+    assert result.exit_code == 3
+    assert out.read_bytes() == DEMO.read_bytes()
+    note, error = result.stderr.strip().splitlines()
+    assert f"kept the failed recording in {failed}" in note
+    assert error.startswith("chunktape: error: [PROVIDER_HTTP_ERROR] ")
+    assert "Incorrect API key provided: [REDACTED] (also [REDACTED])" in error
+    assert DUMMY_KEY not in result.output
+    assert "tok-other-credential-123" not in result.output
+    assert load_cassette(failed).interactions[0].outcome.code == "PROVIDER_HTTP_ERROR"  # type: ignore[union-attr]
+    assert DUMMY_KEY.encode() not in failed.read_bytes()
+
+    fake_provider.enqueue(FakeResponse(status=401, body=echo.encode(), content_type="application/json"))
+    forced = run(runner, *args, "--force")
+    assert forced.exit_code == 3
+    assert f"saved 1 interaction(s) in {out}" in forced.stderr
+    assert len(load_cassette(out).interactions) == 1
+    assert not failed.exists()  # the stale side file goes once the cassette is written
+
+
 # -- serve, import-vcr -------------------------------------------------------------------------------
 
 
@@ -455,6 +622,15 @@ def test_serve_on_a_busy_port(runner: CliRunner) -> None:
         result = run(runner, "serve", DEMO, "--port", str(port))
     assert result.exit_code == 3
     assert "in use" in one_error_line(result)
+
+
+@pytest.mark.parametrize("port", ["70000", "-1"])
+def test_serve_port_out_of_range_is_a_usage_error(runner: CliRunner, port: str) -> None:
+    result = run(runner, "serve", DEMO, "--port", port)
+    assert result.exit_code == 2
+    line = one_error_line(result)
+    assert "Invalid value for '--port'" in line
+    assert "65535" in line or "greater than or equal to 0" in line
 
 
 def test_serve_needs_something_to_serve(runner: CliRunner, tmp_path: Path) -> None:

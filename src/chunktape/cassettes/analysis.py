@@ -36,13 +36,17 @@ from chunktape.protocol import (
 from chunktape.validation import StreamValidator
 
 __all__ = [
+    "CASSETTE_SUFFIXES",
     "CassetteDiff",
+    "CassetteFiles",
     "CheckProblem",
     "InteractionSummary",
     "cassette_files",
     "check_cassette",
     "describe_outcome",
     "diff_cassettes",
+    "find_cassette_files",
+    "looks_like_cassette",
     "summarize",
 ]
 
@@ -288,18 +292,66 @@ def _one_line(summary: InteractionSummary) -> str:
     return f"model {summary.model!r}, last user message {_short(summary.last_user, 40)}, {summary.outcome}"
 
 
-def cassette_files(paths: Iterable[PathLike]) -> list[Path]:
-    """The files to check: each file as given, and every ``*.msgpack`` / ``*.json`` below each folder, sorted.
+CASSETTE_SUFFIXES = (".msgpack", ".json")
+"""The suffixes a cassette file can have: ``.json`` is JSON, ``.msgpack`` msgpack."""
 
-    A path that does not exist is kept, so checking it reports ``CASSETTE_NOT_FOUND``.
+
+class _JsonProbe(msgspec.Struct):
+    """The top level every JSON cassette has; the rest is not decoded."""
+
+    version: msgspec.Raw
+    interactions: msgspec.Raw
+
+
+def looks_like_cassette(path: PathLike) -> bool:
+    """False for a ``.json`` file that is valid JSON but not a cassette (no top-level ``version`` and
+    ``interactions``: a scenario file, a config); True for anything else, so a corrupt cassette still counts.
+    """
+    path = Path(path)
+    if path.suffix.lower() != ".json":
+        return True
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return True
+    try:
+        msgspec.json.decode(data, type=_JsonProbe)
+    except msgspec.ValidationError:
+        return False  # valid JSON of another shape
+    except msgspec.DecodeError:
+        return True  # not even JSON: a damaged cassette, for check to report
+    return True
+
+
+class CassetteFiles(msgspec.Struct, frozen=True, kw_only=True):
+    """What ``find_cassette_files`` found: the files to check, and the JSON files in folders that are not cassettes."""
+
+    files: list[Path]
+    skipped: list[Path]
+
+
+def find_cassette_files(paths: Iterable[PathLike]) -> CassetteFiles:
+    """The files to check: each file as given, and every cassette ``*.msgpack`` / ``*.json`` below each folder.
+
+    In folders, ``*.json`` files that are not cassettes (``looks_like_cassette``) are skipped and listed in
+    ``skipped``; a file given by name is always checked. A path that does not exist is kept, so checking it
+    reports ``CASSETTE_NOT_FOUND``.
     """
     found: list[Path] = []
+    skipped: list[Path] = []
     for item in paths:
         path = Path(item)
         if path.is_dir():
-            found.extend(
-                sorted(p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in (".msgpack", ".json"))
-            )
+            for candidate in sorted(p for p in path.rglob("*") if p.suffix.lower() in CASSETTE_SUFFIXES):
+                if not candidate.is_file():
+                    continue
+                (found if looks_like_cassette(candidate) else skipped).append(candidate)
         else:
             found.append(path)
-    return list(dict.fromkeys(found))
+    files = list(dict.fromkeys(found))
+    return CassetteFiles(files=files, skipped=[p for p in dict.fromkeys(skipped) if p not in files])
+
+
+def cassette_files(paths: Iterable[PathLike]) -> list[Path]:
+    """``find_cassette_files(paths).files``."""
+    return find_cassette_files(paths).files

@@ -26,6 +26,7 @@ from chunktape.cli.common import (
     CliError,
     err_console,
     one_line,
+    with_cli_hint,
 )
 from chunktape.errors import LlmError
 
@@ -34,6 +35,7 @@ __all__ = ["app", "main"]
 
 class _State:
     debug = False
+    command: str | None = None
 
 
 _state = _State()
@@ -56,6 +58,7 @@ class _Group(TyperGroup):
         **extra: Any,
     ) -> Any:
         _state.debug = bool(os.environ.get("CHUNKTAPE_DEBUG"))
+        _state.command = None
         code: int = 0
         try:
             result = super().main(args, prog_name or "chunktape", complete_var, False, windows_expand_args, **extra)
@@ -83,7 +86,7 @@ class _Group(TyperGroup):
             code = error.exit_code
         except LlmError as error:
             self._debug()
-            _report(str(error))
+            _report(str(with_cli_hint(error, _state.command)))
             code = EXIT_RUNTIME
         except OSError as error:
             self._debug()
@@ -97,6 +100,11 @@ class _Group(TyperGroup):
         if standalone_mode:
             sys.exit(code)
         return code
+
+    def resolve_command(self, ctx: Any, args: list[str]) -> Any:
+        name, command, rest = super().resolve_command(ctx, args)
+        _state.command = name  # for the hints of its errors
+        return name, command, rest
 
     @staticmethod
     def _debug() -> None:

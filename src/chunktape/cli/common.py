@@ -11,9 +11,10 @@ from typing import Any, Final
 import msgspec
 from rich.console import Console
 
+from chunktape.cassettes.analysis import CASSETTE_SUFFIXES
 from chunktape.cassettes.codec import load_cassette
 from chunktape.cassettes.model import Cassette
-from chunktape.errors import LlmError
+from chunktape.errors import ErrorCode, LlmError
 from chunktape.faults import Fault, parse_fault
 from chunktape.replayer.timing import Timing
 
@@ -24,12 +25,14 @@ __all__ = [
     "EXIT_RUNTIME",
     "EXIT_USAGE",
     "CliError",
+    "check_output_suffix",
     "console",
     "err_console",
     "load",
     "one_line",
     "parse_fault_option",
     "timing_option",
+    "with_cli_hint",
 ]
 
 EXIT_OK: Final = 0
@@ -53,6 +56,30 @@ class CliError(Exception):
         self.exit_code = exit_code
 
 
+_CLI_HINTS: Final[dict[ErrorCode, str]] = {
+    ErrorCode.CASSETTE_NOT_FOUND: "check the path; `chunktape record -o FILE` records a new cassette",
+    ErrorCode.CASSETTE_CORRUPT: "is it a chunktape cassette (.msgpack or .json)? `chunktape check FILE` says what "
+    "is wrong; if its recording crashed, `chunktape recover FILE.journal` rebuilds it",
+    ErrorCode.SECRET_DETECTED: "redact it with `chunktape redact FILE --secret VALUE`",
+}
+"""Next steps on the command line, replacing the library's default hints (which speak of pytest options)."""
+_COMMAND_HINTS: Final[dict[tuple[str, ErrorCode], str]] = {
+    ("recover", ErrorCode.CASSETTE_NOT_FOUND): "check the path; a recording that ended normally leaves no journal",
+    ("recover", ErrorCode.CASSETTE_CORRUPT): "give the <cassette>.journal file an interrupted recording left",
+    ("import-vcr", ErrorCode.CASSETTE_NOT_FOUND): "check the vcrpy cassette path",
+    ("import-vcr", ErrorCode.CASSETTE_CORRUPT): "give a vcrpy YAML cassette of chat-completions traffic",
+}
+
+
+def with_cli_hint(error: LlmError, command: str | None) -> LlmError:
+    """``error`` with the command line's next step when its raiser left the (library, pytest-minded) default."""
+    if error.hint is None:
+        hint = _COMMAND_HINTS.get((command or "", error.code), _CLI_HINTS.get(error.code))
+        if hint is not None:
+            error.hint = hint
+    return error
+
+
 def _no_color() -> bool:
     return bool(os.environ.get("NO_COLOR"))
 
@@ -68,13 +95,17 @@ def _width(file: Any) -> int | None:
 
 
 class _Consoles:
-    """Created on each use, so each run (and each ``CliRunner`` invocation) sees its own stdout/stderr."""
+    """Created on each use, so each run (and each ``CliRunner`` invocation) sees its own stdout/stderr.
+
+    ``emoji=False``: recorded text such as ``:thumbs_up:`` is printed as it is, never as an emoji. Recorded
+    text (prompts, replies, paths) is passed as ``rich.text.Text`` or with ``markup=False``, never as markup.
+    """
 
     def out(self) -> Console:
-        return Console(file=sys.stdout, no_color=_no_color(), highlight=False, width=_width(sys.stdout))
+        return Console(file=sys.stdout, no_color=_no_color(), highlight=False, emoji=False, width=_width(sys.stdout))
 
     def err(self) -> Console:
-        return Console(file=sys.stderr, no_color=_no_color(), highlight=False, width=_width(sys.stderr))
+        return Console(file=sys.stderr, no_color=_no_color(), highlight=False, emoji=False, width=_width(sys.stderr))
 
 
 _consoles = _Consoles()
@@ -93,6 +124,14 @@ def err_console() -> Console:
 def one_line(text: str) -> str:
     """``text`` squeezed onto one line (error messages may carry a multi-line diff)."""
     return " ".join(text.split())
+
+
+def check_output_suffix(path: Path, what: str = "") -> None:
+    """A cassette to write must end in ``.msgpack`` or ``.json`` (the suffix picks the encoding): else a usage error."""
+    if path.suffix.lower() not in CASSETTE_SUFFIXES:
+        where = f"{what} " if what else ""
+        valid = " or ".join(CASSETTE_SUFFIXES)
+        raise CliError(f"{where}{path}: give a {valid} file name (the suffix picks the encoding)", EXIT_USAGE)
 
 
 def load(path: Path) -> Cassette:

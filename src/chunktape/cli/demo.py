@@ -154,7 +154,7 @@ def _fault_table(rows: list[FaultRow]) -> Table:
         table.add_row(
             row.fault,
             Text(row.outcome, style="green" if row.completed else "red"),
-            row.first_error,
+            Text(row.first_error),
             str(row.retries),
             str(row.attempts),
             f"{row.seconds:.2f}s",

@@ -9,11 +9,16 @@ import msgspec
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
-from chunktape.cassettes.analysis import cassette_files, check_cassette, diff_cassettes, summarize
+from chunktape.cassettes.analysis import (
+    check_cassette,
+    diff_cassettes,
+    find_cassette_files,
+    summarize,
+)
 from chunktape.cassettes.codec import recover, save_cassette
 from chunktape.cassettes.model import Cassette
 from chunktape.cassettes.redaction import check_secrets, env_secrets, find_secrets, redact
-from chunktape.cli.common import EXIT_FAILED, CliError, console, err_console, load
+from chunktape.cli.common import EXIT_FAILED, CliError, check_output_suffix, console, err_console, load
 from chunktape.cli.render import summary_table
 from chunktape.http import import_vcr as convert_vcr
 
@@ -49,18 +54,20 @@ def check(
 ) -> None:
     """Validate cassettes: format, version, timing and the StreamChunk protocol rules.
 
-    Folders are searched recursively for *.msgpack and *.json files. Prints one line per failing file
-    (path, interaction, rule) and exits 1 if any fails; exits 0 when all pass.
+    Folders are searched recursively for *.msgpack and *.json files; JSON files there that are not cassettes
+    (no top-level version and interactions) are skipped with a note. Prints one line per failing file (path,
+    interaction, rule) and exits 1 if any fails, 3 if a path does not exist (every other path is still
+    checked); exits 0 when all pass.
 
     Example: chunktape check tests/cassettes cassettes/demo-session.msgpack
     """
-    for path in paths:
-        if not path.exists():
-            raise CliError(f"{path} does not exist")
-    files = cassette_files(paths)
+    found = find_cassette_files(paths)
+    files = found.files
+    err = err_console()
+    for path in found.skipped:
+        err.print(f"skipped {path}: JSON but not a cassette", style="dim", markup=False, soft_wrap=True)
     if not files:
         raise CliError("no cassette files (*.msgpack, *.json) under the given paths")
-    err = err_console()
     failures: list[str] = []
     with Progress(
         TextColumn("checking"),
@@ -84,6 +91,10 @@ def check(
         out.print(line, markup=False, soft_wrap=True)
     passed = len(files) - len(failures)
     summary = f"{passed} of {len(files)} cassette file(s) pass"
+    missing = [path for path in files if not path.exists()]
+    if missing:
+        gone = "; ".join(f"{path} does not exist" for path in missing)
+        raise CliError(f"{summary}; {len(failures)} failed; {gone}")
     if failures:
         err.print(f"{summary}; {len(failures)} failed", style="red", soft_wrap=True)
         raise typer.Exit(EXIT_FAILED)
@@ -98,6 +109,7 @@ def convert(
 
     Example: chunktape convert session.msgpack session.json
     """
+    check_output_suffix(target)
     loaded = load(source)
     if target.is_dir():
         raise CliError(f"{target} is a directory; give the output file name")
@@ -182,6 +194,8 @@ def recover_journal(
     """
     if journal.is_dir():
         raise CliError(f"{journal} is a directory, not a journal file")
+    if output is not None:
+        check_output_suffix(output, "--output")
     target = output or _default_output(journal)
     if target.exists() and not (force or append):
         raise CliError(f"{target} exists; pass --append to add to it or --force to replace it")
@@ -206,6 +220,7 @@ def import_vcr(
 
     Example: chunktape import-vcr tests/cassettes/chat.yaml -o chat.msgpack
     """
+    check_output_suffix(output, "--output")
     cassette = convert_vcr(source)
     findings = find_secrets(cassette, env_secrets().values())
     if findings:

@@ -9,6 +9,7 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.text import Text
 
 from chunktape.cassettes.analysis import summarize
 from chunktape.cassettes.model import Cancelled, Cassette
@@ -36,7 +37,7 @@ async def replay_to_console(
         summary = summarize(interaction, index)
         last = summary.last_user.replace("\n", " ")
         excerpt = last if len(last) <= 60 else last[:57] + "..."
-        out.rule(f"#{index} {summary.model} · {excerpt!r}", align="left", style="blue")
+        out.rule(Text(f"#{index} {summary.model} · {excerpt!r}"), align="left", style="blue")
         adapter = ReplayAdapter(
             Cassette(meta=cassette.meta, interactions=[interaction]), timing=timing, faults=list(faults)
         )

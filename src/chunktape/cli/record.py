@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -12,12 +13,14 @@ import msgspec
 import typer
 from rich.console import Console
 
-from chunktape.cli.common import EXIT_USAGE, CliError, console, err_console
+from chunktape.cassettes.redaction import _redact_text, env_secrets
+from chunktape.cli.common import EXIT_USAGE, CliError, check_output_suffix, console, err_console
 from chunktape.cli.render import ChunkPrinter
 from chunktape.errors import LlmError
 from chunktape.protocol import GenerateOptions, Message, ToolSpec
 from chunktape.providers.openai_compat import DEEPSEEK_BASE_URL, OpenAICompatAdapter
 from chunktape.recorder.recording import RecordingAdapter
+from chunktape.wire.openai_chat import message_from_openai, options_from_openai_request, options_to_openai_request
 
 __all__ = ["record"]
 
@@ -36,36 +39,63 @@ def _read_json(path: Path, what: str) -> Any:
 
 
 def load_messages(path: Path) -> list[Message]:
-    """A JSON list of messages (``{"role": "user", "content": "..."}``), or an object with a ``messages`` list."""
+    """A JSON list of messages in OpenAI's chat format, or an object with a ``messages`` list.
+
+    Assistant ``tool_calls``, ``tool_call_id``, role ``developer`` and lists of text parts are understood (the
+    library's ``message_from_openai``); anything else is a ``CliError`` naming the file and the message.
+    """
     data = _read_json(path, "messages")
     if isinstance(data, dict) and "messages" in data:
         data = data["messages"]
+    if not isinstance(data, list):
+        raise CliError(f"messages file {path}: expected a JSON list of messages, got {type(data).__name__}")
     try:
-        return msgspec.convert(data, list[Message])
-    except msgspec.ValidationError as exc:
-        raise CliError(f"messages file {path}: {exc}") from None
+        return [message_from_openai(item, f"messages[{position}]") for position, item in enumerate(data)]
+    except LlmError as error:
+        raise CliError(f"messages file {path}: {error.message}") from None
 
 
 def load_tools(path: Path) -> list[ToolSpec]:
-    """A JSON list of tools: ``{"name", "description", "parameters"}``, or OpenAI's ``{"type": "function", ...}``."""
+    """A JSON list of OpenAI tools (``{"type": "function", "function": {...}}``) or bare ``{"name", ...}`` specs."""
     data = _read_json(path, "tools")
     if isinstance(data, dict) and "tools" in data:
         data = data["tools"]
-    if isinstance(data, list):
-        data = [item["function"] if isinstance(item, dict) and "function" in item else item for item in data]
+    if not isinstance(data, list):
+        raise CliError(f"tools file {path}: expected a JSON list of tools, got {type(data).__name__}")
+    wire = [
+        item if not isinstance(item, dict) or "function" in item else {"type": "function", "function": item}
+        for item in data
+    ]
     try:
-        return msgspec.convert(data, list[ToolSpec])
-    except msgspec.ValidationError as exc:
-        raise CliError(f"tools file {path}: {exc}") from None
+        return options_from_openai_request({"model": "-", "messages": [], "tools": wire}).tools
+    except LlmError as error:
+        raise CliError(f"tools file {path}: {error.message}") from None
+
+
+def _without_secrets(error: LlmError, secrets: Sequence[str]) -> LlmError:
+    """``error`` with credentials redacted from its message (a provider may echo the key in a 401 body)."""
+    message = _redact_text(error.message, secrets, True)
+    hint = None if error.hint is None else _redact_text(error.hint, secrets, True)
+    if message == error.message and hint == error.hint:
+        return error
+    return LlmError(message, error.code, status=error.status, retry_after=error.retry_after, hint=hint)
+
+
+def failed_path(path: Path) -> Path:
+    """Where a recording that streamed nothing goes when ``path`` exists: ``<name>.failed<suffix>`` beside it."""
+    return path.with_name(f"{path.stem}.failed{path.suffix}")
 
 
 class _Session:
     """One recording session: the conversation so far and the recorder every turn goes through."""
 
-    def __init__(self, recorder: RecordingAdapter, out: Console, options: GenerateOptions) -> None:
+    def __init__(
+        self, recorder: RecordingAdapter, out: Console, options: GenerateOptions, secrets: Sequence[str]
+    ) -> None:
         self.recorder = recorder
         self.out = out
         self.options = options
+        self.secrets = secrets
         self.turns = 0
 
     async def turn(self) -> LlmError | None:
@@ -76,8 +106,9 @@ class _Session:
             async for chunk in self.recorder.stream(self.options):
                 printer.feed(chunk)
         except LlmError as error:
-            printer.error(error)
-            return error
+            shown = _without_secrets(error, self.secrets)
+            printer.error(shown)
+            return shown
         finally:
             printer.done()
         reply = Message(
@@ -110,9 +141,12 @@ def record(
     output: Annotated[Path, typer.Option("--output", "-o", help="The cassette to write (.msgpack or .json).")],
     prompt: Annotated[str | None, typer.Option("--prompt", "-p", help="The user message to send.")] = None,
     messages: Annotated[
-        Path | None, typer.Option("--messages", help="A JSON file with the conversation to send.")
+        Path | None,
+        typer.Option("--messages", help="A JSON file with the conversation to send, in OpenAI chat format."),
     ] = None,
-    tools: Annotated[Path | None, typer.Option("--tools", help="A JSON file with the tools to offer.")] = None,
+    tools: Annotated[
+        Path | None, typer.Option("--tools", help="A JSON file with the tools to offer, in OpenAI format.")
+    ] = None,
     chat: Annotated[
         bool, typer.Option("--chat", help="Interactive: read user turns from stdin until EOF or /exit.")
     ] = False,
@@ -127,18 +161,24 @@ def record(
     max_tokens: Annotated[int | None, typer.Option("--max-tokens", help="Cap the reply length.")] = None,
     temperature: Annotated[float | None, typer.Option("--temperature", help="Sampling temperature.")] = None,
     append: Annotated[bool, typer.Option("--append", help="Add to the cassette instead of replacing it.")] = False,
+    force: Annotated[
+        bool, typer.Option("--force", help="Write the cassette even when nothing was streamed (every call failed).")
+    ] = False,
 ) -> None:
     """Record a live session against an OpenAI-compatible provider, streaming it to the terminal.
 
     The provider is DeepSeek unless --base-url names another OpenAI-compatible API.
     Give the input with --prompt, --messages FILE.json (and --tools FILE.json), or --chat for a multi-turn
     session on stdin (each turn is another interaction of the same cassette). Ctrl-C stops and keeps what was
-    recorded. The API key is read from --api-key-env and never written to the cassette.
+    recorded. The API key is read from --api-key-env and never written to the cassette or printed.
+    A run that streamed nothing (every call failed) does not replace an existing cassette unless --force:
+    it is kept beside it as <name>.failed.<suffix>.
 
     Example: chunktape record --prompt "Say hello" -o hello.msgpack
     """
     if prompt is None and messages is None and not chat:
         raise CliError("give --prompt, --messages FILE or --chat", EXIT_USAGE)
+    check_output_suffix(output, "--output")
     conversation: list[Message] = []
     if system is not None:
         conversation.append(Message(role="system", content=system))
@@ -152,13 +192,19 @@ def record(
         raise CliError(f"no API key: set the environment variable {api_key_env} (or name another with --api-key-env)")
     if output.is_dir():
         raise CliError(f"{output} is a directory; give the cassette file name with -o")
-    out = console()
-    adapter = OpenAICompatAdapter(base_url=base_url, api_key=api_key, model=model)
-    recorder = RecordingAdapter(adapter, output, append=append)
     options = GenerateOptions(
         model=model, messages=conversation, tools=tool_specs, max_tokens=max_tokens, temperature=temperature
     )
-    session = _Session(recorder, out, options)
+    try:
+        options_to_openai_request(options)  # a conversation the provider cannot take fails here, unrecorded
+    except LlmError as error:
+        where = f"messages file {messages}: " if messages is not None else ""
+        raise CliError(f"{where}cannot be sent: {error.message}") from None
+    out = console()
+    adapter = OpenAICompatAdapter(base_url=base_url, api_key=api_key, model=model)
+    recorder = RecordingAdapter(adapter, output, append=append)
+    secrets = [api_key, *env_secrets().values()]
+    session = _Session(recorder, out, options, secrets)
     failure: LlmError | None = None
     interrupted = False
     with asyncio.Runner() as runner:
@@ -179,10 +225,28 @@ def record(
         except KeyboardInterrupt:
             interrupted = True
         finally:
-            written = recorder.save()
-            runner.run(adapter.aclose())
+            aside = not force and output.exists() and not any(item.events for item in recorder.interactions)
+            if aside:  # a wrong --base-url or key must not replace a good cassette with a lone failure
+                recorder.path, recorder.append = failed_path(output), False
+            try:
+                written = recorder.save()
+            finally:
+                runner.run(adapter.aclose())
     count = 0 if written is None else len(written.interactions)
-    note = "interrupted; kept" if interrupted else "saved"
-    err_console().print(f"{note} {count} interaction(s) in {output}", style="dim", markup=False, soft_wrap=True)
+    err = err_console()
+    if aside:
+        if written is not None:
+            err.print(
+                f"nothing was streamed; kept the failed recording in {failed_path(output)} and left {output} as it "
+                "was (--force replaces it)",
+                style="yellow",
+                markup=False,
+                soft_wrap=True,
+            )
+    else:
+        if written is not None:
+            failed_path(output).unlink(missing_ok=True)  # an earlier failed run's leftover is stale now
+        note = "interrupted; kept" if interrupted else "saved"
+        err.print(f"{note} {count} interaction(s) in {output}", style="dim", markup=False, soft_wrap=True)
     if failure is not None and not chat:
         raise CliError(str(failure))

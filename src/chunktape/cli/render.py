@@ -109,8 +109,8 @@ class ChunkPrinter:
 
 
 def summary_table(title: str, summaries: Sequence[InteractionSummary]) -> Table:
-    """The ``chunktape show`` table: one row per interaction."""
-    table = Table(title=title, title_justify="left", expand=False)
+    """The ``chunktape show`` table: one row per interaction (recorded text as ``Text``, never as markup)."""
+    table = Table(title=Text(title), title_justify="left", expand=False)
     table.add_column("#", justify="right")
     table.add_column("model")
     table.add_column("last user message", max_width=32, overflow="ellipsis", no_wrap=True)
@@ -124,8 +124,8 @@ def summary_table(title: str, summaries: Sequence[InteractionSummary]) -> Table:
         attempt = f" (attempt {item.attempt})" if item.attempt > 1 else ""
         table.add_row(
             str(item.index),
-            item.model,
-            item.last_user.replace("\n", " "),
+            Text(item.model),
+            Text(item.last_user.replace("\n", " ")),
             str(item.chunks),
             _seconds(item.first_chunk_s),
             _seconds(item.duration_s),

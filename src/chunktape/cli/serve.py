@@ -20,7 +20,7 @@ def serve(
         list[Path] | None, typer.Argument(help="Cassettes to serve (merged, in order).", show_default=False)
     ] = None,
     host: Annotated[str, typer.Option("--host", help="The address to listen on (loopback only).")] = "127.0.0.1",
-    port: Annotated[int, typer.Option("--port", help="The port (0 picks a free one).")] = 8000,
+    port: Annotated[int, typer.Option("--port", min=0, max=65535, help="The port (0 picks a free one).")] = 8000,
     speed: Annotated[
         float | None, typer.Option("--speed", help="Replay the recorded timing this many times faster.")
     ] = None,
