@@ -298,6 +298,26 @@ def test_recover_rebuilds_finished_and_cut_short_interactions(tmp_path: Path) ->
     assert cut.outcome.t_ns == 20
 
 
+def test_a_crashed_numbered_journal_is_moved_aside_not_truncated(tmp_path: Path) -> None:
+    path = journal_path(tmp_path / "c.msgpack")
+    live = Journal(path, CassetteMeta(adapter="live"))  # holds c.msgpack.journal
+    crashed = Journal(path, CassetteMeta(adapter="crashed"))
+    assert crashed.path == path.with_name("c.msgpack.journal.1")
+    crashed.begin(0, RecordedRequest.from_options(options("kept")), None, 1)
+    crashed.close(remove=False)
+    before = crashed.path.read_bytes()
+
+    with pytest.warns(codec.CrashedJournalWarning, match=r"c\.msgpack\.journal\.1\.crashed-"):
+        fresh = Journal(path, CassetteMeta(adapter="fresh"))
+    assert fresh.path == crashed.path
+    (aside,) = tmp_path.glob("c.msgpack.journal.1.crashed-*")
+    assert aside.read_bytes() == before
+    assert recover(aside).interactions[0].request.messages[0].content == "kept"
+    fresh.close(remove=True)
+    live.close(remove=True)
+    assert sorted(os.listdir(tmp_path)) == [aside.name]
+
+
 def test_recover_reports_a_damaged_journal(tmp_path: Path) -> None:
     path = tmp_path / "c.msgpack.journal"
     path.write_bytes(b'["meta",{}]\nnot json\n["begin",0,{"model":"m","messages":[]},null,1]\n')

@@ -12,8 +12,9 @@ import contextlib
 import mmap
 import os
 import tempfile
+import warnings
 from collections.abc import Callable, Iterator, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeAlias
 
@@ -40,6 +41,7 @@ except ImportError:  # pragma: no cover - Windows: saves stay atomic, concurrent
 __all__ = [
     "MIGRATIONS",
     "CassetteSource",
+    "CrashedJournalWarning",
     "Journal",
     "LazyCassette",
     "append_interactions",
@@ -587,14 +589,43 @@ def journal_path(cassette_path: PathLike) -> Path:
 _JOURNAL_STEP = 1 << 20
 
 
+class CrashedJournalWarning(UserWarning):
+    """A new recording found the journal of an earlier one that crashed; it was moved aside, not overwritten."""
+
+
+def _cassette_of(journal: Path) -> Path:
+    """The cassette a journal belongs to (``c.msgpack.journal`` -> ``c.msgpack``)."""
+    return journal.with_name(journal.name.removesuffix(".journal"))
+
+
+def _set_aside(candidate: Path, cassette: Path) -> None:
+    """Move an unrecovered journal out of the way (never truncate it) and say how to recover it."""
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
+    for number in range(1000):
+        aside = candidate.with_name(f"{candidate.name}.crashed-{stamp}" + (f"-{number}" if number else ""))
+        if not aside.exists():
+            break
+    os.rename(candidate, aside)
+    output = cassette.with_name(f"{cassette.stem}.recovered-{stamp}{cassette.suffix}")
+    warnings.warn(
+        f"{candidate} held the journal of an earlier recording of {cassette} that stopped without saving (a crash?);"
+        f" it was moved to {aside}: run `chunktape recover {aside} -o {output}` to get what it received",
+        CrashedJournalWarning,
+        stacklevel=4,
+    )
+
+
 def _claim_journal(path: Path) -> tuple[Path, int]:
     """Open ``path`` (or ``path.1``, ``path.2``, ... if another live recorder holds it) under an exclusive lock.
 
     Another process truncating a file we have mapped would crash us (SIGBUS), so each journal has one owner;
-    the kernel drops the lock when its owner dies, so a crashed recording's journal is reclaimed.
+    the kernel drops the lock when its owner dies. A journal found unlocked but not empty is what a crashed
+    recording left: it is moved aside (``CrashedJournalWarning``), never truncated, and a fresh one is started.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
-    for attempt in range(1000):
+    cassette = _cassette_of(path)
+    attempt = 0
+    while attempt < 1000:
         candidate = path if attempt == 0 else path.with_name(f"{path.name}.{attempt}")
         fd = os.open(candidate, os.O_RDWR | os.O_CREAT, 0o644)
         if fcntl is not None:
@@ -602,8 +633,14 @@ def _claim_journal(path: Path) -> tuple[Path, int]:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError:
                 os.close(fd)
+                attempt += 1
                 continue
-        os.ftruncate(fd, 0)
+        if os.fstat(fd).st_size > 0:
+            try:
+                _set_aside(candidate, cassette)
+            finally:
+                os.close(fd)
+            continue  # the same name again, now free
         return candidate, fd
     raise LlmError(f"no free journal next to {path}", ErrorCode.INVALID_CONFIG)  # pragma: no cover
 
