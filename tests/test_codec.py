@@ -318,6 +318,62 @@ def test_a_crashed_numbered_journal_is_moved_aside_not_truncated(tmp_path: Path)
     assert sorted(os.listdir(tmp_path)) == [aside.name]
 
 
+def test_a_journal_is_deleted_while_its_lock_is_still_held(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import fcntl
+
+    path = journal_path(tmp_path / "c.msgpack")
+    journal = Journal(path, CassetteMeta())
+    real_unlink = os.unlink
+    seen: list[bool] = []
+
+    def unlink(target: Any, *args: Any, **kwargs: Any) -> None:
+        if Path(target) == path:  # a new recorder trying to claim the journal at this instant must fail to
+            fd = os.open(path, os.O_RDWR)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                seen.append(False)
+            except BlockingIOError:
+                seen.append(True)
+            finally:
+                os.close(fd)
+        real_unlink(target, *args, **kwargs)
+
+    monkeypatch.setattr(os, "unlink", unlink)
+    journal.close(remove=True)
+    assert seen == [True]
+    assert not path.exists()
+
+
+def test_claiming_a_journal_deleted_between_open_and_lock_opens_a_fresh_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The bad interleaving: the new recorder opens the old journal, its owner deletes it and lets go, then the
+    new recorder gets the lock -- on a deleted file, whose events would be lost."""
+    import fcntl
+
+    path = journal_path(tmp_path / "c.msgpack")
+    old = Journal(path, CassetteMeta(adapter="old"))
+    real_flock = fcntl.flock
+    calls: list[int] = []
+
+    def flock(fd: int, operation: int) -> None:
+        calls.append(fd)
+        if len(calls) == 1:  # between the new recorder's open and its lock, the old one saves and leaves
+            old.close(remove=True)
+        real_flock(fd, operation)
+
+    monkeypatch.setattr(fcntl, "flock", flock)
+    new = Journal(path, CassetteMeta(adapter="new"))
+    monkeypatch.undo()
+    assert len(calls) == 2  # it noticed, and opened (and locked) the file again
+    assert new.path == path
+    assert os.fstat(new._fd).st_ino == os.stat(path).st_ino
+    new.begin(0, RecordedRequest.from_options(options("kept")), None, 1)
+    new.close(remove=False)
+    assert recover(path).meta.adapter == "new"
+    assert recover(path).interactions[0].request.messages[0].content == "kept"
+
+
 def test_recover_reports_a_damaged_journal(tmp_path: Path) -> None:
     path = tmp_path / "c.msgpack.journal"
     path.write_bytes(b'["meta",{}]\nnot json\n["begin",0,{"model":"m","messages":[]},null,1]\n')

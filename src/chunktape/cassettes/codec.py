@@ -615,6 +615,14 @@ def _set_aside(candidate: Path, cassette: Path) -> None:
     )
 
 
+def _still_at(path: Path, fd: int) -> bool:
+    """Whether the file open as ``fd`` is still the one at ``path``."""
+    try:
+        return os.stat(path).st_ino == os.fstat(fd).st_ino
+    except FileNotFoundError:
+        return False
+
+
 def _claim_journal(path: Path) -> tuple[Path, int]:
     """Open ``path`` (or ``path.1``, ``path.2``, ... if another live recorder holds it) under an exclusive lock.
 
@@ -635,6 +643,9 @@ def _claim_journal(path: Path) -> tuple[Path, int]:
                 os.close(fd)
                 attempt += 1
                 continue
+        if not _still_at(candidate, fd):  # unlinked (or replaced) between our open and our lock: open it again
+            os.close(fd)
+            continue
         if os.fstat(fd).st_size > 0:
             try:
                 _set_aside(candidate, cassette)
@@ -700,14 +711,24 @@ class Journal:
         self._write(_JEnd(id, outcome))
 
     def close(self, *, remove: bool) -> None:
-        if self._map is not None:
-            self._map.close()
-            self._map = None
-            os.ftruncate(self._fd, self._position)
+        """Trim the file to what was written; ``remove`` deletes it while still holding its lock.
+
+        Unlinking before closing (which drops the lock) matters: a new recorder that opened this file just
+        before the unlink then either fails to lock it or, once it has the lock, sees it is no longer at the
+        path (``_claim_journal`` checks) and opens a fresh one, instead of writing into a deleted file.
+        """
+        if self._map is None:
+            return
+        self._map.close()
+        self._map = None
+        try:
+            if remove:
+                if _still_at(self.path, self._fd):  # never delete a file someone else put at our path
+                    os.unlink(self.path)
+            else:
+                os.ftruncate(self._fd, self._position)
+        finally:
             os.close(self._fd)
-        if remove:
-            with contextlib.suppress(FileNotFoundError):
-                self.path.unlink()
 
 
 def recover(path: PathLike) -> Cassette:
