@@ -374,6 +374,21 @@ def test_claiming_a_journal_deleted_between_open_and_lock_opens_a_fresh_one(
     assert recover(path).interactions[0].request.messages[0].content == "kept"
 
 
+def test_a_journal_is_private_to_its_owner(tmp_path: Path) -> None:
+    """It holds the stream before redaction: no other user may read it, whatever the umask."""
+    path = journal_path(tmp_path / "c.msgpack")
+    journal = Journal(path, CassetteMeta())
+    assert path.stat().st_mode & 0o777 == 0o600
+    journal.close(remove=False)
+    assert path.stat().st_mode & 0o777 == 0o600
+
+    left_empty = journal_path(tmp_path / "d.msgpack")
+    left_empty.touch(mode=0o644)
+    left_empty.chmod(0o644)
+    Journal(left_empty, CassetteMeta()).close(remove=False)
+    assert left_empty.stat().st_mode & 0o777 == 0o600
+
+
 def test_recover_reports_a_damaged_journal(tmp_path: Path) -> None:
     path = tmp_path / "c.msgpack.journal"
     path.write_bytes(b'["meta",{}]\nnot json\n["begin",0,{"model":"m","messages":[]},null,1]\n')

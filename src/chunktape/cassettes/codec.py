@@ -635,7 +635,7 @@ def _claim_journal(path: Path) -> tuple[Path, int]:
     attempt = 0
     while attempt < 1000:
         candidate = path if attempt == 0 else path.with_name(f"{path.name}.{attempt}")
-        fd = os.open(candidate, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = os.open(candidate, os.O_RDWR | os.O_CREAT, 0o600)  # it holds the stream before redaction
         if fcntl is not None:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -652,6 +652,7 @@ def _claim_journal(path: Path) -> tuple[Path, int]:
             finally:
                 os.close(fd)
             continue  # the same name again, now free
+        os.fchmod(fd, 0o600)  # also when an empty journal was left with wider permissions
         return candidate, fd
     raise LlmError(f"no free journal next to {path}", ErrorCode.INVALID_CONFIG)  # pragma: no cover
 
