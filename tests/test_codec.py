@@ -107,8 +107,9 @@ def test_failed_save_keeps_the_old_file_and_leaves_no_temp(tmp_path: Path, monke
         raise OSError("disk full")
 
     monkeypatch.setattr(os, "replace", broken_replace)
-    with pytest.raises(OSError, match="disk full"):
+    with pytest.raises(LlmError, match="disk full") as caught:
         save_cassette(make_cassette(3), path)
+    assert caught.value.code is ErrorCode.CASSETTE_UNWRITABLE
     assert path.read_bytes() == before
     assert os.listdir(tmp_path) == ["c.msgpack"]
 
@@ -263,6 +264,35 @@ def test_older_versions_are_migrated(tmp_path: Path, monkeypatch: pytest.MonkeyP
     monkeypatch.setitem(codec.MIGRATIONS, 0, v0_to_v1)
     assert load_cassette(path) == cassette
     assert open_cassette(path).to_cassette() == cassette
+
+
+@pytest.mark.parametrize("writer", ["save", "append"])
+@pytest.mark.parametrize("problem", ["parent is a file", "path is a folder", "no permission"])
+def test_an_unwritable_cassette_path_is_cassette_unwritable(tmp_path: Path, writer: str, problem: str) -> None:
+    if problem == "parent is a file":
+        (tmp_path / "afile").write_text("x")
+        path = tmp_path / "afile" / "c.msgpack"
+    elif problem == "path is a folder":
+        path = tmp_path / "c.msgpack"
+        path.mkdir()
+    else:
+        if os.geteuid() == 0:
+            pytest.skip("root may write anywhere")
+        folder = tmp_path / "locked"
+        folder.mkdir(mode=0o500)
+        path = folder / "c.msgpack"
+    cassette = make_cassette(1)
+    with pytest.raises(LlmError) as caught:
+        if writer == "save":
+            save_cassette(cassette, path)
+        else:
+            append_interactions(path, cassette.interactions, cassette.meta)
+    assert caught.value.code is ErrorCode.CASSETTE_UNWRITABLE
+    assert str(path) in str(caught.value)
+    assert isinstance(caught.value.cause, OSError)
+    assert str(caught.value.cause.strerror) in str(caught.value)
+    leftovers = [name for _, _, files in os.walk(tmp_path) for name in files if name.endswith(".tmp")]
+    assert leftovers == []  # the temp file is cleaned up
 
 
 # -- the journal ---------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ is ``LlmError(CASSETTE_CORRUPT)`` naming the file and what is wrong; nothing els
 from __future__ import annotations
 
 import contextlib
+import errno
 import mmap
 import os
 import tempfile
@@ -526,11 +527,29 @@ def _write_atomic(path: Path, data: bytes) -> None:
         raise
 
 
+@contextlib.contextmanager
+def _writing(path: Path) -> Iterator[None]:
+    """Turn an OS error while writing ``path`` (folder is a file, path is a folder, no permission, disk full)
+    into ``CASSETTE_UNWRITABLE`` naming the path and the error."""
+    try:
+        yield
+    except OSError as exc:
+        raise LlmError(
+            f"cannot write the cassette {path}: {exc.strerror or exc}"
+            + (f" ({exc.filename})" if exc.filename and Path(exc.filename) != path else ""),
+            ErrorCode.CASSETTE_UNWRITABLE,
+            cause=exc,
+        ) from exc
+
+
 def save_cassette(cassette: Cassette, path: PathLike) -> None:
-    """Write ``cassette`` atomically (``.json``: pretty JSON; anything else: msgpack)."""
+    """Write ``cassette`` atomically (``.json``: pretty JSON; anything else: msgpack).
+
+    An OS error (the folder is a file, the path is a folder, no permission, ...) is ``CASSETTE_UNWRITABLE``.
+    """
     path = Path(path)
     data = encode_cassette(cassette, path)
-    with cassette_lock(path):
+    with _writing(path), cassette_lock(path):
         _write_atomic(path, data)
 
 
@@ -540,7 +559,9 @@ def append_interactions(path: PathLike, interactions: Sequence[Interaction], met
     Re-reading under the lock means two processes appending to one cassette both keep their interactions.
     """
     path = Path(path)
-    with cassette_lock(path):
+    with _writing(path), cassette_lock(path):
+        if path.is_dir():
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
         if path.exists():
             existing = load_cassette(path)
             cassette = Cassette(meta=existing.meta, interactions=[*existing.interactions, *interactions])
