@@ -107,8 +107,9 @@ def test_failed_save_keeps_the_old_file_and_leaves_no_temp(tmp_path: Path, monke
         raise OSError("disk full")
 
     monkeypatch.setattr(os, "replace", broken_replace)
-    with pytest.raises(OSError, match="disk full"):
+    with pytest.raises(LlmError, match="disk full") as caught:
         save_cassette(make_cassette(3), path)
+    assert caught.value.code is ErrorCode.CASSETTE_UNWRITABLE
     assert path.read_bytes() == before
     assert os.listdir(tmp_path) == ["c.msgpack"]
 
@@ -265,6 +266,35 @@ def test_older_versions_are_migrated(tmp_path: Path, monkeypatch: pytest.MonkeyP
     assert open_cassette(path).to_cassette() == cassette
 
 
+@pytest.mark.parametrize("writer", ["save", "append"])
+@pytest.mark.parametrize("problem", ["parent is a file", "path is a folder", "no permission"])
+def test_an_unwritable_cassette_path_is_cassette_unwritable(tmp_path: Path, writer: str, problem: str) -> None:
+    if problem == "parent is a file":
+        (tmp_path / "afile").write_text("x")
+        path = tmp_path / "afile" / "c.msgpack"
+    elif problem == "path is a folder":
+        path = tmp_path / "c.msgpack"
+        path.mkdir()
+    else:
+        if os.geteuid() == 0:
+            pytest.skip("root may write anywhere")
+        folder = tmp_path / "locked"
+        folder.mkdir(mode=0o500)
+        path = folder / "c.msgpack"
+    cassette = make_cassette(1)
+    with pytest.raises(LlmError) as caught:
+        if writer == "save":
+            save_cassette(cassette, path)
+        else:
+            append_interactions(path, cassette.interactions, cassette.meta)
+    assert caught.value.code is ErrorCode.CASSETTE_UNWRITABLE
+    assert str(path) in str(caught.value)
+    assert isinstance(caught.value.cause, OSError)
+    assert str(caught.value.cause.strerror) in str(caught.value)
+    leftovers = [name for _, _, files in os.walk(tmp_path) for name in files if name.endswith(".tmp")]
+    assert leftovers == []  # the temp file is cleaned up
+
+
 # -- the journal ---------------------------------------------------------------------------------
 
 
@@ -296,6 +326,97 @@ def test_recover_rebuilds_finished_and_cut_short_interactions(tmp_path: Path) ->
     assert [e.chunk for e in cut.events] == chunks[:3]
     assert isinstance(cut.outcome, Cancelled)
     assert cut.outcome.t_ns == 20
+
+
+def test_a_crashed_numbered_journal_is_moved_aside_not_truncated(tmp_path: Path) -> None:
+    path = journal_path(tmp_path / "c.msgpack")
+    live = Journal(path, CassetteMeta(adapter="live"))  # holds c.msgpack.journal
+    crashed = Journal(path, CassetteMeta(adapter="crashed"))
+    assert crashed.path == path.with_name("c.msgpack.journal.1")
+    crashed.begin(0, RecordedRequest.from_options(options("kept")), None, 1)
+    crashed.close(remove=False)
+    before = crashed.path.read_bytes()
+
+    with pytest.warns(codec.CrashedJournalWarning, match=r"c\.msgpack\.journal\.1\.crashed-"):
+        fresh = Journal(path, CassetteMeta(adapter="fresh"))
+    assert fresh.path == crashed.path
+    (aside,) = tmp_path.glob("c.msgpack.journal.1.crashed-*")
+    assert aside.read_bytes() == before
+    assert recover(aside).interactions[0].request.messages[0].content == "kept"
+    fresh.close(remove=True)
+    live.close(remove=True)
+    assert sorted(os.listdir(tmp_path)) == [aside.name]
+
+
+def test_a_journal_is_deleted_while_its_lock_is_still_held(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import fcntl
+
+    path = journal_path(tmp_path / "c.msgpack")
+    journal = Journal(path, CassetteMeta())
+    real_unlink = os.unlink
+    seen: list[bool] = []
+
+    def unlink(target: Any, *args: Any, **kwargs: Any) -> None:
+        if Path(target) == path:  # a new recorder trying to claim the journal at this instant must fail to
+            fd = os.open(path, os.O_RDWR)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                seen.append(False)
+            except BlockingIOError:
+                seen.append(True)
+            finally:
+                os.close(fd)
+        real_unlink(target, *args, **kwargs)
+
+    monkeypatch.setattr(os, "unlink", unlink)
+    journal.close(remove=True)
+    assert seen == [True]
+    assert not path.exists()
+
+
+def test_claiming_a_journal_deleted_between_open_and_lock_opens_a_fresh_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The bad interleaving: the new recorder opens the old journal, its owner deletes it and lets go, then the
+    new recorder gets the lock -- on a deleted file, whose events would be lost."""
+    import fcntl
+
+    path = journal_path(tmp_path / "c.msgpack")
+    old = Journal(path, CassetteMeta(adapter="old"))
+    real_flock = fcntl.flock
+    calls: list[int] = []
+
+    def flock(fd: int, operation: int) -> None:
+        calls.append(fd)
+        if len(calls) == 1:  # between the new recorder's open and its lock, the old one saves and leaves
+            old.close(remove=True)
+        real_flock(fd, operation)
+
+    monkeypatch.setattr(fcntl, "flock", flock)
+    new = Journal(path, CassetteMeta(adapter="new"))
+    monkeypatch.undo()
+    assert len(calls) == 2  # it noticed, and opened (and locked) the file again
+    assert new.path == path
+    assert os.fstat(new._fd).st_ino == os.stat(path).st_ino
+    new.begin(0, RecordedRequest.from_options(options("kept")), None, 1)
+    new.close(remove=False)
+    assert recover(path).meta.adapter == "new"
+    assert recover(path).interactions[0].request.messages[0].content == "kept"
+
+
+def test_a_journal_is_private_to_its_owner(tmp_path: Path) -> None:
+    """It holds the stream before redaction: no other user may read it, whatever the umask."""
+    path = journal_path(tmp_path / "c.msgpack")
+    journal = Journal(path, CassetteMeta())
+    assert path.stat().st_mode & 0o777 == 0o600
+    journal.close(remove=False)
+    assert path.stat().st_mode & 0o777 == 0o600
+
+    left_empty = journal_path(tmp_path / "d.msgpack")
+    left_empty.touch(mode=0o644)
+    left_empty.chmod(0o644)
+    Journal(left_empty, CassetteMeta()).close(remove=False)
+    assert left_empty.stat().st_mode & 0o777 == 0o600
 
 
 def test_recover_reports_a_damaged_journal(tmp_path: Path) -> None:

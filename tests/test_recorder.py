@@ -18,12 +18,14 @@ from chunktape import (
     AbortController,
     BlockStart,
     Cancelled,
+    CassetteMeta,
     Completed,
     ErrorCode,
     Finish,
     GenerateOptions,
     LlmError,
     Raised,
+    RecordedRequest,
     RecordingAdapter,
     ReplayAdapter,
     StreamChunk,
@@ -33,7 +35,7 @@ from chunktape import (
     recover,
     validate,
 )
-from chunktape.cassettes.codec import journal_path
+from chunktape.cassettes.codec import CrashedJournalWarning, Journal, journal_path
 from chunktape.providers import ScriptedAdapter, ScriptedTurn
 from helpers import GatedAdapter, PacedAdapter, collect, collect_until_error, options, paced, text_stream, tool_stream
 
@@ -320,6 +322,40 @@ def test_a_sigkilled_recording_loses_no_received_event(tmp_path: Path) -> None:
     assert len(interaction.events) == count + 1  # block-start and every delta
     assert interaction.chunks == text_stream(*[f"piece {n} " for n in range(count)])[: count + 1]
     assert isinstance(interaction.outcome, Cancelled)
+
+    # The next recording of the same cassette must not wipe what the crashed one left (it used to truncate it).
+    async def record_again() -> None:
+        async with RecordingAdapter(PacedAdapter(paced(text_stream("again"))), path) as recorder:
+            await collect(recorder.stream(options("again")))
+
+    with pytest.warns(CrashedJournalWarning, match="chunktape recover"):
+        asyncio.run(record_again())
+    (aside,) = tmp_path.glob("crash.msgpack.journal.crashed-*")
+    assert recover(aside) == cassette
+    assert load_cassette(path).interactions[0].chunks == text_stream("again")
+    assert not journal_path(path).exists()
+
+
+def test_a_new_recorder_moves_a_crashed_journal_aside_instead_of_wiping_it(tmp_path: Path) -> None:
+    path = tmp_path / "c.json"
+    crashed = Journal(journal_path(path), CassetteMeta(adapter="crashed"))
+    crashed.begin(0, RecordedRequest.from_options(options("before the crash")), None, 1)
+    for position, chunk in enumerate(text_stream("lost", "?")[:3]):
+        crashed.event(0, position, chunk)
+    crashed.close(remove=False)  # the lock is dropped as if the process had died; nobody recovered it
+    expected = recover(journal_path(path))
+    recorder = RecordingAdapter(PacedAdapter(paced(text_stream("new"))), path)
+
+    with pytest.warns(CrashedJournalWarning) as caught:
+        asyncio.run(collect(recorder.stream(options("after"))))
+    (aside,) = tmp_path.glob("c.json.journal.crashed-*")
+    assert f"chunktape recover {aside}" in str(caught[0].message)
+    assert recorder.journal_path == journal_path(path)  # the usual name, started afresh
+    assert recover(aside) == expected
+    assert recover(aside).interactions[0].request.messages[0].content == "before the crash"
+    asyncio.run(recorder.aclose())
+    assert load_cassette(path).interactions[0].chunks == text_stream("new")
+    assert sorted(os.listdir(tmp_path)) == sorted(["c.json", aside.name])
 
 
 async def test_two_live_recorders_of_one_cassette_get_separate_journals(tmp_path: Path) -> None:

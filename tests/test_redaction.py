@@ -7,14 +7,36 @@ from pathlib import Path
 
 import msgspec
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from chunktape import (
+    BlockEnd,
+    BlockStart,
+    CallId,
+    Cassette,
+    CassetteMeta,
+    Completed,
     ErrorCode,
+    Event,
+    Finish,
+    FinishReason,
     GenerateOptions,
+    Interaction,
     LlmError,
     Message,
+    Raised,
+    ReasoningBlock,
+    ReasoningDelta,
+    RecordedRequest,
     RecordingAdapter,
     StreamChunk,
+    TextBlock,
+    TextDelta,
+    TokenUsage,
+    ToolCallBlock,
+    ToolCallDelta,
+    UsageChunk,
     load_cassette,
     redact,
     validate,
@@ -270,3 +292,154 @@ def test_no_cassette_in_the_repository_holds_a_key() -> None:
             cassettes += 1
             assert find_secrets(cassette, env_secrets().values()) == [], path  # also across delta boundaries
     assert cassettes >= 6
+
+
+# -- gaps the review found: finish details, escapes, ids, and matches that redaction itself creates ---------------
+
+
+def _one(chunks: list[StreamChunk], content: str = "x", outcome: object = None) -> Cassette:
+    return Cassette(
+        interactions=[
+            Interaction(
+                request=RecordedRequest.from_options(options(content)),
+                events=[Event(t_ns=n, chunk=chunk) for n, chunk in enumerate(chunks)],
+                outcome=outcome or Completed(t_ns=len(chunks)),  # type: ignore[arg-type]
+            )
+        ]
+    )
+
+
+def test_a_secret_in_a_finish_detail_is_found_and_redacted() -> None:
+    chunks = text_stream("ok")
+    chunks[-1] = Finish(reason=FinishReason(kind="error", detail=f"upstream said {PATTERN_KEY} / {DECLARED}"))
+    cassette = _one(chunks)
+    findings = find_secrets(cassette, [DECLARED])
+    assert any("finish detail" in finding and "api key" in finding for finding in findings)
+    assert any("finish detail" in finding and "credential" in finding for finding in findings)
+    cleaned = redact(cassette, [DECLARED])
+    assert find_secrets(cleaned, [DECLARED]) == []
+    assert cleaned.interactions[0].chunks[-1] == Finish(
+        reason=FinishReason(kind="error", detail=f"upstream said {REDACTED} / {REDACTED}")
+    )
+
+
+@pytest.mark.parametrize(
+    ("arguments", "expected"),
+    [
+        ('{"note": "line one\\n' + PATTERN_KEY + '"}', '{"note": "line one\\n' + REDACTED + '"}'),
+        ('{"note": "col\\t' + PATTERN_KEY + '"}', '{"note": "col\\t' + REDACTED + '"}'),
+        ('{"env": "OPENAI_' + PATTERN_KEY + '"}', '{"env": "OPENAI_' + REDACTED + '"}'),
+        # an escape whose raw form ends in a hex digit: only the decoded string shows the key; all of it goes
+        ('{"a": 1, "note": "x\\u000a' + PATTERN_KEY + '"}', '{"a": 1, "note": "' + REDACTED + '"}'),
+    ],
+    ids=["after-newline-escape", "after-tab-escape", "after-underscore", "after-unicode-escape"],
+)
+def test_a_key_right_after_an_escape_or_underscore_is_found_and_redacted(arguments: str, expected: str) -> None:
+    half = len(arguments) // 2
+    cassette = _one(tool_stream("f", arguments[:half], arguments[half:]))
+    assert any("api key (sk-...)" in finding for finding in find_secrets(cassette))
+    cleaned = redact(cassette)
+    assert find_secrets(cleaned) == []
+    (interaction,) = cleaned.interactions
+    validate(interaction.chunks)
+    assert interaction.chunks[3].block.arguments == expected  # type: ignore[union-attr]
+    assert msgspec.json.decode(expected)  # still JSON
+
+
+@pytest.mark.parametrize("text", ["the task-abcdefghijklmnopqrstuvwxyz0123 is done", "ask-abcdefghijklmnopqrstuvwxyz0"])
+def test_a_key_prefix_inside_a_word_is_not_a_key(text: str) -> None:
+    assert find_secrets(_one(text_stream(text))) == []
+
+
+def test_a_secret_in_a_tool_call_id_is_redacted_in_the_deltas_and_the_block_end_alike() -> None:
+    call_id = f"call_{PATTERN_KEY}"
+    cassette = _one(tool_stream("f", '{"a":', " 1}", call_id=call_id))
+    assert find_secrets(cassette)
+    cleaned = redact(cassette)
+    assert find_secrets(cleaned) == []
+    chunks = cleaned.interactions[0].chunks
+    validate(chunks)  # the delta's id and the block-end's still agree
+    assert chunks[1].id == chunks[3].block.id == f"call_{REDACTED}"  # type: ignore[union-attr]
+    assert PATTERN_KEY[:10].encode() not in msgspec.json.encode(cleaned)
+
+
+def test_redacting_a_secret_never_leaves_a_key_it_made_visible() -> None:
+    """``...0123456789sk-AAA...`` holds no key (a digit precedes ``sk-``) until the literal before it is replaced:
+    ``[REDACTED]sk-AAA...`` is one. Redaction must not stop there."""
+    secret = "zz-secret-0123456789"
+    key = "sk-" + "A" * 30
+    for pieces in [(secret + key,), (secret[:7], secret[7:] + key[:5], key[5:])]:
+        cassette = _one(text_stream(*pieces), content=f"use {secret}{key}")
+        cleaned = redact(cassette, [secret])
+        assert find_secrets(cleaned, [secret]) == []
+        (interaction,) = cleaned.interactions
+        validate(interaction.chunks)
+        assert interaction.request.messages[0].content == f"use {REDACTED}"
+        assert "".join(c.text for c in interaction.chunks if isinstance(c, TextDelta)) == REDACTED
+
+
+_SECRET = "zz-secret-0123456789"
+_PIECES = [
+    "ab ", "x", "9", "_", "\n", "\t", '"', "\\", "[", "]", "REDACTED", "sk-", "zz-secret-", "0123", "AKIA",
+    _SECRET, PATTERN_KEY, "AKIAABCDEFGHIJKLMNOP", "ghp_" + "b" * 36, "Bearer " + "c" * 24,
+]  # fmt: skip
+_bases = st.lists(st.sampled_from(_PIECES), min_size=1, max_size=6).map("".join)
+
+
+def _split(text: str, data: st.DataObject) -> list[str]:
+    if len(text) < 2:
+        return [text]
+    cuts = sorted(data.draw(st.sets(st.integers(1, len(text) - 1), max_size=5)))
+    return [text[a:b] for a, b in zip([0, *cuts], [*cuts, len(text)], strict=True)]
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data())
+def test_nothing_is_found_after_redaction_wherever_secrets_are_put(data: st.DataObject) -> None:
+    chunks: list[StreamChunk] = []
+    for index in range(data.draw(st.integers(1, 3))):
+        kind = data.draw(st.sampled_from(["text", "reasoning", "tool-call"]))
+        base = data.draw(_bases)
+        if kind == "tool-call":
+            arguments = msgspec.json.encode({"v": base, "w": [base[::-1]]}).decode()
+            call_id = CallId(data.draw(st.sampled_from(["call_1", "call_" + base])))
+            name = data.draw(st.sampled_from(["f", base]))
+            pieces = _split(arguments, data)
+            chunks += [
+                BlockStart(index=index, block_type="tool-call"),
+                *(
+                    ToolCallDelta(
+                        index=index,
+                        id=call_id if n == 0 else None,
+                        name=name if n == 0 else None,
+                        arguments_delta=piece,
+                    )
+                    for n, piece in enumerate(pieces)
+                ),
+                BlockEnd(index=index, block=ToolCallBlock(id=call_id, name=name, arguments=arguments)),
+            ]
+        else:
+            delta: type[TextDelta] | type[ReasoningDelta] = TextDelta if kind == "text" else ReasoningDelta
+            block = TextBlock(text=base) if kind == "text" else ReasoningBlock(text=base)
+            chunks += [
+                BlockStart(index=index, block_type=kind),  # type: ignore[arg-type]
+                *(delta(index=index, text=piece) for piece in _split(base, data)),
+                BlockEnd(index=index, block=block),
+            ]
+    detail = data.draw(st.none() | _bases)
+    chunks += [
+        UsageChunk(usage=TokenUsage(input_tokens=1, output_tokens=1)),
+        Finish(reason=FinishReason(kind="stop", detail=detail)),
+    ]
+    outcome = data.draw(st.sampled_from([None, Raised(t_ns=1, code="TIMEOUT", message=data.draw(_bases))]))
+    cassette = _one(chunks, content=data.draw(_bases), outcome=outcome)
+    cassette = msgspec.structs.replace(cassette, meta=CassetteMeta(tags={"note": data.draw(_bases)}))
+    plain = msgspec.json.encode(cassette).decode()
+
+    if _SECRET in plain:
+        assert find_secrets(cassette, [_SECRET])
+    cleaned = redact(cassette, [_SECRET])
+    assert find_secrets(cleaned, [_SECRET]) == []
+    assert _SECRET not in msgspec.json.encode(cleaned).decode()
+    validate(cleaned.interactions[0].chunks)  # deltas still concatenate to their (redacted) block-ends
+    assert redact(cleaned, [_SECRET]) == cleaned

@@ -35,6 +35,7 @@ class ErrorCode(StrEnum):
     SECRET_DETECTED = "SECRET_DETECTED"
     INVALID_CONFIG = "INVALID_CONFIG"
     SCRIPT_EXHAUSTED = "SCRIPT_EXHAUSTED"
+    CASSETTE_UNWRITABLE = "CASSETTE_UNWRITABLE"
 
 
 # What to do next, appended to the message when the raiser gave no more specific hint.
@@ -54,6 +55,7 @@ _DEFAULT_HINTS: dict[ErrorCode, str] = {
     ErrorCode.SECRET_DETECTED: "redact it (`chunktape redact`) or list it in allow_secrets",
     ErrorCode.INVALID_CONFIG: "fix the named field",
     ErrorCode.SCRIPT_EXHAUSTED: "give the ScriptedAdapter one turn per stream() call, or cycle=True",
+    ErrorCode.CASSETTE_UNWRITABLE: "pick a cassette path whose folder exists (or can be created) and is writable",
 }
 
 _RECOVERABLE_CODES = frozenset({ErrorCode.STREAM_ABORTED, ErrorCode.TIMEOUT})

@@ -9,11 +9,13 @@ is ``LlmError(CASSETTE_CORRUPT)`` naming the file and what is wrong; nothing els
 from __future__ import annotations
 
 import contextlib
+import errno
 import mmap
 import os
 import tempfile
+import warnings
 from collections.abc import Callable, Iterator, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeAlias
 
@@ -40,6 +42,7 @@ except ImportError:  # pragma: no cover - Windows: saves stay atomic, concurrent
 __all__ = [
     "MIGRATIONS",
     "CassetteSource",
+    "CrashedJournalWarning",
     "Journal",
     "LazyCassette",
     "append_interactions",
@@ -524,11 +527,29 @@ def _write_atomic(path: Path, data: bytes) -> None:
         raise
 
 
+@contextlib.contextmanager
+def _writing(path: Path) -> Iterator[None]:
+    """Turn an OS error while writing ``path`` (folder is a file, path is a folder, no permission, disk full)
+    into ``CASSETTE_UNWRITABLE`` naming the path and the error."""
+    try:
+        yield
+    except OSError as exc:
+        raise LlmError(
+            f"cannot write the cassette {path}: {exc.strerror or exc}"
+            + (f" ({exc.filename})" if exc.filename and Path(exc.filename) != path else ""),
+            ErrorCode.CASSETTE_UNWRITABLE,
+            cause=exc,
+        ) from exc
+
+
 def save_cassette(cassette: Cassette, path: PathLike) -> None:
-    """Write ``cassette`` atomically (``.json``: pretty JSON; anything else: msgpack)."""
+    """Write ``cassette`` atomically (``.json``: pretty JSON; anything else: msgpack).
+
+    An OS error (the folder is a file, the path is a folder, no permission, ...) is ``CASSETTE_UNWRITABLE``.
+    """
     path = Path(path)
     data = encode_cassette(cassette, path)
-    with cassette_lock(path):
+    with _writing(path), cassette_lock(path):
         _write_atomic(path, data)
 
 
@@ -538,7 +559,9 @@ def append_interactions(path: PathLike, interactions: Sequence[Interaction], met
     Re-reading under the lock means two processes appending to one cassette both keep their interactions.
     """
     path = Path(path)
-    with cassette_lock(path):
+    with _writing(path), cassette_lock(path):
+        if path.is_dir():
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
         if path.exists():
             existing = load_cassette(path)
             cassette = Cassette(meta=existing.meta, interactions=[*existing.interactions, *interactions])
@@ -587,23 +610,70 @@ def journal_path(cassette_path: PathLike) -> Path:
 _JOURNAL_STEP = 1 << 20
 
 
+class CrashedJournalWarning(UserWarning):
+    """A new recording found the journal of an earlier one that crashed; it was moved aside, not overwritten."""
+
+
+def _cassette_of(journal: Path) -> Path:
+    """The cassette a journal belongs to (``c.msgpack.journal`` -> ``c.msgpack``)."""
+    return journal.with_name(journal.name.removesuffix(".journal"))
+
+
+def _set_aside(candidate: Path, cassette: Path) -> None:
+    """Move an unrecovered journal out of the way (never truncate it) and say how to recover it."""
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
+    for number in range(1000):
+        aside = candidate.with_name(f"{candidate.name}.crashed-{stamp}" + (f"-{number}" if number else ""))
+        if not aside.exists():
+            break
+    os.rename(candidate, aside)
+    output = cassette.with_name(f"{cassette.stem}.recovered-{stamp}{cassette.suffix}")
+    warnings.warn(
+        f"{candidate} held the journal of an earlier recording of {cassette} that stopped without saving (a crash?);"
+        f" it was moved to {aside}: run `chunktape recover {aside} -o {output}` to get what it received",
+        CrashedJournalWarning,
+        stacklevel=4,
+    )
+
+
+def _still_at(path: Path, fd: int) -> bool:
+    """Whether the file open as ``fd`` is still the one at ``path``."""
+    try:
+        return os.stat(path).st_ino == os.fstat(fd).st_ino
+    except FileNotFoundError:
+        return False
+
+
 def _claim_journal(path: Path) -> tuple[Path, int]:
     """Open ``path`` (or ``path.1``, ``path.2``, ... if another live recorder holds it) under an exclusive lock.
 
     Another process truncating a file we have mapped would crash us (SIGBUS), so each journal has one owner;
-    the kernel drops the lock when its owner dies, so a crashed recording's journal is reclaimed.
+    the kernel drops the lock when its owner dies. A journal found unlocked but not empty is what a crashed
+    recording left: it is moved aside (``CrashedJournalWarning``), never truncated, and a fresh one is started.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
-    for attempt in range(1000):
+    cassette = _cassette_of(path)
+    attempt = 0
+    while attempt < 1000:
         candidate = path if attempt == 0 else path.with_name(f"{path.name}.{attempt}")
-        fd = os.open(candidate, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = os.open(candidate, os.O_RDWR | os.O_CREAT, 0o600)  # it holds the stream before redaction
         if fcntl is not None:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError:
                 os.close(fd)
+                attempt += 1
                 continue
-        os.ftruncate(fd, 0)
+        if not _still_at(candidate, fd):  # unlinked (or replaced) between our open and our lock: open it again
+            os.close(fd)
+            continue
+        if os.fstat(fd).st_size > 0:
+            try:
+                _set_aside(candidate, cassette)
+            finally:
+                os.close(fd)
+            continue  # the same name again, now free
+        os.fchmod(fd, 0o600)  # also when an empty journal was left with wider permissions
         return candidate, fd
     raise LlmError(f"no free journal next to {path}", ErrorCode.INVALID_CONFIG)  # pragma: no cover
 
@@ -663,14 +733,24 @@ class Journal:
         self._write(_JEnd(id, outcome))
 
     def close(self, *, remove: bool) -> None:
-        if self._map is not None:
-            self._map.close()
-            self._map = None
-            os.ftruncate(self._fd, self._position)
+        """Trim the file to what was written; ``remove`` deletes it while still holding its lock.
+
+        Unlinking before closing (which drops the lock) matters: a new recorder that opened this file just
+        before the unlink then either fails to lock it or, once it has the lock, sees it is no longer at the
+        path (``_claim_journal`` checks) and opens a fresh one, instead of writing into a deleted file.
+        """
+        if self._map is None:
+            return
+        self._map.close()
+        self._map = None
+        try:
+            if remove:
+                if _still_at(self.path, self._fd):  # never delete a file someone else put at our path
+                    os.unlink(self.path)
+            else:
+                os.ftruncate(self._fd, self._position)
+        finally:
             os.close(self._fd)
-        if remove:
-            with contextlib.suppress(FileNotFoundError):
-                self.path.unlink()
 
 
 def recover(path: PathLike) -> Cassette:

@@ -3,7 +3,12 @@
 Credentials come from three places: what the recorded adapter declares (``LlmAdapter.secrets``), the values
 of environment variables named like ``*_API_KEY`` / ``*_TOKEN`` / ``*_SECRET``, and key-shaped strings
 (``sk-...``, ``ghp_...``, ``AKIA...``, bearer tokens). Streamed text and tool arguments are checked on the
-reassembled block, so a key split over two deltas is still found.
+reassembled block, so a key split over two deltas is still found; a quoted JSON string holding escapes (tool
+arguments) is also checked decoded, so an escape (``\n``, ``\u000a``) right before a key does not hide it.
+
+A key-shaped string must not follow a letter or digit (``task-...`` is not a key), but may follow ``_``,
+punctuation or a JSON escape. Redaction runs to a fixed point, so replacing one credential never makes a new
+one appear (``...789sk-`` becomes ``[REDACTED]sk-``, which is itself a key-shaped start).
 """
 
 from __future__ import annotations
@@ -16,10 +21,11 @@ from typing import Any
 import msgspec
 
 from chunktape.cassettes.codec import LazyCassette, PathLike, as_cassette
-from chunktape.cassettes.model import Cassette, Event, Interaction, Raised, RecordedRequest
+from chunktape.cassettes.model import Cassette, CassetteMeta, Event, Interaction, Raised, RecordedRequest
 from chunktape.errors import ErrorCode, LlmError
 from chunktape.protocol import (
     BlockEnd,
+    Finish,
     ReasoningBlock,
     ReasoningDelta,
     TextBlock,
@@ -34,18 +40,26 @@ REDACTED = "[REDACTED]"
 MIN_SECRET_LENGTH = 8
 """Shorter values (``TOKEN=1``) are too likely to occur by chance to be treated as secrets."""
 
+_START = r"(?:(?<![^\W_])|(?<=\\[bfnrt]))"
+"""Where a key may start: not right after a letter or digit (``\\b`` also refused ``_`` and the ``n`` of a
+JSON ``\\n``), or right after a JSON escape."""
+_END = r"(?![^\W_])"
+
 KEY_PATTERNS: dict[str, re.Pattern[str]] = {
-    "api key (sk-...)": re.compile(r"\bsk-[A-Za-z0-9_\-]{20,}"),
-    "GitHub token": re.compile(r"\b(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{30,})"),
-    "AWS access key": re.compile(r"\bAKIA[0-9A-Z]{16}\b"),
-    "Google API key": re.compile(r"\bAIza[0-9A-Za-z_\-]{35}"),
-    "Slack token": re.compile(r"\bxox[abposr]-[A-Za-z0-9\-]{10,}"),
-    "bearer token": re.compile(r"\b[Bb]earer\s+[A-Za-z0-9._~+/\-]{20,}=*"),
+    "api key (sk-...)": re.compile(_START + r"sk-[A-Za-z0-9_\-]{20,}"),
+    "GitHub token": re.compile(_START + r"(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{30,})"),
+    "AWS access key": re.compile(_START + r"AKIA[0-9A-Z]{16}" + _END),
+    "Google API key": re.compile(_START + r"AIza[0-9A-Za-z_\-]{35}"),
+    "Slack token": re.compile(_START + r"xox[abposr]-[A-Za-z0-9\-]{10,}"),
+    "bearer token": re.compile(_START + r"[Bb]earer\s+[A-Za-z0-9._~+/\-]{20,}=*"),
 }
+_JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+_json_string = msgspec.json.Decoder(str)
 _ENV_NAME = re.compile(r".+_(?:API_KEY|TOKEN|SECRET)$")
 _KEY_PREFIXES = ("sk-", "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_", "AKIA", "AIza", "xox", "earer")
 """A key-shaped string contains one of these; text without any of them skips the (slower) regexes."""
 _screen_encoder = msgspec.msgpack.Encoder()
+_Match = tuple[str, str, int, int]
 
 
 def env_secrets(environ: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -101,14 +115,22 @@ def _texts(interaction: Interaction, number: int) -> Iterator[tuple[str, str]]:
     for position, event in enumerate(events):
         chunk = event.chunk
         if type(chunk) is ToolCallDelta:
-            yield f"interaction #{number} chunk #{position} tool call", f"{chunk.id or ''} {chunk.name or ''}"
+            where = f"interaction #{number} chunk #{position} tool call"
+            if chunk.id is not None:
+                yield where, chunk.id
+            if chunk.name is not None:
+                yield where, chunk.name
         elif type(chunk) is BlockEnd:
             block = chunk.block
             where = f"interaction #{number} chunk #{position} block-end"
             if type(block) is ToolCallBlock:
-                yield where, f"{block.id} {block.name} {block.arguments}"
+                yield where, block.id
+                yield where, block.name
+                yield where, block.arguments
             else:
                 yield where, block.text  # type: ignore[union-attr]
+        elif type(chunk) is Finish and chunk.reason.detail is not None:
+            yield f"interaction #{number} chunk #{position} finish detail", chunk.reason.detail
     if type(interaction.outcome) is Raised:
         yield f"interaction #{number} error message", interaction.outcome.message
 
@@ -117,8 +139,8 @@ def _screen_text(interaction: Interaction) -> tuple[str, bytes]:
     """Everything in ``interaction`` that can hold a credential, as little text as possible.
 
     Returns the streamed deltas in order (blocks separated by NUL, so a key split over deltas reassembles)
-    and the msgpack encoding of the rest: the request, the outcome, tool-call ids and names, and any
-    block-end whose content is not exactly what its deltas streamed. msgpack keeps strings as raw UTF-8,
+    and the msgpack encoding of the rest: the request, the outcome, tool-call ids and names, a finish's
+    detail, and any block-end whose content is not exactly what its deltas streamed. msgpack keeps strings as raw UTF-8,
     so a literal anywhere in those fields shows up verbatim in the bytes.
     """
     parts: list[str] = []
@@ -145,6 +167,8 @@ def _screen_text(interaction: Interaction) -> tuple[str, bytes]:
             parts.append("\x00")
             block_start = len(parts)
         else:
+            if kind is Finish and chunk.reason.detail is not None:  # type: ignore[union-attr]
+                others.append(chunk.reason.detail)  # type: ignore[union-attr]
             parts.append("\x00")
             block_start = len(parts)
     return "".join(parts), _screen_encoder.encode(others)
@@ -165,7 +189,37 @@ def _all_texts(cassette: Cassette, literals: Sequence[str], patterns: bool) -> I
 
 
 def _usable(secrets: Iterable[str]) -> list[str]:
-    return sorted({secret for secret in secrets if len(secret) >= MIN_SECRET_LENGTH}, key=len, reverse=True)
+    """Long enough to be a credential, and not part of the marker itself (redacting would never end)."""
+    usable = {secret for secret in secrets if len(secret) >= MIN_SECRET_LENGTH and secret not in REDACTED}
+    return sorted(usable, key=len, reverse=True)
+
+
+def _matches(text: str, secrets: Sequence[str], patterns: bool, *, decode: bool = True) -> Iterator[_Match]:
+    """Every credential in ``text``: (label, what matched, start, end); the label is "" for a literal secret.
+
+    With ``decode``, each quoted JSON string holding an escape is also searched decoded; a hit there spans
+    the string's whole content in ``text`` (its raw form may not hold the credential contiguously).
+    """
+    for secret in secrets:
+        start = text.find(secret)
+        while start >= 0:
+            yield "", secret, start, start + len(secret)
+            start = text.find(secret, start + 1)
+    if patterns:
+        for label, pattern in KEY_PATTERNS.items():
+            for match in pattern.finditer(text):
+                yield label, match.group(), match.start(), match.end()
+    if decode and "\\" in text:
+        for token in _JSON_STRING.finditer(text):
+            raw = token.group()
+            if "\\" not in raw:
+                continue
+            try:
+                decoded = _json_string.decode(raw)
+            except msgspec.DecodeError:
+                continue
+            for label, found, _, _ in _matches(decoded, secrets, patterns):
+                yield label, found, token.start() + 1, token.end() - 1
 
 
 def find_secrets(
@@ -181,14 +235,11 @@ def find_secrets(
     literals = [secret for secret in _usable(secrets) if secret not in allowed]
     findings: list[str] = []
     for where, text in _all_texts(cassette, literals, patterns):
-        for secret in literals:
-            if secret in text:
-                findings.append(f"credential {_mask(secret)} in {where}")
-        if patterns:
-            for label, pattern in KEY_PATTERNS.items():
-                for match in pattern.finditer(text):
-                    if match.group() not in allowed and not any(match.group() in s for s in literals):
-                        findings.append(f"{label} {_mask(match.group())} in {where}")
+        for label, found, _, _ in _matches(text, literals, patterns):
+            if not label:
+                findings.append(f"credential {_mask(found)} in {where}")
+            elif found not in allowed and not any(found in secret for secret in literals):
+                findings.append(f"{label} {_mask(found)} in {where}")
     return list(dict.fromkeys(findings))
 
 
@@ -209,16 +260,7 @@ def check_secrets(
 # -- redaction ---------------------------------------------------------------------------------
 
 
-def _spans(text: str, secrets: Sequence[str], patterns: bool) -> list[tuple[int, int]]:
-    found: list[tuple[int, int]] = []
-    for secret in secrets:
-        start = text.find(secret)
-        while start >= 0:
-            found.append((start, start + len(secret)))
-            start = text.find(secret, start + 1)
-    if patterns:
-        for pattern in KEY_PATTERNS.values():
-            found.extend(match.span() for match in pattern.finditer(text))
+def _merge(found: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
     merged: list[tuple[int, int]] = []
     for start, end in sorted(found):
         if merged and start <= merged[-1][1]:
@@ -226,6 +268,42 @@ def _spans(text: str, secrets: Sequence[str], patterns: bool) -> list[tuple[int,
         else:
             merged.append((start, end))
     return merged
+
+
+def _original(position: int, spans: Sequence[tuple[int, int]], *, end: bool) -> int:
+    """Where ``position`` in ``_replace(text, spans)`` is in ``text``; inside a marker: the whole span it replaced."""
+    shift = 0  # original position minus redacted position, in the plain text before the current marker
+    for start, stop in spans:
+        marker_start = start - shift
+        marker_end = marker_start + len(REDACTED)
+        if position < marker_start or (end and position == marker_start):
+            return position + shift
+        if position < marker_end or (end and position == marker_end):
+            return stop if end else start
+        shift = stop - marker_end
+    return position + shift
+
+
+def _spans(text: str, secrets: Sequence[str], patterns: bool) -> list[tuple[int, int]]:
+    """The spans of ``text`` to replace so that the result holds no credential at all.
+
+    Replacing can create a match (``789sk-...`` -> ``[REDACTED]sk-...``) or reveal one in a JSON string
+    whose raw form hid it, so the redacted text is searched again and every new match, mapped back onto
+    ``text``, widens the spans, until nothing new turns up. Each round covers more of ``text``, so it ends.
+    """
+    spans = _merge((start, end) for _, _, start, end in _matches(text, secrets, patterns, decode=False))
+    if not spans and "\\" not in text:
+        return spans
+    while True:
+        redacted = _replace(text, spans) if spans else text
+        new = [
+            (_original(start, spans, end=False), _original(end, spans, end=True))
+            for _, _, start, end in _matches(redacted, secrets, patterns)
+        ]
+        new = [(a, b) for a, b in new if not any(start <= a and b <= end for start, end in spans)]
+        if not new:
+            return spans
+        spans = _merge([*spans, *new])
 
 
 def _replace(text: str, spans: Sequence[tuple[int, int]]) -> str:
@@ -319,13 +397,22 @@ def redact_interaction(interaction: Interaction, secrets: Sequence[str], *, patt
                     block,
                     arguments=_redact_text(block.arguments, secrets, patterns),
                     name=_redact_text(block.name, secrets, patterns),
+                    id=_redact_text(block.id, secrets, patterns),
                 )
             elif type(block) is TextBlock or type(block) is ReasoningBlock:
                 new_block = msgspec.structs.replace(block, text=_redact_text(block.text, secrets, patterns))
             if new_block != block:
                 new = msgspec.structs.replace(chunk, block=new_block)
-        elif type(chunk) is ToolCallDelta and chunk.name is not None:
-            new = msgspec.structs.replace(chunk, name=_redact_text(chunk.name, secrets, patterns))
+        elif type(chunk) is ToolCallDelta and (chunk.name is not None or chunk.id is not None):
+            # the id the same way as the block-end's, so the two still agree
+            new = msgspec.structs.replace(
+                chunk,
+                name=None if chunk.name is None else _redact_text(chunk.name, secrets, patterns),
+                id=None if chunk.id is None else _redact_text(chunk.id, secrets, patterns),
+            )
+        elif type(chunk) is Finish and chunk.reason.detail is not None:
+            reason = msgspec.structs.replace(chunk.reason, detail=_redact_text(chunk.reason.detail, secrets, patterns))
+            new = msgspec.structs.replace(chunk, reason=reason)
         if new is not chunk and new != chunk:
             events[position] = msgspec.structs.replace(event, chunk=new)
             changed = True
@@ -349,6 +436,7 @@ def redact(
     cassette = as_cassette(cassette)
     usable = _usable(secrets)
     interactions = [redact_interaction(item, usable, patterns=patterns) for item in cassette.interactions]
-    tags = {key: _redact_text(value, usable, patterns) for key, value in cassette.meta.tags.items()}
-    meta = msgspec.structs.replace(cassette.meta, tags=tags) if tags != cassette.meta.tags else cassette.meta
+    plain = msgspec.to_builtins(cassette.meta)
+    cleaned = _redact_value(plain, usable, patterns)
+    meta = cassette.meta if cleaned == plain else msgspec.convert(cleaned, CassetteMeta)
     return msgspec.structs.replace(cassette, meta=meta, interactions=interactions)
