@@ -415,3 +415,11 @@ async def test_a_deliberate_reset_is_not_logged_as_a_server_error(caplog: pytest
     assert error is not None
     assert error.code is ErrorCode.STREAM_ABORTED
     assert not [record for record in caplog.records if "Exception in ASGI application" in record.getMessage()]
+
+
+@pytest.mark.parametrize("port", [70000, -1, 65536])
+def test_a_port_out_of_range_is_one_clear_error(port: int) -> None:
+    with pytest.raises(LlmError, match="0 to 65535") as info:
+        ReplayServer(DEMO, port=port)
+    assert info.value.code is ErrorCode.INVALID_CONFIG
+    assert "\n" not in str(info.value)

@@ -129,6 +129,12 @@ def _merge(sources: Sequence[CassetteSource]) -> Cassette | LazyCassette | str |
 
 
 def _bind(host: str, port: int, allow_remote: bool) -> socket.socket:
+    if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+        raise LlmError(
+            f"cannot listen on port {port!r}: a port is a whole number from 0 to 65535",
+            ErrorCode.INVALID_CONFIG,
+            hint="choose a port from 1 to 65535, or 0 for a free one",
+        )
     try:
         address = ipaddress.ip_address(host)
     except ValueError:
