@@ -423,3 +423,31 @@ def test_a_port_out_of_range_is_one_clear_error(port: int) -> None:
         ReplayServer(DEMO, port=port)
     assert info.value.code is ErrorCode.INVALID_CONFIG
     assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("retry_after", [float("nan"), float("inf"), 1e300, 2.5])
+async def test_a_recorded_retry_after_of_any_value_is_an_answer_not_a_500(retry_after: float) -> None:
+    options = GenerateOptions(model="m", messages=[Message(role="user", content="hi")])
+    cassette = Cassette(
+        interactions=[
+            Interaction(
+                request=RecordedRequest.from_options(options),
+                events=[],
+                outcome=Raised(
+                    t_ns=0, code="PROVIDER_HTTP_ERROR", message="slow down", status=429, retry_after=retry_after
+                ),
+            )
+        ]
+    )
+    body = {**options_to_openai_request(options), "stream": True}
+    async with ReplayServer(cassette, timing=INSTANT) as server, httpx.AsyncClient() as client:
+        response = await client.post(server.url + "/v1/chat/completions", json=body)
+    assert response.status_code == 429
+    error = response.json()["error"]
+    if retry_after == 2.5:
+        assert (response.headers["retry-after"], error["retry_after"]) == ("3", 2.5)
+    elif retry_after == 1e300:
+        assert (response.headers["retry-after"], error["retry_after"]) == ("86400", 86400.0)
+    else:
+        assert "retry-after" not in response.headers
+        assert "retry_after" not in error

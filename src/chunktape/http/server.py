@@ -464,7 +464,7 @@ def _early_error(exc: LlmError, headers: dict[str, str]) -> Response | None:
         return _problem(status, str(exc), exc.code.value, headers=headers)
     if exc.code is ErrorCode.PROVIDER_HTTP_ERROR and exc.status is not None:
         return JSONResponse(
-            error_body(exc.message, status=exc.status, code=exc.code.value),
+            error_body(exc.message, status=exc.status, code=exc.code.value, retry_after=exc.retry_after),
             status_code=exc.status,
             headers={**headers, **error_headers(exc.retry_after)},
         )
@@ -542,7 +542,9 @@ async def _complete(
     except LlmError as exc:
         status = exc.status if exc.code is ErrorCode.PROVIDER_HTTP_ERROR and exc.status is not None else 502
         return JSONResponse(
-            error_body(exc.message, status=status if status != 502 else None, code=exc.code.value),
+            error_body(
+                exc.message, status=status if status != 502 else None, code=exc.code.value, retry_after=exc.retry_after
+            ),
             status_code=status,
             headers={**headers, **error_headers(exc.retry_after)},
         )

@@ -176,7 +176,7 @@ def _error_response(item: FiredFault, fault: HttpError, request: httpx.Request) 
     return httpx.Response(
         fault.status,
         headers={"content-type": "application/json", **error_headers(fault.retry_after)},
-        content=msgspec.json.encode(error_body(message, status=fault.status)),
+        content=msgspec.json.encode(error_body(message, status=fault.status, retry_after=fault.retry_after)),
         request=request,
     )
 
