@@ -451,3 +451,32 @@ async def test_a_recorded_retry_after_of_any_value_is_an_answer_not_a_500(retry_
     else:
         assert "retry-after" not in response.headers
         assert "retry_after" not in error
+
+
+def test_a_server_never_started_releases_its_socket_when_collected(monkeypatch: pytest.MonkeyPatch) -> None:
+    import gc
+    import socket
+    import sys
+    import warnings
+
+    unraisable: list[Any] = []
+    monkeypatch.setattr(sys, "unraisablehook", unraisable.append)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ResourceWarning)
+        server = ReplayServer(DEMO)
+        port = server.port
+        del server
+        gc.collect()
+    assert [hook.exc_value for hook in unraisable] == []
+    # The port is free again: a second listener on it succeeds.
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        probe.bind(("127.0.0.1", port))
+        probe.listen(1)
+
+
+def test_a_stopped_server_never_started_released_its_socket() -> None:
+    server = ReplayServer(DEMO)
+    server.stop()
+    again = ReplayServer(DEMO, port=server.port)
+    again.stop()

@@ -38,6 +38,7 @@ import os
 import socket
 import sys
 import threading
+import weakref
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
@@ -221,6 +222,9 @@ class _Target:
 class ReplayServer:
     """The replay server, bound at construction (so ``url`` is known and a busy port fails at once).
 
+    The socket is released by ``stop()`` (or the end of ``run()``/the ``with`` block); a server that is never
+    started or stopped releases it when garbage-collected, without a ``ResourceWarning``.
+
     Use it in tests with ``with ReplayServer(...) as server:`` or ``async with`` (it runs in a background
     thread with its own event loop, so any client on any loop, sync or async, can reach it), or run it in the
     foreground with ``run()`` (what ``serve()`` and ``chunktape serve`` do). ``adapter`` answers the default
@@ -270,12 +274,6 @@ class ReplayServer:
             )
         if self._default is None and not self.scenarios:
             raise LlmError("nothing to serve: give a cassette or a scenario file", ErrorCode.INVALID_CONFIG)
-        self._socket = _bind(host, port, allow_remote)
-        bound_host, self.port = self._socket.getsockname()[:2]
-        shown = f"[{bound_host}]" if ":" in bound_host else bound_host
-        self.host: str = bound_host
-        self.url = f"http://{shown}:{self.port}"
-        """The base URL, without ``/v1`` (OpenAI SDKs want ``url + "/v1"``)."""
         self.app = self._build_app()
         config = uvicorn.Config(
             self.app, log_config=None, log_level="warning", access_log=False, lifespan="off", ws="none", http="h11"
@@ -285,6 +283,15 @@ class ReplayServer:
         self._thread: threading.Thread | None = None
         self._closed = False
         self._running = False
+        # Bound last, so nothing after it can fail and leave the socket open. Closed by stop()/run(), or, for a
+        # server that was never started or stopped, when it is garbage-collected (or at interpreter exit).
+        self._socket = _bind(host, port, allow_remote)
+        self._release = weakref.finalize(self, self._socket.close)
+        bound_host, self.port = self._socket.getsockname()[:2]
+        shown = f"[{bound_host}]" if ":" in bound_host else bound_host
+        self.host: str = bound_host
+        self.url = f"http://{shown}:{self.port}"
+        """The base URL, without ``/v1`` (OpenAI SDKs want ``url + "/v1"``)."""
 
     # -- running -------------------------------------------------------------------------------
 
@@ -318,7 +325,7 @@ class ReplayServer:
         if self._thread is not None:
             self._thread.join(timeout=10)
         if not self._running:
-            self._socket.close()
+            self._release()
 
     def run(self) -> None:
         """Serve in this thread until Ctrl-C, SIGTERM or ``stop()``; returns normally after a clean shutdown."""
@@ -333,7 +340,7 @@ class ReplayServer:
         finally:
             self._closed = True
             self._running = False
-            self._socket.close()
+            self._release()
 
     def reset(self) -> None:
         """Forget every play count and fault call count (also ``POST /reset``)."""
