@@ -480,3 +480,24 @@ def test_a_stopped_server_never_started_released_its_socket() -> None:
     server.stop()
     again = ReplayServer(DEMO, port=server.port)
     again.stop()
+
+
+async def test_openai_sdk_gets_the_usage_chunk_only_when_it_asks_for_it() -> None:
+    recorded = load_cassette(DEMO).interactions[0]
+    asked = request_body(recorded)
+    assert asked["stream_options"] == {"include_usage": True}
+    plain = {key: value for key, value in asked.items() if key != "stream_options"}
+    async with ReplayServer(DEMO, timing=INSTANT, allow_repeats=True) as server, sdk(server) as client:
+        stream = await client.chat.completions.create(**plain)
+        without = [chunk async for chunk in stream]
+        stream = await client.chat.completions.create(**asked)
+        with_usage = [chunk async for chunk in stream]
+    # Without include_usage, as from OpenAI: every chunk has a choice (chunk.choices[0] is safe), no usage.
+    assert without
+    assert all(len(chunk.choices) == 1 for chunk in without)
+    assert all(chunk.usage is None for chunk in without)
+    assert without[-1].choices[0].finish_reason is not None
+    # With it: the same chunks, then one usage-only chunk with empty choices.
+    assert [len(chunk.choices) for chunk in with_usage] == [1] * len(without) + [0]
+    assert with_usage[-1].usage is not None
+    assert with_usage[-1].usage.prompt_tokens > 0

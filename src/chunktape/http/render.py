@@ -116,10 +116,15 @@ def _event(obj: Any) -> bytes:
 class SseRenderer:
     """Renders one stream incrementally: ``head()``, ``chunk(c)`` per StreamChunk, then ``end()`` or an error."""
 
-    __slots__ = ("_encoder",)
+    __slots__ = ("_encoder", "include_usage")
 
-    def __init__(self, *, model: str, created: int = 0, id: str = "chatcmpl-chunktape") -> None:
+    def __init__(
+        self, *, model: str, created: int = 0, id: str = "chatcmpl-chunktape", include_usage: bool = True
+    ) -> None:
         self._encoder = OpenAIChatEncoder(model=model, created=created, id=id)
+        self.include_usage = include_usage
+        """Whether ``end()`` writes the usage-only ``choices: []`` chunk. OpenAI sends it only to a request with
+        ``stream_options.include_usage: true``, and then a stream without it carries no usage at all."""
 
     def head(self) -> bytes:
         return _event(self._encoder.start())
@@ -133,8 +138,9 @@ class SseRenderer:
         return b"".join(_event(obj) for obj in objects)
 
     def end(self, *, done: bool = True) -> bytes:
-        """The usage-only chunk, then ``[DONE]`` if ``done`` and the stream had a finish."""
-        tail = b"".join(_event(obj) for obj in self._encoder.close())
+        """The usage-only chunk (with ``include_usage``), then ``[DONE]`` if ``done`` and the stream had a finish."""
+        usage = self._encoder.close()
+        tail = b"".join(_event(obj) for obj in usage) if self.include_usage else b""
         if done and self._encoder.finished:
             tail += b"data: " + DONE.encode() + b"\n\n"
         return tail

@@ -21,6 +21,8 @@ Each request body is decoded into ``GenerateOptions`` (``options_from_openai_req
   cut short ends the body without ``[DONE]``;
 - a stream that breaks the protocol (a ``Corrupt`` fault, or a recorded violation) is sent as a malformed
   ``data:`` line where the violation happens, then the body ends;
+- the usage-only ``choices: []`` chunk is sent only when the request asks for it with
+  ``stream_options.include_usage: true`` (as OpenAI does); otherwise the stream carries no usage;
 - ``"stream": false`` gets one JSON ``chat.completion`` assembled from the chunks (errors as JSON with the
   status, or 502 when the recorded stream broke).
 
@@ -419,6 +421,8 @@ class ReplayServer:
         except LlmError as exc:
             return _problem(400, exc.message, exc.code.value)
         streaming = isinstance(body, dict) and body.get("stream") is True
+        stream_options = body.get("stream_options") if streaming else None
+        include_usage = isinstance(stream_options, dict) and stream_options.get("include_usage") is True
         adapter = target.adapter
         chunks = adapter.stream(options)
         headers = {"x-chunktape-call": str(adapter.calls)}
@@ -436,7 +440,7 @@ class ReplayServer:
             if early is not None or not streaming:
                 return early or _problem(502, exc.message, exc.code.value, headers=headers)
             return StreamingResponse(
-                _failing_body(exc, SseRenderer(model=options.model)),
+                _failing_body(exc, SseRenderer(model=options.model, include_usage=include_usage)),
                 media_type="text/event-stream",
                 headers={**_SSE_HEADERS, **headers},
             )
@@ -446,7 +450,12 @@ class ReplayServer:
         if not streaming:
             return await _complete(chunks, first, options.model, headers)
         return StreamingResponse(
-            _body(chunks, first, SseRenderer(model=options.model), batch=target.timing.is_instant and injected is None),
+            _body(
+                chunks,
+                first,
+                SseRenderer(model=options.model, include_usage=include_usage),
+                batch=target.timing.is_instant and injected is None,
+            ),
             media_type="text/event-stream",
             headers={**_SSE_HEADERS, **headers},
         )
