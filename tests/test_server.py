@@ -501,3 +501,27 @@ async def test_openai_sdk_gets_the_usage_chunk_only_when_it_asks_for_it() -> Non
     assert [len(chunk.choices) for chunk in with_usage] == [1] * len(without) + [0]
     assert with_usage[-1].usage is not None
     assert with_usage[-1].usage.prompt_tokens > 0
+
+
+async def test_debug_headers_describe_their_own_call_under_concurrency() -> None:
+    from chunktape.faults import Latency, Targeted
+
+    recorded = load_cassette(DEMO).interactions[0]
+    slow = Targeted(id="slow", calls=[1, 3, 5], fault=Latency(first_chunk_s=0.05, between_s=0.0))
+    async with (
+        ReplayServer(DEMO, timing=INSTANT, faults=[slow], allow_repeats=True) as server,
+        httpx.AsyncClient() as client,
+    ):
+
+        async def call() -> tuple[int, str | None]:
+            response = await client.post(server.url + "/v1/chat/completions", json=request_body(recorded))
+            assert response.status_code == 200
+            return int(response.headers["x-chunktape-call"]), response.headers.get("x-chunktape-fault")
+
+        results = await asyncio.gather(*(call() for _ in range(6)))
+        injected = server.adapter.injected
+    # 1-based, as Targeted(calls=...) counts, one number per call, and each names its own fault.
+    assert sorted(number for number, _ in results) == [1, 2, 3, 4, 5, 6]
+    for number, fault in results:
+        assert fault == injected[number - 1]
+        assert fault == ("slow" if number % 2 else None)

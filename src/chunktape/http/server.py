@@ -423,9 +423,13 @@ class ReplayServer:
         streaming = isinstance(body, dict) and body.get("stream") is True
         stream_options = body.get("stream_options") if streaming else None
         include_usage = isinstance(stream_options, dict) and stream_options.get("include_usage") is True
-        adapter = target.adapter
-        chunks = adapter.stream(options)
-        headers = {"x-chunktape-call": str(adapter.calls)}
+        # The call's number and fault are chosen now, before any await: the headers describe THIS call even
+        # when concurrent requests interleave.
+        call = target.adapter.open(options)
+        chunks = call.chunks
+        headers = {"x-chunktape-call": str(call.call)}
+        if call.fault_id is not None:
+            headers["x-chunktape-fault"] = call.fault_id
         if target.name is not None:
             headers["x-chunktape-scenario"] = target.name
         first: StreamChunk | None = None
@@ -433,9 +437,6 @@ class ReplayServer:
             first = await anext(chunks, None)
         except LlmError as exc:
             await chunks.aclose()  # type: ignore[attr-defined]
-            injected = adapter.injected[-1] if adapter.injected else None
-            if injected is not None:
-                headers["x-chunktape-fault"] = injected
             early = _early_error(exc, headers)
             if early is not None or not streaming:
                 return early or _problem(502, exc.message, exc.code.value, headers=headers)
@@ -444,9 +445,6 @@ class ReplayServer:
                 media_type="text/event-stream",
                 headers={**_SSE_HEADERS, **headers},
             )
-        injected = adapter.injected[-1] if adapter.injected else None
-        if injected is not None:
-            headers["x-chunktape-fault"] = injected
         if not streaming:
             return await _complete(chunks, first, options.model, headers)
         return StreamingResponse(
@@ -454,7 +452,7 @@ class ReplayServer:
                 chunks,
                 first,
                 SseRenderer(model=options.model, include_usage=include_usage),
-                batch=target.timing.is_instant and injected is None,
+                batch=target.timing.is_instant and call.fault_id is None,
             ),
             media_type="text/event-stream",
             headers={**_SSE_HEADERS, **headers},
