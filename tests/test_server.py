@@ -525,3 +525,45 @@ async def test_debug_headers_describe_their_own_call_under_concurrency() -> None
     for number, fault in results:
         assert fault == injected[number - 1]
         assert fault == ("slow" if number % 2 else None)
+
+
+@pytest.mark.parametrize(
+    ("fault", "problem"),
+    [("truncate", "stream ended"), ("corrupt-bad-index", "rule"), ("corrupt-duplicate-finish", "rule")],
+)
+async def test_without_streaming_a_broken_stream_is_a_502_naming_the_problem_and_the_fault(
+    fault: str, problem: str
+) -> None:
+    recorded = load_cassette(DEMO).interactions[0]
+    body = {**request_body(recorded), "stream": False}
+    body.pop("stream_options")
+    async with ReplayServer(DEMO, timing=INSTANT, faults=[fault]) as server, httpx.AsyncClient() as client:
+        response = await client.post(server.url + "/v1/chat/completions", json=body)
+        assert server.adapter.injected == [fault]
+    assert response.status_code == 502
+    error = response.json()["error"]
+    assert error["code"] == "PROTOCOL_VIOLATION"
+    assert problem in error["message"]
+    assert f"[injected fault {fault}]" in error["message"]
+    assert response.headers["x-chunktape-fault"] == fault
+
+
+async def test_without_streaming_a_recorded_stream_without_finish_is_a_502() -> None:
+    options = GenerateOptions(model="m", messages=[Message(role="user", content="hi")])
+    chunks = text_stream("Hel", "lo")
+    cut = [chunk for chunk in chunks if type(chunk).__name__ not in ("Finish", "UsageChunk")]
+    cassette = Cassette(
+        interactions=[
+            Interaction(
+                request=RecordedRequest.from_options(options),
+                events=[Event(t_ns=0, chunk=chunk) for chunk in cut],
+                outcome=Completed(t_ns=1),
+            )
+        ]
+    )
+    async with ReplayServer(cassette, timing=INSTANT) as server, httpx.AsyncClient() as client:
+        response = await client.post(
+            server.url + "/v1/chat/completions", json=options_to_openai_request(options) | {"stream": False}
+        )
+    assert response.status_code == 502
+    assert "without a finish chunk" in response.json()["error"]["message"]

@@ -24,7 +24,7 @@ Each request body is decoded into ``GenerateOptions`` (``options_from_openai_req
 - the usage-only ``choices: []`` chunk is sent only when the request asks for it with
   ``stream_options.include_usage: true`` (as OpenAI does); otherwise the stream carries no usage;
 - ``"stream": false`` gets one JSON ``chat.completion`` assembled from the chunks (errors as JSON with the
-  status, or 502 when the recorded stream broke).
+  status; 502 when the stream broke: a violation, a missing finish, a reset, with the fault id if injected).
 
 Response headers go out with the first chunk, so a recorded time to first chunk is a time to first byte.
 The server binds 127.0.0.1 (or another loopback address) only, unless ``allow_remote=True``.
@@ -446,7 +446,7 @@ class ReplayServer:
                 headers={**_SSE_HEADERS, **headers},
             )
         if not streaming:
-            return await _complete(chunks, first, options.model, headers)
+            return await _complete(chunks, first, options.model, headers, call.fault_id)
         return StreamingResponse(
             _body(
                 chunks,
@@ -547,13 +547,28 @@ async def _body(
 
 
 async def _complete(
-    chunks: AsyncIterator[StreamChunk], first: StreamChunk | None, model: str, headers: dict[str, str]
+    chunks: AsyncIterator[StreamChunk],
+    first: StreamChunk | None,
+    model: str,
+    headers: dict[str, str],
+    fault_id: str | None = None,
 ) -> Response:
+    """The whole ``chat.completion``, or an error: a stream that breaks the protocol or ends without a finish
+    (a ``Truncate``/``Corrupt`` fault, a recorded violation) is a 502 naming the problem and the fault."""
     collected: list[StreamChunk] = [] if first is None else [first]
+    validator = StreamValidator()
     try:
+        if first is not None:
+            validator.feed(first)
         async for chunk in chunks:
+            validator.feed(chunk)
             collected.append(chunk)
+        validator.close()
     except LlmError as exc:
+        if exc.code is ErrorCode.PROTOCOL_VIOLATION:
+            fault = f" [injected fault {fault_id}]" if fault_id is not None else ""
+            message = f"the replayed stream cannot be a completion: {exc.message}{fault}"
+            return _problem(502, message, exc.code.value, headers=headers)
         status = exc.status if exc.code is ErrorCode.PROVIDER_HTTP_ERROR and exc.status is not None else 502
         return JSONResponse(
             error_body(
