@@ -567,3 +567,28 @@ async def test_without_streaming_a_recorded_stream_without_finish_is_a_502() -> 
         )
     assert response.status_code == 502
     assert "without a finish chunk" in response.json()["error"]["message"]
+
+
+async def test_stopping_with_a_stream_in_flight_logs_no_error(caplog: pytest.LogCaptureFixture) -> None:
+    recorded = load_cassette(DEMO).interactions[0]
+    server = ReplayServer(DEMO, timing=INSTANT, faults=[Stall(after_chunks=2, seconds=600)]).start()
+    started = asyncio.Event()
+
+    async def client() -> None:
+        async with (
+            httpx.AsyncClient(timeout=60) as http,
+            http.stream("POST", server.url + "/v1/chat/completions", json=request_body(recorded)) as response,
+        ):
+            async for _ in response.aiter_bytes():
+                started.set()
+
+    with caplog.at_level(logging.INFO, logger="uvicorn"):
+        task = asyncio.create_task(client())
+        try:
+            await started.wait()
+            await asyncio.to_thread(server.stop)  # the stream is stalled mid-body: uvicorn cancels it
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+    errors = [record for record in caplog.records if record.levelno >= logging.ERROR]
+    assert errors == []

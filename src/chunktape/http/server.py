@@ -115,6 +115,33 @@ def _has_reset(exc: BaseException) -> bool:
 _quiet_resets = _QuietResets()
 
 
+class _QuietShutdown(logging.Filter):
+    """While its server shuts down, drops what uvicorn logs about the streams it cancels.
+
+    Stopping (``stop()``, Ctrl-C) with a stream in flight (a stall, a slow recorded timing) makes uvicorn cancel
+    it once the graceful timeout is over: it logs "Cancel N running task(s)" and, per stream, "Exception in ASGI
+    application" with a ``CancelledError`` traceback. That is the requested stop doing its job, not an error.
+    """
+
+    def __init__(self, server: uvicorn.Server) -> None:
+        super().__init__()
+        self._server = server
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not self._server.should_exit:
+            return True
+        if isinstance(record.msg, str) and record.msg.startswith("Cancel %s running task(s)"):
+            return False
+        exc = record.exc_info[1] if record.exc_info else None
+        seen: set[int] = set()
+        while exc is not None and id(exc) not in seen:
+            seen.add(id(exc))
+            if isinstance(exc, asyncio.CancelledError):
+                return False
+            exc = exc.__cause__ or exc.__context__
+        return True
+
+
 def _timing(spec: ScenarioTiming) -> Timing:
     if spec.mode == "recorded":
         return Timing.recorded(spec.speed)
@@ -282,6 +309,7 @@ class ReplayServer:
         )
         config.timeout_graceful_shutdown = 1
         self._server = uvicorn.Server(config)
+        self._quiet_shutdown = _QuietShutdown(self._server)
         self._thread: threading.Thread | None = None
         self._closed = False
         self._running = False
@@ -308,7 +336,7 @@ class ReplayServer:
         """Serve in a background thread; returns at once (the socket already accepts connections)."""
         if self._thread is not None or self._closed:
             raise RuntimeError("a ReplayServer can be started once")
-        logging.getLogger("uvicorn.error").addFilter(_quiet_resets)
+        self._quiet_logs()
         self._thread = threading.Thread(
             target=self._server.run, kwargs={"sockets": [self._socket]}, name="chunktape-replay-server", daemon=True
         )
@@ -326,6 +354,8 @@ class ReplayServer:
         self._closed = True
         if self._thread is not None:
             self._thread.join(timeout=10)
+            if not self._thread.is_alive():
+                logging.getLogger("uvicorn.error").removeFilter(self._quiet_shutdown)
         if not self._running:
             self._release()
 
@@ -333,7 +363,7 @@ class ReplayServer:
         """Serve in this thread until Ctrl-C, SIGTERM or ``stop()``; returns normally after a clean shutdown."""
         if self._thread is not None or self._closed:
             raise RuntimeError("a ReplayServer can be started once")
-        logging.getLogger("uvicorn.error").addFilter(_quiet_resets)
+        self._quiet_logs()
         self._running = True
         try:
             self._server.run(sockets=[self._socket])
@@ -343,6 +373,12 @@ class ReplayServer:
             self._closed = True
             self._running = False
             self._release()
+            logging.getLogger("uvicorn.error").removeFilter(self._quiet_shutdown)
+
+    def _quiet_logs(self) -> None:
+        logger = logging.getLogger("uvicorn.error")
+        logger.addFilter(_quiet_resets)
+        logger.addFilter(self._quiet_shutdown)
 
     def reset(self) -> None:
         """Forget every play count and fault call count (also ``POST /reset``)."""
