@@ -136,3 +136,37 @@ async def test_outcomes_mid_stream(outcome: Any, code: str, status: int | None) 
         assert "Token limit reached" in error.message
     if isinstance(outcome, Cancelled):
         assert b"[DONE]" not in render_sse(interaction(prefix, outcome))
+
+
+# -- Retry-After: robust headers, and carried in the body ------------------------------------------------
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf"), -1.0])
+def test_error_headers_skip_a_retry_after_that_is_not_a_finite_non_negative_number(value: float) -> None:
+    from chunktape.http.render import error_body, error_headers
+
+    assert error_headers(value) == {}
+    assert "retry_after" not in error_body("slow down", status=429, retry_after=value)["error"]
+
+
+def test_error_headers_cap_a_huge_retry_after_and_the_body_carries_it() -> None:
+    from chunktape.http.render import MAX_RETRY_AFTER_S, error_body, error_headers
+
+    assert error_headers(1e300) == {
+        "retry-after": str(int(MAX_RETRY_AFTER_S)),
+        "retry-after-ms": str(int(MAX_RETRY_AFTER_S * 1000)),
+    }
+    assert error_headers(1.5) == {"retry-after": "2", "retry-after-ms": "1500"}
+    assert error_body("slow down", status=429, retry_after=1.5)["error"]["retry_after"] == 1.5
+    assert "retry_after" not in error_body("slow down", status=429)["error"]
+
+
+def test_an_in_band_error_event_carries_retry_after() -> None:
+    interaction = Interaction(
+        request=REQUEST,
+        events=[Event(t_ns=0, chunk=chunk) for chunk in text_stream("Hi")[:2]],
+        outcome=Raised(t_ns=1, code="PROVIDER_HTTP_ERROR", message="slow down", status=429, retry_after=2.5),
+    )
+    events = [item for item in parse_sse(render_sse(interaction)) if isinstance(item, SseEvent)]
+    assert events[-1].data is not None
+    assert '"retry_after":2.5' in events[-1].data

@@ -415,3 +415,180 @@ async def test_a_deliberate_reset_is_not_logged_as_a_server_error(caplog: pytest
     assert error is not None
     assert error.code is ErrorCode.STREAM_ABORTED
     assert not [record for record in caplog.records if "Exception in ASGI application" in record.getMessage()]
+
+
+@pytest.mark.parametrize("port", [70000, -1, 65536])
+def test_a_port_out_of_range_is_one_clear_error(port: int) -> None:
+    with pytest.raises(LlmError, match="0 to 65535") as info:
+        ReplayServer(DEMO, port=port)
+    assert info.value.code is ErrorCode.INVALID_CONFIG
+    assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("retry_after", [float("nan"), float("inf"), 1e300, 2.5])
+async def test_a_recorded_retry_after_of_any_value_is_an_answer_not_a_500(retry_after: float) -> None:
+    options = GenerateOptions(model="m", messages=[Message(role="user", content="hi")])
+    cassette = Cassette(
+        interactions=[
+            Interaction(
+                request=RecordedRequest.from_options(options),
+                events=[],
+                outcome=Raised(
+                    t_ns=0, code="PROVIDER_HTTP_ERROR", message="slow down", status=429, retry_after=retry_after
+                ),
+            )
+        ]
+    )
+    body = {**options_to_openai_request(options), "stream": True}
+    async with ReplayServer(cassette, timing=INSTANT) as server, httpx.AsyncClient() as client:
+        response = await client.post(server.url + "/v1/chat/completions", json=body)
+    assert response.status_code == 429
+    error = response.json()["error"]
+    if retry_after == 2.5:
+        assert (response.headers["retry-after"], error["retry_after"]) == ("3", 2.5)
+    elif retry_after == 1e300:
+        assert (response.headers["retry-after"], error["retry_after"]) == ("86400", 86400.0)
+    else:
+        assert "retry-after" not in response.headers
+        assert "retry_after" not in error
+
+
+def test_a_server_never_started_releases_its_socket_when_collected(monkeypatch: pytest.MonkeyPatch) -> None:
+    import gc
+    import socket
+    import sys
+    import warnings
+
+    unraisable: list[Any] = []
+    monkeypatch.setattr(sys, "unraisablehook", unraisable.append)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ResourceWarning)
+        server = ReplayServer(DEMO)
+        port = server.port
+        del server
+        gc.collect()
+    assert [hook.exc_value for hook in unraisable] == []
+    # The port is free again: a second listener on it succeeds.
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        probe.bind(("127.0.0.1", port))
+        probe.listen(1)
+
+
+def test_a_stopped_server_never_started_released_its_socket() -> None:
+    server = ReplayServer(DEMO)
+    server.stop()
+    again = ReplayServer(DEMO, port=server.port)
+    again.stop()
+
+
+async def test_openai_sdk_gets_the_usage_chunk_only_when_it_asks_for_it() -> None:
+    recorded = load_cassette(DEMO).interactions[0]
+    asked = request_body(recorded)
+    assert asked["stream_options"] == {"include_usage": True}
+    plain = {key: value for key, value in asked.items() if key != "stream_options"}
+    async with ReplayServer(DEMO, timing=INSTANT, allow_repeats=True) as server, sdk(server) as client:
+        stream = await client.chat.completions.create(**plain)
+        without = [chunk async for chunk in stream]
+        stream = await client.chat.completions.create(**asked)
+        with_usage = [chunk async for chunk in stream]
+    # Without include_usage, as from OpenAI: every chunk has a choice (chunk.choices[0] is safe), no usage.
+    assert without
+    assert all(len(chunk.choices) == 1 for chunk in without)
+    assert all(chunk.usage is None for chunk in without)
+    assert without[-1].choices[0].finish_reason is not None
+    # With it: the same chunks, then one usage-only chunk with empty choices.
+    assert [len(chunk.choices) for chunk in with_usage] == [1] * len(without) + [0]
+    assert with_usage[-1].usage is not None
+    assert with_usage[-1].usage.prompt_tokens > 0
+
+
+async def test_debug_headers_describe_their_own_call_under_concurrency() -> None:
+    from chunktape.faults import Latency, Targeted
+
+    recorded = load_cassette(DEMO).interactions[0]
+    slow = Targeted(id="slow", calls=[1, 3, 5], fault=Latency(first_chunk_s=0.05, between_s=0.0))
+    async with (
+        ReplayServer(DEMO, timing=INSTANT, faults=[slow], allow_repeats=True) as server,
+        httpx.AsyncClient() as client,
+    ):
+
+        async def call() -> tuple[int, str | None]:
+            response = await client.post(server.url + "/v1/chat/completions", json=request_body(recorded))
+            assert response.status_code == 200
+            return int(response.headers["x-chunktape-call"]), response.headers.get("x-chunktape-fault")
+
+        results = await asyncio.gather(*(call() for _ in range(6)))
+        injected = server.adapter.injected
+    # 1-based, as Targeted(calls=...) counts, one number per call, and each names its own fault.
+    assert sorted(number for number, _ in results) == [1, 2, 3, 4, 5, 6]
+    for number, fault in results:
+        assert fault == injected[number - 1]
+        assert fault == ("slow" if number % 2 else None)
+
+
+@pytest.mark.parametrize(
+    ("fault", "problem"),
+    [("truncate", "stream ended"), ("corrupt-bad-index", "rule"), ("corrupt-duplicate-finish", "rule")],
+)
+async def test_without_streaming_a_broken_stream_is_a_502_naming_the_problem_and_the_fault(
+    fault: str, problem: str
+) -> None:
+    recorded = load_cassette(DEMO).interactions[0]
+    body = {**request_body(recorded), "stream": False}
+    body.pop("stream_options")
+    async with ReplayServer(DEMO, timing=INSTANT, faults=[fault]) as server, httpx.AsyncClient() as client:
+        response = await client.post(server.url + "/v1/chat/completions", json=body)
+        assert server.adapter.injected == [fault]
+    assert response.status_code == 502
+    error = response.json()["error"]
+    assert error["code"] == "PROTOCOL_VIOLATION"
+    assert problem in error["message"]
+    assert f"[injected fault {fault}]" in error["message"]
+    assert response.headers["x-chunktape-fault"] == fault
+
+
+async def test_without_streaming_a_recorded_stream_without_finish_is_a_502() -> None:
+    options = GenerateOptions(model="m", messages=[Message(role="user", content="hi")])
+    chunks = text_stream("Hel", "lo")
+    cut = [chunk for chunk in chunks if type(chunk).__name__ not in ("Finish", "UsageChunk")]
+    cassette = Cassette(
+        interactions=[
+            Interaction(
+                request=RecordedRequest.from_options(options),
+                events=[Event(t_ns=0, chunk=chunk) for chunk in cut],
+                outcome=Completed(t_ns=1),
+            )
+        ]
+    )
+    async with ReplayServer(cassette, timing=INSTANT) as server, httpx.AsyncClient() as client:
+        response = await client.post(
+            server.url + "/v1/chat/completions", json=options_to_openai_request(options) | {"stream": False}
+        )
+    assert response.status_code == 502
+    assert "without a finish chunk" in response.json()["error"]["message"]
+
+
+async def test_stopping_with_a_stream_in_flight_logs_no_error(caplog: pytest.LogCaptureFixture) -> None:
+    recorded = load_cassette(DEMO).interactions[0]
+    server = ReplayServer(DEMO, timing=INSTANT, faults=[Stall(after_chunks=2, seconds=600)]).start()
+    started = asyncio.Event()
+
+    async def client() -> None:
+        async with (
+            httpx.AsyncClient(timeout=60) as http,
+            http.stream("POST", server.url + "/v1/chat/completions", json=request_body(recorded)) as response,
+        ):
+            async for _ in response.aiter_bytes():
+                started.set()
+
+    with caplog.at_level(logging.INFO, logger="uvicorn"):
+        task = asyncio.create_task(client())
+        try:
+            await started.wait()
+            await asyncio.to_thread(server.stop)  # the stream is stalled mid-body: uvicorn cancels it
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+    errors = [record for record in caplog.records if record.levelno >= logging.ERROR]
+    assert errors == []

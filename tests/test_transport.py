@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -42,6 +43,7 @@ from fake_provider import FakeProvider, FakeResponse, deepseek_parallel_tools, d
 from test_openai_chat import valid_streams as wire_streams
 from test_render_sse import REQUEST, run_sync
 
+DEMO = Path(__file__).resolve().parents[1] / "cassettes" / "demo-session.json"
 OPTIONS = GenerateOptions(model="deepseek-chat", messages=[Message(role="user", content="weather in Beijing?")])
 
 
@@ -396,3 +398,50 @@ async def test_disconnect_after_bytes_delivers_exactly_that_many_bytes(
                 received += piece
     assert len(received) == after_bytes
     assert deepseek_parallel_tools().startswith(received)
+
+
+# -- what a "chunk" is at the HTTP layer -------------------------------------------------------------
+
+
+async def test_the_role_event_is_not_a_chunk_disconnect_after_first_chunk_delivers_content() -> None:
+    from chunktape import load_cassette
+    from chunktape.http import ReplayServer
+    from chunktape.protocol import ReasoningDelta, TextDelta, ToolCallDelta
+    from chunktape.replayer import ReplayAdapter, Timing
+
+    demo = DEMO
+    recorded = load_cassette(demo).interactions[0]
+    options = recorded.request.to_options()
+    first_content = next(
+        position
+        for position, chunk in enumerate(recorded.chunks)
+        if isinstance(chunk, TextDelta | ReasoningDelta | ToolCallDelta)
+    )
+
+    async def over_http(fault: Disconnect) -> list[StreamChunk]:
+        async with ReplayServer(demo, timing=Timing.instant(), allow_repeats=True) as server:
+            transport = FaultTransport(httpx.AsyncHTTPTransport(), [fault])
+            async with httpx.AsyncClient(transport=transport) as client:
+                chunks, error = await run(OpenAICompatAdapter(server.url, api_key="k", client=client), options)
+        assert error is not None
+        assert error.code is ErrorCode.STREAM_ABORTED
+        return chunks
+
+    async def at_chunk_level(fault: Disconnect) -> list[StreamChunk]:
+        chunks: list[StreamChunk] = []
+        with pytest.raises(LlmError) as info:
+            async for chunk in ReplayAdapter(demo, faults=[fault]).stream(options):
+                chunks.append(chunk)
+        assert info.value.code is ErrorCode.STREAM_ABORTED
+        return chunks
+
+    http_first = await over_http(Disconnect(after_chunks=1))
+    replay_first = await at_chunk_level(Disconnect(after_chunks=1))
+    # Over HTTP, the first chunk is the first event with content (the role-only event does not count) ...
+    assert http_first == recorded.chunks[: first_content + 1]
+    # ... and the chunk-level replay cut at the same fault delivers the same stream, up to where it stops
+    # (a BlockStart alone has no wire form: the HTTP cut can only fall after the first content event).
+    assert replay_first
+    assert http_first[: len(replay_first)] == replay_first
+    # "before the first chunk" and "after the first chunk" differ on the wire, as they do at the chunk level.
+    assert await over_http(Disconnect(after_chunks=0)) == await at_chunk_level(Disconnect(after_chunks=0)) == []

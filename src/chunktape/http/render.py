@@ -26,12 +26,14 @@ from chunktape.wire.openai_chat import DONE, OpenAIChatEncoder, finish_to_wire, 
 
 __all__ = [
     "MALFORMED_EVENT",
+    "MAX_RETRY_AFTER_S",
     "REASONING_FIELDS",
     "SseRenderer",
     "completion_from_chunks",
     "error_body",
     "error_headers",
     "render_sse",
+    "retry_after_seconds",
 ]
 
 _encoder = msgspec.json.Encoder()
@@ -62,27 +64,49 @@ def error_type(status: int | None) -> str:
     return _ERROR_TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
 
 
-def error_body(message: str, *, status: int | None, code: str | None = None) -> dict[str, Any]:
+MAX_RETRY_AFTER_S = 86_400.0
+"""The longest ``Retry-After`` written (a day): larger recorded values are capped, not sent as they are."""
+
+
+def retry_after_seconds(retry_after: float | None) -> float | None:
+    """``retry_after`` as a value safe to send: None unless finite and non-negative, capped at a day."""
+    if retry_after is None or isinstance(retry_after, bool) or not isinstance(retry_after, int | float):
+        return None
+    if not math.isfinite(retry_after) or retry_after < 0:
+        return None
+    return min(float(retry_after), MAX_RETRY_AFTER_S)
+
+
+def error_body(
+    message: str, *, status: int | None, code: str | None = None, retry_after: float | None = None
+) -> dict[str, Any]:
     """An OpenAI-style error object: ``{"error": {"message", "type", "param", "code"}}``.
 
     ``code`` is the HTTP status (as OpenRouter sends it in-band) when there is one, so clients that read an
-    in-band error recover the status; otherwise the chunktape error code.
+    in-band error recover the status; otherwise the chunktape error code. A usable ``retry_after`` (see
+    ``retry_after_seconds``) is also carried as ``error.retry_after`` (seconds), for clients that read the body.
     """
-    return {
-        "error": {
-            "message": message,
-            "type": error_type(status),
-            "param": None,
-            "code": status if status is not None else code,
-        }
+    error: dict[str, Any] = {
+        "message": message,
+        "type": error_type(status),
+        "param": None,
+        "code": status if status is not None else code,
     }
+    seconds = retry_after_seconds(retry_after)
+    if seconds is not None:
+        error["retry_after"] = seconds
+    return {"error": error}
 
 
 def error_headers(retry_after: float | None) -> dict[str, str]:
-    """``Retry-After`` (whole seconds, rounded up) and ``retry-after-ms`` (exact), as OpenAI sends them."""
-    if retry_after is None:
+    """``Retry-After`` (whole seconds, rounded up) and ``retry-after-ms`` (exact), as OpenAI sends them.
+
+    Nothing for a value that is not finite or is negative (NaN, infinity); values above a day are capped.
+    """
+    seconds = retry_after_seconds(retry_after)
+    if seconds is None:
         return {}
-    return {"retry-after": str(math.ceil(retry_after)), "retry-after-ms": str(round(retry_after * 1000))}
+    return {"retry-after": str(math.ceil(seconds)), "retry-after-ms": str(round(seconds * 1000))}
 
 
 def _event(obj: Any) -> bytes:
@@ -92,10 +116,15 @@ def _event(obj: Any) -> bytes:
 class SseRenderer:
     """Renders one stream incrementally: ``head()``, ``chunk(c)`` per StreamChunk, then ``end()`` or an error."""
 
-    __slots__ = ("_encoder",)
+    __slots__ = ("_encoder", "include_usage")
 
-    def __init__(self, *, model: str, created: int = 0, id: str = "chatcmpl-chunktape") -> None:
+    def __init__(
+        self, *, model: str, created: int = 0, id: str = "chatcmpl-chunktape", include_usage: bool = True
+    ) -> None:
         self._encoder = OpenAIChatEncoder(model=model, created=created, id=id)
+        self.include_usage = include_usage
+        """Whether ``end()`` writes the usage-only ``choices: []`` chunk. OpenAI sends it only to a request with
+        ``stream_options.include_usage: true``, and then a stream without it carries no usage at all."""
 
     def head(self) -> bytes:
         return _event(self._encoder.start())
@@ -109,8 +138,9 @@ class SseRenderer:
         return b"".join(_event(obj) for obj in objects)
 
     def end(self, *, done: bool = True) -> bytes:
-        """The usage-only chunk, then ``[DONE]`` if ``done`` and the stream had a finish."""
-        tail = b"".join(_event(obj) for obj in self._encoder.close())
+        """The usage-only chunk (with ``include_usage``), then ``[DONE]`` if ``done`` and the stream had a finish."""
+        usage = self._encoder.close()
+        tail = b"".join(_event(obj) for obj in usage) if self.include_usage else b""
         if done and self._encoder.finished:
             tail += b"data: " + DONE.encode() + b"\n\n"
         return tail
@@ -119,7 +149,8 @@ class SseRenderer:
         """An in-band error event (or, for ``INVALID_RESPONSE``, a malformed data line)."""
         if str(error.code) == ErrorCode.INVALID_RESPONSE:
             return MALFORMED_EVENT
-        return _event(error_body(error.message, status=error.status, code=str(error.code)))
+        body = error_body(error.message, status=error.status, code=str(error.code), retry_after=error.retry_after)
+        return _event(body)
 
     def outcome(self, outcome: Outcome) -> bytes:
         """How a whole body ends for a recorded outcome (see the module docstring)."""

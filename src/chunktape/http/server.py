@@ -21,8 +21,10 @@ Each request body is decoded into ``GenerateOptions`` (``options_from_openai_req
   cut short ends the body without ``[DONE]``;
 - a stream that breaks the protocol (a ``Corrupt`` fault, or a recorded violation) is sent as a malformed
   ``data:`` line where the violation happens, then the body ends;
+- the usage-only ``choices: []`` chunk is sent only when the request asks for it with
+  ``stream_options.include_usage: true`` (as OpenAI does); otherwise the stream carries no usage;
 - ``"stream": false`` gets one JSON ``chat.completion`` assembled from the chunks (errors as JSON with the
-  status, or 502 when the recorded stream broke).
+  status; 502 when the stream broke: a violation, a missing finish, a reset, with the fault id if injected).
 
 Response headers go out with the first chunk, so a recorded time to first chunk is a time to first byte.
 The server binds 127.0.0.1 (or another loopback address) only, unless ``allow_remote=True``.
@@ -38,6 +40,7 @@ import os
 import socket
 import sys
 import threading
+import weakref
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
@@ -112,6 +115,33 @@ def _has_reset(exc: BaseException) -> bool:
 _quiet_resets = _QuietResets()
 
 
+class _QuietShutdown(logging.Filter):
+    """While its server shuts down, drops what uvicorn logs about the streams it cancels.
+
+    Stopping (``stop()``, Ctrl-C) with a stream in flight (a stall, a slow recorded timing) makes uvicorn cancel
+    it once the graceful timeout is over: it logs "Cancel N running task(s)" and, per stream, "Exception in ASGI
+    application" with a ``CancelledError`` traceback. That is the requested stop doing its job, not an error.
+    """
+
+    def __init__(self, server: uvicorn.Server) -> None:
+        super().__init__()
+        self._server = server
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not self._server.should_exit:
+            return True
+        if isinstance(record.msg, str) and record.msg.startswith("Cancel %s running task(s)"):
+            return False
+        exc = record.exc_info[1] if record.exc_info else None
+        seen: set[int] = set()
+        while exc is not None and id(exc) not in seen:
+            seen.add(id(exc))
+            if isinstance(exc, asyncio.CancelledError):
+                return False
+            exc = exc.__cause__ or exc.__context__
+        return True
+
+
 def _timing(spec: ScenarioTiming) -> Timing:
     if spec.mode == "recorded":
         return Timing.recorded(spec.speed)
@@ -129,6 +159,12 @@ def _merge(sources: Sequence[CassetteSource]) -> Cassette | LazyCassette | str |
 
 
 def _bind(host: str, port: int, allow_remote: bool) -> socket.socket:
+    if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+        raise LlmError(
+            f"cannot listen on port {port!r}: a port is a whole number from 0 to 65535",
+            ErrorCode.INVALID_CONFIG,
+            hint="choose a port from 1 to 65535, or 0 for a free one",
+        )
     try:
         address = ipaddress.ip_address(host)
     except ValueError:
@@ -215,6 +251,9 @@ class _Target:
 class ReplayServer:
     """The replay server, bound at construction (so ``url`` is known and a busy port fails at once).
 
+    The socket is released by ``stop()`` (or the end of ``run()``/the ``with`` block); a server that is never
+    started or stopped releases it when garbage-collected, without a ``ResourceWarning``.
+
     Use it in tests with ``with ReplayServer(...) as server:`` or ``async with`` (it runs in a background
     thread with its own event loop, so any client on any loop, sync or async, can reach it), or run it in the
     foreground with ``run()`` (what ``serve()`` and ``chunktape serve`` do). ``adapter`` answers the default
@@ -264,21 +303,25 @@ class ReplayServer:
             )
         if self._default is None and not self.scenarios:
             raise LlmError("nothing to serve: give a cassette or a scenario file", ErrorCode.INVALID_CONFIG)
-        self._socket = _bind(host, port, allow_remote)
-        bound_host, self.port = self._socket.getsockname()[:2]
-        shown = f"[{bound_host}]" if ":" in bound_host else bound_host
-        self.host: str = bound_host
-        self.url = f"http://{shown}:{self.port}"
-        """The base URL, without ``/v1`` (OpenAI SDKs want ``url + "/v1"``)."""
         self.app = self._build_app()
         config = uvicorn.Config(
             self.app, log_config=None, log_level="warning", access_log=False, lifespan="off", ws="none", http="h11"
         )
         config.timeout_graceful_shutdown = 1
         self._server = uvicorn.Server(config)
+        self._quiet_shutdown = _QuietShutdown(self._server)
         self._thread: threading.Thread | None = None
         self._closed = False
         self._running = False
+        # Bound last, so nothing after it can fail and leave the socket open. Closed by stop()/run(), or, for a
+        # server that was never started or stopped, when it is garbage-collected (or at interpreter exit).
+        self._socket = _bind(host, port, allow_remote)
+        self._release = weakref.finalize(self, self._socket.close)
+        bound_host, self.port = self._socket.getsockname()[:2]
+        shown = f"[{bound_host}]" if ":" in bound_host else bound_host
+        self.host: str = bound_host
+        self.url = f"http://{shown}:{self.port}"
+        """The base URL, without ``/v1`` (OpenAI SDKs want ``url + "/v1"``)."""
 
     # -- running -------------------------------------------------------------------------------
 
@@ -293,7 +336,7 @@ class ReplayServer:
         """Serve in a background thread; returns at once (the socket already accepts connections)."""
         if self._thread is not None or self._closed:
             raise RuntimeError("a ReplayServer can be started once")
-        logging.getLogger("uvicorn.error").addFilter(_quiet_resets)
+        self._quiet_logs()
         self._thread = threading.Thread(
             target=self._server.run, kwargs={"sockets": [self._socket]}, name="chunktape-replay-server", daemon=True
         )
@@ -311,14 +354,16 @@ class ReplayServer:
         self._closed = True
         if self._thread is not None:
             self._thread.join(timeout=10)
+            if not self._thread.is_alive():
+                logging.getLogger("uvicorn.error").removeFilter(self._quiet_shutdown)
         if not self._running:
-            self._socket.close()
+            self._release()
 
     def run(self) -> None:
         """Serve in this thread until Ctrl-C, SIGTERM or ``stop()``; returns normally after a clean shutdown."""
         if self._thread is not None or self._closed:
             raise RuntimeError("a ReplayServer can be started once")
-        logging.getLogger("uvicorn.error").addFilter(_quiet_resets)
+        self._quiet_logs()
         self._running = True
         try:
             self._server.run(sockets=[self._socket])
@@ -327,7 +372,13 @@ class ReplayServer:
         finally:
             self._closed = True
             self._running = False
-            self._socket.close()
+            self._release()
+            logging.getLogger("uvicorn.error").removeFilter(self._quiet_shutdown)
+
+    def _quiet_logs(self) -> None:
+        logger = logging.getLogger("uvicorn.error")
+        logger.addFilter(_quiet_resets)
+        logger.addFilter(self._quiet_shutdown)
 
     def reset(self) -> None:
         """Forget every play count and fault call count (also ``POST /reset``)."""
@@ -406,9 +457,15 @@ class ReplayServer:
         except LlmError as exc:
             return _problem(400, exc.message, exc.code.value)
         streaming = isinstance(body, dict) and body.get("stream") is True
-        adapter = target.adapter
-        chunks = adapter.stream(options)
-        headers = {"x-chunktape-call": str(adapter.calls)}
+        stream_options = body.get("stream_options") if streaming else None
+        include_usage = isinstance(stream_options, dict) and stream_options.get("include_usage") is True
+        # The call's number and fault are chosen now, before any await: the headers describe THIS call even
+        # when concurrent requests interleave.
+        call = target.adapter.open(options)
+        chunks = call.chunks
+        headers = {"x-chunktape-call": str(call.call)}
+        if call.fault_id is not None:
+            headers["x-chunktape-fault"] = call.fault_id
         if target.name is not None:
             headers["x-chunktape-scenario"] = target.name
         first: StreamChunk | None = None
@@ -416,24 +473,23 @@ class ReplayServer:
             first = await anext(chunks, None)
         except LlmError as exc:
             await chunks.aclose()  # type: ignore[attr-defined]
-            injected = adapter.injected[-1] if adapter.injected else None
-            if injected is not None:
-                headers["x-chunktape-fault"] = injected
             early = _early_error(exc, headers)
             if early is not None or not streaming:
                 return early or _problem(502, exc.message, exc.code.value, headers=headers)
             return StreamingResponse(
-                _failing_body(exc, SseRenderer(model=options.model)),
+                _failing_body(exc, SseRenderer(model=options.model, include_usage=include_usage)),
                 media_type="text/event-stream",
                 headers={**_SSE_HEADERS, **headers},
             )
-        injected = adapter.injected[-1] if adapter.injected else None
-        if injected is not None:
-            headers["x-chunktape-fault"] = injected
         if not streaming:
-            return await _complete(chunks, first, options.model, headers)
+            return await _complete(chunks, first, options.model, headers, call.fault_id)
         return StreamingResponse(
-            _body(chunks, first, SseRenderer(model=options.model), batch=target.timing.is_instant and injected is None),
+            _body(
+                chunks,
+                first,
+                SseRenderer(model=options.model, include_usage=include_usage),
+                batch=target.timing.is_instant and call.fault_id is None,
+            ),
             media_type="text/event-stream",
             headers={**_SSE_HEADERS, **headers},
         )
@@ -458,7 +514,7 @@ def _early_error(exc: LlmError, headers: dict[str, str]) -> Response | None:
         return _problem(status, str(exc), exc.code.value, headers=headers)
     if exc.code is ErrorCode.PROVIDER_HTTP_ERROR and exc.status is not None:
         return JSONResponse(
-            error_body(exc.message, status=exc.status, code=exc.code.value),
+            error_body(exc.message, status=exc.status, code=exc.code.value, retry_after=exc.retry_after),
             status_code=exc.status,
             headers={**headers, **error_headers(exc.retry_after)},
         )
@@ -527,16 +583,33 @@ async def _body(
 
 
 async def _complete(
-    chunks: AsyncIterator[StreamChunk], first: StreamChunk | None, model: str, headers: dict[str, str]
+    chunks: AsyncIterator[StreamChunk],
+    first: StreamChunk | None,
+    model: str,
+    headers: dict[str, str],
+    fault_id: str | None = None,
 ) -> Response:
+    """The whole ``chat.completion``, or an error: a stream that breaks the protocol or ends without a finish
+    (a ``Truncate``/``Corrupt`` fault, a recorded violation) is a 502 naming the problem and the fault."""
     collected: list[StreamChunk] = [] if first is None else [first]
+    validator = StreamValidator()
     try:
+        if first is not None:
+            validator.feed(first)
         async for chunk in chunks:
+            validator.feed(chunk)
             collected.append(chunk)
+        validator.close()
     except LlmError as exc:
+        if exc.code is ErrorCode.PROTOCOL_VIOLATION:
+            fault = f" [injected fault {fault_id}]" if fault_id is not None else ""
+            message = f"the replayed stream cannot be a completion: {exc.message}{fault}"
+            return _problem(502, message, exc.code.value, headers=headers)
         status = exc.status if exc.code is ErrorCode.PROVIDER_HTTP_ERROR and exc.status is not None else 502
         return JSONResponse(
-            error_body(exc.message, status=status if status != 502 else None, code=exc.code.value),
+            error_body(
+                exc.message, status=status if status != 502 else None, code=exc.code.value, retry_after=exc.retry_after
+            ),
             status_code=status,
             headers={**headers, **error_headers(exc.retry_after)},
         )

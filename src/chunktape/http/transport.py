@@ -8,21 +8,25 @@ Plug it in wherever httpx takes a transport; nothing is patched::
 
 Per request, the faults are selected exactly as ``ReplayAdapter`` selects them (``FaultPlan``: ``FailFirst``,
 ``Chaos`` and ``Targeted`` count the requests; ``Targeted(model=..., match=...)`` reads the JSON body). At the
-HTTP layer a "chunk" is one SSE ``data:`` event, and each fault becomes:
+HTTP layer a "chunk" (``after_chunks``, the ``at`` of ``Corrupt``) is one SSE ``data:`` event that carries
+content (text, reasoning, a tool-call delta) or ends the answer (a finish reason, usage, ``[DONE]``): the opening
+role-only event and other empty events are passed through uncounted, so ``disconnect-after-first-chunk``
+delivers the first piece of content, as it does at the chunk level, and differs from
+``disconnect-before-first-chunk``. Each fault becomes:
 
 ``HttpError``   the request never reaches ``inner``: the status, ``Retry-After``/``retry-after-ms`` and an
                 OpenAI-style JSON error body (clients: ``PROVIDER_HTTP_ERROR``; openai: ``RateLimitError``...)
-``Disconnect``  after N data events (the first half of event N+1 is delivered), after T seconds, after exactly
+``Disconnect``  after N chunks (the first half of chunk N+1 is delivered), after T seconds, after exactly
                 N bytes of the body, or right after the first event with content of the ``inside`` kind, the
                 body raises ``httpx.ReadError``; it
                 never lets the finish event or ``[DONE]`` through (clients: ``STREAM_ABORTED``;
                 openai: ``APIConnectionError``)
-``Stall``       silence for S seconds (``asyncio.sleep``, so virtual time works) before data event N
+``Stall``       silence for S seconds (``asyncio.sleep``, so virtual time works) before chunk N+1
 ``Latency``     delay before the first data event and between events, with seeded jitter
-``Truncate``    the body ends cleanly after at most N data events, before any finish/usage event and without
+``Truncate``    the body ends cleanly after at most N chunks, before any finish/usage event and without
                 ``[DONE]`` (clients: ``STREAM_ABORTED``, "ended before the provider finished it")
 ``Corrupt``     a malformed ``data:`` line (cut-off JSON, not JSON, or invalid UTF-8, by ``seed``) before data
-                event 1-3 (by ``seed``); every ``kind`` becomes unparseable data (clients: ``INVALID_RESPONSE``)
+                chunk 1-3 (by ``seed``); every ``kind`` becomes unparseable data (clients: ``INVALID_RESPONSE``)
 
 Responses that are not a 2xx event stream pass through untouched (only ``HttpError`` applies to them).
 ``dribble=n`` re-cuts every faulted body into pieces of ``n`` bytes, to exercise a client's parser.
@@ -80,6 +84,11 @@ class _Frame:
     """One SSE item as bytes, with what a fault needs to know about it."""
 
     __slots__ = ("data", "done", "ending", "is_data", "kinds")
+
+    @property
+    def counts(self) -> bool:
+        """Whether this is a "chunk" for ``after_chunks``: a data event with content, or one ending the answer."""
+        return self.is_data and (self.ending or bool(self.kinds))
 
     def __init__(self, item: SseItem) -> None:
         self.data = write_sse([item])
@@ -176,7 +185,7 @@ def _error_response(item: FiredFault, fault: HttpError, request: httpx.Request) 
     return httpx.Response(
         fault.status,
         headers={"content-type": "application/json", **error_headers(fault.retry_after)},
-        content=msgspec.json.encode(error_body(message, status=fault.status)),
+        content=msgspec.json.encode(error_body(message, status=fault.status, retry_after=fault.retry_after)),
         request=request,
     )
 
@@ -293,15 +302,15 @@ async def _disconnect(
                     async with asyncio.timeout_at(deadline):
                         frame = await anext(frames)
             except StopAsyncIteration:
-                raise _reset(item, request, f"before the end of the body, after {seen} event(s)") from None
+                raise _reset(item, request, f"before the end of the body, after {seen} chunk(s)") from None
             except TimeoutError:
                 raise _reset(item, request, f"after {fault.after_s:g}s") from None
-            if frame.is_data:
+            if frame.counts:
                 if frame.ending:
-                    raise _reset(item, request, f"before the finish event, after {seen} event(s)")
+                    raise _reset(item, request, f"before the finish event, after {seen} chunk(s)")
                 if fault.after_chunks is not None and seen >= fault.after_chunks:
                     yield _Partial(frame)
-                    raise _reset(item, request, f"after {seen} event(s)")
+                    raise _reset(item, request, f"after {seen} chunk(s)")
                 seen += 1
             if fault.after_bytes is not None and sent + len(frame.data) >= fault.after_bytes:
                 yield _Partial(frame, fault.after_bytes - sent)
@@ -309,7 +318,7 @@ async def _disconnect(
             sent += len(frame.data)
             yield frame
             if fault.inside is not None and fault.inside in frame.kinds:
-                raise _reset(item, request, f"inside a {fault.inside} block, after {seen} event(s)")
+                raise _reset(item, request, f"inside a {fault.inside} block, after {seen} chunk(s)")
     finally:
         await _aclose(frames)
 
@@ -319,10 +328,10 @@ async def _stall(fault: Stall, frames: AsyncIterator[_Frame]) -> AsyncIterator[_
     stalled = False
     try:
         async for frame in frames:
-            if frame.is_data and not stalled and seen == fault.after_chunks:
+            if frame.counts and not stalled and seen == fault.after_chunks:
                 stalled = True
                 await asyncio.sleep(fault.seconds)
-            if frame.is_data:
+            if frame.counts:
                 seen += 1
             yield frame
         if not stalled:
@@ -352,7 +361,7 @@ async def _truncate(fault: Truncate, frames: AsyncIterator[_Frame]) -> AsyncIter
     seen = 0
     try:
         async for frame in frames:
-            if frame.is_data:
+            if frame.counts:
                 if frame.ending or seen >= fault.after_chunks:
                     return
                 seen += 1
@@ -377,10 +386,10 @@ async def _corrupt(fault: Corrupt, frames: AsyncIterator[_Frame]) -> AsyncIterat
     injected = False
     try:
         async for frame in frames:
-            if frame.is_data and not injected and (seen >= at or frame.ending):
+            if frame.counts and not injected and (seen >= at or frame.ending):
                 injected = True
                 yield malformed
-            if frame.is_data:
+            if frame.counts:
                 seen += 1
             yield frame
         if not injected:

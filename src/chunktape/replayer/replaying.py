@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from chunktape import abort
 from chunktape.cassettes.codec import LazyCassette, as_lazy
@@ -15,10 +15,21 @@ from chunktape.cassettes.redaction import env_secrets, redact_request
 from chunktape.errors import ErrorCode, LlmError
 from chunktape.faults import Fault
 from chunktape.protocol import GenerateOptions, LlmAdapter, ReasoningOption, StreamChunk
-from chunktape.replayer.injection import FaultPlan
+from chunktape.replayer.injection import ActiveFault, FaultPlan
 from chunktape.replayer.timing import Timing
 
-__all__ = ["ReplayAdapter"]
+__all__ = ["ReplayAdapter", "ReplayCall"]
+
+
+class ReplayCall(NamedTuple):
+    """One ``ReplayAdapter.open()`` call: its number, its injected fault and its chunks."""
+
+    call: int
+    """The 1-based number of the call (as ``Targeted(calls=...)`` counts them)."""
+    fault_id: str | None
+    """The id of the fault injected into this call, or None."""
+    chunks: AsyncIterator[StreamChunk]
+    """The call's stream, as ``stream()`` would yield it; close it if it is not read to its end."""
 
 
 class ReplayAdapter(LlmAdapter):
@@ -140,13 +151,34 @@ class ReplayAdapter(LlmAdapter):
     # -- playing -------------------------------------------------------------------------------
 
     async def stream(self, options: GenerateOptions) -> AsyncIterator[StreamChunk]:
+        chunks = self.open(options).chunks
+        try:
+            async for chunk in chunks:
+                yield chunk
+        finally:
+            await chunks.aclose()  # type: ignore[attr-defined]
+
+    def open(self, options: GenerateOptions) -> ReplayCall:
+        """Start one ``stream()`` call now: count it and choose its fault at once, and say which they are.
+
+        For servers answering concurrent requests: ``call`` and ``fault_id`` belong to this call, whatever
+        other calls do meanwhile. Everything else (the injected HTTP error, matching, playing) happens as the
+        returned ``chunks`` are read, exactly as with ``stream()``.
+        """
         self.calls += 1
+        number = self.calls
         signal = options.signal
-        if signal is not None:
-            signal.throw_if_aborted()
-        request = self._recorded_form(options)
+        if signal is not None and signal.aborted:
+            return ReplayCall(call=number, fault_id=None, chunks=_raise(signal.error()))
         fault = self.fault_plan.select(options) if self.fault_plan else None
         self.injected.append(None if fault is None else fault.fault_id)
+        return ReplayCall(
+            call=number, fault_id=None if fault is None else fault.fault_id, chunks=self._play(options, fault)
+        )
+
+    async def _play(self, options: GenerateOptions, fault: ActiveFault | None) -> AsyncIterator[StreamChunk]:
+        signal = options.signal
+        request = self._recorded_form(options)
         if fault is not None:
             # An injected HTTP error fails the call before matching: the provider never got that far.
             fault.before_stream()
@@ -155,7 +187,7 @@ class ReplayAdapter(LlmAdapter):
         self.play_counts[index] += 1
         interaction = self.source.interaction(index)
         if fault is None and self.timing.is_instant:
-            # The hot path: no sleeps, no wrapping; one generator between the consumer and the events.
+            # The hot path: no sleeps, no wrapping.
             if signal is None:
                 for event in interaction.events:
                     yield event.chunk
@@ -223,6 +255,11 @@ class ReplayAdapter(LlmAdapter):
                 ErrorCode.CASSETTE_EXHAUSTED,
                 hint="re-record the interaction to the end, or stop reading where the recording stops",
             )
+
+
+async def _raise(error: LlmError) -> AsyncIterator[StreamChunk]:
+    raise error
+    yield  # pragma: no cover - makes this an async generator
 
 
 def _raised(outcome: Raised) -> LlmError:
