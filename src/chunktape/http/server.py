@@ -175,7 +175,7 @@ def _bind(host: str, port: int, allow_remote: bool) -> socket.socket:
             f"refusing to serve cassettes on {host!r}: only loopback addresses (127.0.0.1, ::1, localhost) are "
             "allowed unless allow_remote=True (--allow-remote)",
             ErrorCode.INVALID_CONFIG,
-            hint="bind 127.0.0.1, or pass allow_remote=True if the network is trusted",
+            hint="bind 127.0.0.1, or pass allow_remote=True (chunktape serve --allow-remote) if the network is trusted",
         )
     family = socket.AF_INET6 if address is not None and address.version == 6 else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
