@@ -34,7 +34,16 @@ from chunktape.protocol import (
     ToolCallDelta,
 )
 
-__all__ = ["KEY_PATTERNS", "REDACTED", "check_secrets", "env_secrets", "find_secrets", "redact", "redact_request"]
+__all__ = [
+    "KEY_PATTERNS",
+    "REDACTED",
+    "check_secrets",
+    "env_secrets",
+    "find_secrets",
+    "redact",
+    "redact_request",
+    "redact_text",
+]
 
 REDACTED = "[REDACTED]"
 MIN_SECRET_LENGTH = 8
@@ -357,6 +366,11 @@ def _redact_request(request: RecordedRequest, secrets: Sequence[str], patterns: 
     if cleaned == plain:
         return request
     return RecordedRequest.from_options(msgspec.convert(cleaned, RecordedRequest))
+
+
+def redact_text(text: str, secrets: Iterable[str]) -> str:
+    """``text`` with ``secrets`` and key-shaped strings replaced: for messages shown to people (CLI errors)."""
+    return _redact_text(text, _usable(secrets), True)
 
 
 def redact_request(request: RecordedRequest, secrets: Iterable[str]) -> RecordedRequest:

@@ -13,7 +13,7 @@ import msgspec
 import typer
 from rich.console import Console
 
-from chunktape.cassettes.redaction import _redact_text, env_secrets
+from chunktape.cassettes.redaction import env_secrets, redact_text
 from chunktape.cli.common import EXIT_USAGE, CliError, check_output_suffix, console, err_console
 from chunktape.cli.render import ChunkPrinter
 from chunktape.errors import LlmError
@@ -74,8 +74,8 @@ def load_tools(path: Path) -> list[ToolSpec]:
 
 def _without_secrets(error: LlmError, secrets: Sequence[str]) -> LlmError:
     """``error`` with credentials redacted from its message (a provider may echo the key in a 401 body)."""
-    message = _redact_text(error.message, secrets, True)
-    hint = None if error.hint is None else _redact_text(error.hint, secrets, True)
+    message = redact_text(error.message, secrets)
+    hint = None if error.hint is None else redact_text(error.hint, secrets)
     if message == error.message and hint == error.hint:
         return error
     return LlmError(message, error.code, status=error.status, retry_after=error.retry_after, hint=hint)
