@@ -232,6 +232,20 @@ def test_a_body_cut_short_is_a_broken_stream_but_done_without_finish_is_stop() -
     assert decode_openai_sse(sse(chunk({"content": "x"})))[-1] == Finish(reason=FinishReason(kind="stop"))
 
 
+@pytest.mark.parametrize("cut", [b'data: {"cho', b'data: {"choices": [', b"data: [DO"])
+def test_a_body_cut_mid_event_is_a_broken_stream_not_an_invalid_response(cut: bytes) -> None:
+    body = sse(chunk({"content": "hi"}), done=False) + cut
+    with pytest.raises(LlmError) as info:
+        decode_openai_sse(body)
+    assert info.value.code is ErrorCode.STREAM_ABORTED
+    assert info.value.recoverable
+
+
+def test_a_complete_final_event_without_its_blank_line_still_ends_the_stream() -> None:
+    body = sse(chunk({"content": "hi"}, finish_reason="stop"), done=False) + b"data: [DONE]\n"
+    assert tail(decode_openai_sse(body)) == [Finish(reason=FinishReason(kind="stop"))]
+
+
 def test_missing_tool_call_id_and_empty_arguments_still_give_a_valid_block() -> None:
     body = sse(
         chunk({"tool_calls": [{"index": 0, "function": {"name": "now"}}]}), chunk({}, finish_reason="tool_calls")

@@ -50,6 +50,7 @@ from fake_provider import (
     groq_error_event,
     openai_usage_after_finish,
     openrouter_inband_error,
+    raw_http_server,
     sse,
 )
 
@@ -196,6 +197,28 @@ async def test_connection_reset_mid_body_is_stream_aborted(fake_provider: FakePr
     assert result.error.code is ErrorCode.STREAM_ABORTED
     assert result.error.recoverable
     assert result.chunks  # what arrived before the break was delivered, and was valid so far
+
+
+@pytest.mark.parametrize("delivery", ["whole", "client-dribble"])
+async def test_a_close_delimited_body_cut_mid_event_is_stream_aborted(delivery: str) -> None:
+    body = sse(chunk({"content": "hi"}), done=False) + b'data: {"cho'
+    head = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n"
+    async with raw_http_server(head + body) as url:
+        client = httpx.AsyncClient(transport=DribbleTransport(3)) if delivery == "client-dribble" else None
+        result = await collect_until_error(OpenAICompatAdapter(url, api_key="k", client=client))
+    assert result.error is not None
+    assert result.error.code is ErrorCode.STREAM_ABORTED, result.error
+    assert result.error.recoverable
+    assert blocks(result.chunks) == []  # the text block stays open: nothing is claimed complete
+    assert any(getattr(c, "text", None) == "hi" for c in result.chunks)
+
+
+async def test_a_complete_last_event_without_its_blank_line_still_completes(fake_provider: FakeProvider) -> None:
+    body = sse(chunk({"content": "hi"}, finish_reason="stop"), done=False) + b"data: [DONE]\n"
+    fake_provider.enqueue(FakeResponse(body=body))
+    chunks = await collect(adapter_for(fake_provider))
+    assert blocks(chunks) == [TextBlock(text="hi")]
+    assert chunks[-1] == Finish(reason=FinishReason(kind="stop"))
 
 
 # -- HTTP errors ------------------------------------------------------------------------------------

@@ -68,6 +68,22 @@ def test_close_flushes_an_unterminated_final_event() -> None:
     assert parse_sse(b"data: a\n\ndata: [DONE]") == [SseEvent(data="a"), SseEvent(data="[DONE]")]
 
 
+@pytest.mark.parametrize("tail", [b'data: {"cho', b"data: [DONE]\n", b"data: [DONE]"])
+def test_close_marks_the_final_event_without_its_blank_line_as_unterminated(tail: bytes) -> None:
+    parser = SseParser()
+    assert parser.feed(b"data: a\n\n" + tail) == [SseEvent(data="a")]
+    items = parser.close()
+    assert items == [SseEvent(data=tail.removeprefix(b"data: ").strip().decode())]
+    assert parser.unterminated is items[-1]
+
+
+def test_a_cleanly_terminated_body_has_no_unterminated_event() -> None:
+    parser = SseParser()
+    assert parser.feed(b"data: a\n\n: done\n") == [SseEvent(data="a"), SseComment(text="done")]
+    assert parser.close() == []
+    assert parser.unterminated is None
+
+
 @pytest.mark.parametrize(
     "item",
     [SseComment(text="a\nb"), SseEvent(event="x\ry"), SseEvent(id="a\0"), SseEvent(retry=-1), SseEvent()],

@@ -149,7 +149,7 @@ def _stream(body: bytes) -> tuple[list[StreamChunk], Outcome]:
     chunks: list[StreamChunk] = []
     try:
         for item in parser.feed(body) + parser.close():
-            chunks.extend(decoder.feed_item(item))
+            chunks.extend(decoder.feed_item(item, unterminated=item is parser.unterminated))
             if decoder.done:
                 break
         chunks.extend(decoder.close())

@@ -163,7 +163,7 @@ class OpenAICompatAdapter(LlmAdapter):
                 piece = await guard.run(anext(raw, None), deadline, f"no data event for {self.idle_timeout}s")
                 items = parser.feed(piece) if piece is not None else parser.close()
                 for item in items:
-                    chunks = decoder.feed_item(item)
+                    chunks = decoder.feed_item(item, unterminated=item is parser.unterminated)
                     if isinstance(item, SseEvent) and item.data and not item.data.isspace() and self.idle_timeout:
                         # Only real data moves the idle deadline; keep-alive comments and blank data do not.
                         deadline = loop.time() + self.idle_timeout

@@ -245,8 +245,12 @@ class OpenAIChatDecoder:
         """True once ``data: [DONE]`` arrived."""
         return self._done
 
-    def feed_item(self, item: SseItem) -> list[StreamChunk]:
-        """Decode one SSE item: comments are skipped, ``event: error`` raises, ``[DONE]`` ends the stream."""
+    def feed_item(self, item: SseItem, *, unterminated: bool = False) -> list[StreamChunk]:
+        """Decode one SSE item: comments are skipped, ``event: error`` raises, ``[DONE]`` ends the stream.
+
+        ``unterminated``: the item is ``SseParser.unterminated`` (the body ended before its blank line); if its
+        data does not parse, the body was cut mid-event: ``STREAM_ABORTED``, not ``INVALID_RESPONSE``.
+        """
         if isinstance(item, SseComment) or item.data is None:
             return []
         if item.event == "error":
@@ -255,10 +259,10 @@ class OpenAIChatDecoder:
             except msgspec.DecodeError:
                 payload = item.data
             raise error_from_payload(payload, what="the provider sent an error event")
-        return self.feed_data(item.data)
+        return self.feed_data(item.data, unterminated=unterminated)
 
-    def feed_data(self, data: str | bytes) -> list[StreamChunk]:
-        """Decode one ``data:`` payload (a chunk JSON object, or ``[DONE]``)."""
+    def feed_data(self, data: str | bytes, *, unterminated: bool = False) -> list[StreamChunk]:
+        """Decode one ``data:`` payload (a chunk JSON object, or ``[DONE]``); ``unterminated`` as in ``feed_item``."""
         stripped = data.strip()
         if not stripped:
             return []  # a blank ``data:`` line, as some proxies send to keep the connection alive
@@ -270,6 +274,10 @@ class OpenAIChatDecoder:
         try:
             chunk = _chunk_decoder.decode(data)
         except msgspec.DecodeError as exc:
+            if unterminated:
+                raise LlmError(
+                    f"the stream ended in the middle of an event: {_snippet(data)}", ErrorCode.STREAM_ABORTED, cause=exc
+                ) from exc
             raise LlmError(
                 f"unparseable chunk from the provider ({exc}): {_snippet(data)}", ErrorCode.INVALID_RESPONSE, cause=exc
             ) from exc
@@ -471,8 +479,10 @@ def decode_openai_sse(body: bytes) -> list[StreamChunk]:
     parser = SseParser()
     decoder = OpenAIChatDecoder()
     out: list[StreamChunk] = []
-    for item in parser.feed(body) + parser.close():
+    for item in parser.feed(body):
         out.extend(decoder.feed_item(item))
+    for item in parser.close():
+        out.extend(decoder.feed_item(item, unterminated=item is parser.unterminated))
     out.extend(decoder.close())
     return out
 
