@@ -296,6 +296,47 @@ async def test_connection_refused_is_stream_aborted() -> None:
     with pytest.raises(LlmError) as info:
         await collect(OpenAICompatAdapter(f"http://127.0.0.1:{port}", api_key="k"))
     assert info.value.code is ErrorCode.STREAM_ABORTED
+    assert info.value.recoverable
+    assert f"could not connect to http://127.0.0.1:{port}/chat/completions" in info.value.message
+    assert "broke" not in info.value.message
+
+
+@pytest.mark.parametrize("delivery", DELIVERIES)
+@pytest.mark.parametrize(
+    ("body", "content_type"),
+    [
+        (b"<html><body><h1>Welcome to nginx!</h1><a href='http://x'>login</a></body></html>\n", "text/html"),
+        (b"Please log in to the corporate proxy: https://proxy.example/login", "text/plain"),
+    ],
+)
+async def test_a_200_that_is_not_an_event_stream_is_an_invalid_response(
+    fake_provider: FakeProvider, delivery: str, body: bytes, content_type: str
+) -> None:
+    fake_provider.enqueue(response_for(body, delivery, content_type=content_type))
+    result = await collect_until_error(adapter_for(fake_provider, delivery))
+    assert result.error is not None
+    assert result.error.code is ErrorCode.INVALID_RESPONSE
+    assert not result.error.recoverable
+    assert content_type in result.error.message
+    assert body[:20].decode() in result.error.message
+    assert result.chunks == []
+
+
+async def test_a_200_json_error_object_served_as_text_is_the_providers_error(fake_provider: FakeProvider) -> None:
+    fake_provider.enqueue(
+        FakeResponse(body=b'{"error": {"message": "quota exceeded", "code": 429}}', content_type="text/plain")
+    )
+    result = await collect_until_error(adapter_for(fake_provider))
+    assert result.error is not None
+    assert result.error.status == 429
+    assert "quota exceeded" in result.error.message
+
+
+async def test_keepalives_then_a_clean_close_is_still_a_broken_stream(fake_provider: FakeProvider) -> None:
+    fake_provider.enqueue(FakeResponse(body=b": keep-alive\n\n: keep-alive\n\n"))
+    result = await collect_until_error(adapter_for(fake_provider))
+    assert result.error is not None
+    assert result.error.code is ErrorCode.STREAM_ABORTED
 
 
 # -- request ---------------------------------------------------------------------------------------

@@ -4,7 +4,9 @@ Error mapping (every failure is an ``LlmError``):
 
 - non-2xx -> ``PROVIDER_HTTP_ERROR`` with ``status``, ``retry_after`` (``Retry-After`` seconds or HTTP-date,
   or ``retry-after-ms``) and the provider's message from the JSON body, whatever its content type;
-- connect failures and a connection breaking mid-body -> ``STREAM_ABORTED``;
+- connect failures (``could not connect to <url>``) and a connection breaking mid-body -> ``STREAM_ABORTED``;
+- a 2xx body with no SSE in it at all (an HTML page, a proxy's login form) -> ``INVALID_RESPONSE`` with the
+  content type and a snippet;
 - no response within ``timeout``, or no *data* event within ``idle_timeout`` (keep-alive comments do not
   count) -> ``TIMEOUT``;
 - unparseable data -> ``INVALID_RESPONSE``; in-band error objects and ``event: error`` -> see
@@ -29,8 +31,13 @@ import msgspec
 from chunktape.abort import AbortSignal
 from chunktape.errors import ErrorCode, LlmError
 from chunktape.protocol import GenerateOptions, LlmAdapter, ReasoningOption, StreamChunk, attribution_headers
-from chunktape.wire.openai_chat import OpenAIChatDecoder, error_from_payload, options_to_openai_request
-from chunktape.wire.sse import SseEvent, SseParser
+from chunktape.wire.openai_chat import (
+    OpenAIChatDecoder,
+    error_from_payload,
+    not_an_event_stream,
+    options_to_openai_request,
+)
+from chunktape.wire.sse import SseComment, SseEvent, SseParser
 
 __all__ = ["DEEPSEEK_BASE_URL", "DEEPSEEK_REASONING", "OPENAI_REASONING", "OpenAICompatAdapter"]
 
@@ -159,9 +166,18 @@ class OpenAICompatAdapter(LlmAdapter):
             decoder = OpenAIChatDecoder()
             deadline = None if self.idle_timeout is None else loop.time() + self.idle_timeout
             raw = response.aiter_bytes()
+            unparsed: bytearray | None = bytearray()  # the body's head, until it shows it is an event stream
             while not decoder.done:
                 piece = await guard.run(anext(raw, None), deadline, f"no data event for {self.idle_timeout}s")
                 items = parser.feed(piece) if piece is not None else parser.close()
+                if unparsed is not None:
+                    if any(isinstance(item, SseComment) or item.data is not None for item in items):
+                        unparsed = None
+                    elif piece is not None:
+                        if len(unparsed) < _MAX_ERROR_BODY:
+                            unparsed += piece
+                    elif unparsed:
+                        raise not_an_event_stream(bytes(unparsed), response.headers.get("content-type"), who=self.name)
                 for item in items:
                     chunks = decoder.feed_item(item, unterminated=item is parser.unterminated)
                     if isinstance(item, SseEvent) and item.data and not item.data.isspace() and self.idle_timeout:
@@ -177,6 +193,13 @@ class OpenAICompatAdapter(LlmAdapter):
             raise LlmError(f"{self.name}: undecodable body ({exc})", ErrorCode.INVALID_RESPONSE, cause=exc) from exc
         except httpx.TimeoutException as exc:
             raise LlmError(f"{self.name}: timed out ({exc})", ErrorCode.TIMEOUT, cause=exc) from exc
+        except httpx.ConnectError as exc:
+            raise LlmError(
+                f"{self.name}: could not connect to {request.url} ({type(exc).__name__}: {exc})",
+                ErrorCode.STREAM_ABORTED,
+                cause=exc,
+                hint="check the base URL and that the server is running; retrying may help",
+            ) from exc
         except httpx.HTTPError as exc:
             raise LlmError(
                 f"{self.name}: the connection broke ({type(exc).__name__}: {exc})", ErrorCode.STREAM_ABORTED, cause=exc

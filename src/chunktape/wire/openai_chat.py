@@ -68,6 +68,7 @@ __all__ = [
     "chunks_to_openai_events",
     "decode_openai_sse",
     "error_from_payload",
+    "not_an_event_stream",
     "options_from_openai_request",
     "options_to_openai_request",
 ]
@@ -192,6 +193,25 @@ def error_from_payload(payload: Any, *, what: str = "the provider reported an er
     if status is not None:
         return LlmError(f"{what}: {message}", ErrorCode.PROVIDER_HTTP_ERROR, status=status)
     return LlmError(f"{what}: {message}", ErrorCode.STREAM_ABORTED)
+
+
+def not_an_event_stream(body: bytes, content_type: str | None, *, who: str = "the provider") -> LlmError:
+    """A 2xx body that held no SSE at all (an HTML page, a proxy's login form): ``INVALID_RESPONSE`` with a snippet.
+
+    A JSON error object (whatever the content type) becomes ``error_from_payload``'s error instead.
+    """
+    try:
+        payload: Any = _any_decoder.decode(body)
+    except msgspec.DecodeError:
+        payload = None
+    if isinstance(payload, dict) and payload.get("error") is not None:
+        return error_from_payload(payload, what=f"{who} answered with an error")
+    kind = content_type or "no content-type"
+    return LlmError(
+        f"{who} answered with something that is not an event stream ({kind}): {_snippet(body, 200)}",
+        ErrorCode.INVALID_RESPONSE,
+        hint="check the base URL (a proxy or login page?) and that the endpoint streams chat completions",
+    )
 
 
 # -- decoding ---------------------------------------------------------------------------------------
