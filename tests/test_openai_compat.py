@@ -263,6 +263,27 @@ async def test_retry_after_as_an_http_date(fake_provider: FakeProvider) -> None:
     assert info.value.retry_after > 60
 
 
+@pytest.mark.parametrize(
+    ("headers", "expected"),
+    [
+        ({"Retry-After": "nan"}, None),
+        ({"Retry-After": "inf"}, None),
+        ({"Retry-After": "-5"}, None),
+        ({"Retry-After": "Wed, 21 Oct 2099 07:28:00 GMT"}, 86_400.0),
+        ({"Retry-After": "Wed, 21 Oct 2099 07:28:00 -0000"}, 86_400.0),
+        ({"retry-after-ms": "250", "Retry-After": "9"}, 0.25),
+        ({"retry-after-ms": "nan", "Retry-After": "9"}, 9.0),
+    ],
+)
+async def test_retry_after_garbage_is_ignored_and_far_dates_are_capped(
+    fake_provider: FakeProvider, headers: dict[str, str], expected: float | None
+) -> None:
+    fake_provider.enqueue(FakeResponse(body=b'{"error": {"message": "slow"}}', status=429, headers=headers))
+    with pytest.raises(LlmError) as info:
+        await collect(adapter_for(fake_provider))
+    assert info.value.retry_after == expected
+
+
 async def test_error_body_served_as_octet_stream_and_plain_text(fake_provider: FakeProvider) -> None:
     fake_provider.enqueue(
         FakeResponse(body=DEEPSEEK_400_BODY, status=400, content_type="application/octet-stream"),

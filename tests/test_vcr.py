@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 import vcr
@@ -130,3 +132,42 @@ def test_import_vcr_errors(tmp_path: Path) -> None:
     with pytest.raises(LlmError) as info:
         import_vcr(empty)
     assert info.value.code is ErrorCode.CASSETTE_CORRUPT
+
+
+def write_vcr(path: Path, *responses: dict[str, Any]) -> Path:
+    """A vcrpy cassette of chat-completions exchanges, one per ``response`` (vcrpy's YAML layout)."""
+    request = {
+        "body": json.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True}),
+        "headers": {},
+        "method": "POST",
+        "uri": "https://api.deepseek.com/chat/completions",
+    }
+    interactions = [{"request": request, "response": response} for response in responses]
+    path.write_text(yaml.safe_dump({"interactions": interactions, "version": 1}), encoding="utf-8")
+    return path
+
+
+def vcr_response(body: str, status: Any = 200, **headers: str) -> dict[str, Any]:
+    return {
+        "body": {"string": body},
+        "headers": {name.replace("_", "-"): [value] for name, value in headers.items()},
+        "status": {"code": status, "message": "OK"},
+    }
+
+
+@pytest.mark.parametrize(
+    ("headers", "expected"),
+    [
+        ({"retry_after": "Wed, 21 Oct 2099 07:28:00 GMT"}, 86_400.0),
+        ({"retry_after": "nan"}, None),
+        ({"retry_after": "inf"}, None),
+        ({"retry_after_ms": "1500", "retry_after": "9"}, 1.5),
+    ],
+)
+def test_import_vcr_reads_retry_after_like_the_adapter(
+    tmp_path: Path, headers: dict[str, str], expected: float | None
+) -> None:
+    path = write_vcr(tmp_path / "c.yaml", vcr_response('{"error": {"message": "slow"}}', 429, **headers))
+    outcome = import_vcr(path).interactions[0].outcome
+    assert isinstance(outcome, Raised)
+    assert (outcome.status, outcome.retry_after) == (429, expected)

@@ -33,6 +33,7 @@ from chunktape.cassettes.model import (
 from chunktape.errors import ErrorCode, LlmError
 from chunktape.http.render import REASONING_FIELDS
 from chunktape.protocol import StreamChunk
+from chunktape.wire.http_errors import http_error
 from chunktape.wire.openai_chat import OpenAIChatDecoder, error_from_payload, options_from_openai_request
 from chunktape.wire.sse import SseParser
 
@@ -120,22 +121,6 @@ def _decompress(body: bytes, encoding: str | None) -> bytes:
     return body
 
 
-def _retry_after(headers: Any) -> float | None:
-    millis = _header(headers, "retry-after-ms")
-    if millis is not None:
-        try:
-            return max(float(millis) / 1000, 0.0)
-        except ValueError:
-            pass
-    value = _header(headers, "retry-after")
-    if value is None:
-        return None
-    try:
-        return max(float(value), 0.0)
-    except ValueError:
-        return None
-
-
 def _raised(error: LlmError) -> Raised:
     return Raised(
         t_ns=0, code=error.code.value, message=error.message, status=error.status, retry_after=error.retry_after
@@ -182,26 +167,6 @@ def _completion(payload: Any) -> tuple[list[StreamChunk], Outcome]:
     return chunks, Completed(t_ns=0)
 
 
-def _http_error(status: int, body: bytes, headers: Any) -> Raised:
-    try:
-        payload: Any = _decoder.decode(body)
-    except msgspec.DecodeError:
-        payload = None
-    what = f"the provider answered HTTP {status}"
-    if isinstance(payload, dict):
-        message = error_from_payload(payload, what=what).message
-    else:
-        text = body.decode(errors="replace").strip()
-        message = what + (f": {text[:500]}" if text else "")
-    return Raised(
-        t_ns=0,
-        code=ErrorCode.PROVIDER_HTTP_ERROR.value,
-        message=message,
-        status=status,
-        retry_after=_retry_after(headers),
-    )
-
-
 def _interaction(request: Any, response: Mapping[str, Any], number: int, where: str) -> Interaction:
     try:
         body: Any = _decoder.decode(_as_bytes(request.body))
@@ -223,7 +188,8 @@ def _interaction(request: Any, response: Mapping[str, Any], number: int, where: 
     chunks: list[StreamChunk]
     outcome: Outcome
     if status >= 300:
-        chunks, outcome = [], _http_error(status, content, headers)
+        error = http_error(status, content, headers if isinstance(headers, Mapping) else None)
+        chunks, outcome = [], _raised(error)
     elif content.lstrip().startswith(b"{"):
         payload = _decoder.decode(content)
         if isinstance(payload, dict) and payload.get("error") is not None:

@@ -17,10 +17,8 @@ Error mapping (every failure is an ``LlmError``):
 from __future__ import annotations
 
 import asyncio
-import email.utils
 import inspect
 import os
-import time
 from collections.abc import AsyncIterator, Awaitable, Mapping, Sequence
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
@@ -31,6 +29,7 @@ import msgspec
 from chunktape.abort import AbortSignal
 from chunktape.errors import ErrorCode, LlmError
 from chunktape.protocol import GenerateOptions, LlmAdapter, ReasoningOption, StreamChunk, attribution_headers
+from chunktape.wire.http_errors import http_error
 from chunktape.wire.openai_chat import (
     OpenAIChatDecoder,
     error_from_payload,
@@ -236,21 +235,7 @@ class OpenAICompatAdapter(LlmAdapter):
 
     async def _http_error(self, response: httpx.Response, guard: _Guard) -> LlmError:
         body = await self._read_capped(response, guard)
-        status = response.status_code
-        text = bytes(body).decode(errors="replace").strip()
-        try:
-            # Gate on the bytes, not the content type: DeepSeek serves error JSON as application/octet-stream.
-            payload: Any = _decoder.decode(body)
-        except msgspec.DecodeError:
-            payload = None
-        if payload is not None and isinstance(payload, dict):
-            error = error_from_payload(payload, what=f"{self.name} answered HTTP {status}")
-            message = error.message
-        else:
-            message = f"{self.name} answered HTTP {status}" + (f": {text[:500]}" if text else "")
-        return LlmError(
-            message, ErrorCode.PROVIDER_HTTP_ERROR, status=status, retry_after=_retry_after(response.headers)
-        )
+        return http_error(response.status_code, body, response.headers, who=self.name)
 
 
 class _Guard:
@@ -301,25 +286,3 @@ class _Guard:
 async def _aiter_guarded(iterator: AsyncIterator[bytes], guard: _Guard) -> AsyncIterator[bytes]:
     while (piece := await guard.run(anext(iterator, None), None, "no error body")) is not None:
         yield piece
-
-
-def _retry_after(headers: httpx.Headers) -> float | None:
-    """``retry-after-ms`` (OpenAI), else ``Retry-After`` as seconds or an HTTP-date (seconds from now)."""
-    millis = headers.get("retry-after-ms")
-    if millis is not None:
-        try:
-            return max(float(millis) / 1000, 0.0)
-        except ValueError:
-            pass
-    value = headers.get("retry-after")
-    if value is None:
-        return None
-    try:
-        return max(float(value), 0.0)
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(when.timestamp() - time.time(), 0.0)

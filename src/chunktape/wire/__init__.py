@@ -4,6 +4,7 @@ Imports only ``protocol`` and ``errors``; the adapter, the replay server, ``rend
 all sit above it.
 """
 
+from chunktape.wire.http_errors import http_error, parse_retry_after, retry_after_from_headers
 from chunktape.wire.openai_chat import (
     OpenAIChatDecoder,
     OpenAIChatEncoder,
@@ -25,8 +26,11 @@ __all__ = [
     "chunks_to_openai_dicts",
     "chunks_to_openai_events",
     "decode_openai_sse",
+    "http_error",
     "options_from_openai_request",
     "options_to_openai_request",
+    "parse_retry_after",
     "parse_sse",
+    "retry_after_from_headers",
     "write_sse",
 ]
