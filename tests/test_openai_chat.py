@@ -119,6 +119,31 @@ def test_more_arguments_for_a_call_already_closed_is_an_invalid_response() -> No
     assert info.value.code is ErrorCode.INVALID_RESPONSE
 
 
+@pytest.mark.parametrize("repeat_id", [False, True])
+def test_parallel_tool_calls_all_at_index_0_are_told_apart_by_id(repeat_id: bool) -> None:
+    """ollama, litellm and dynamo send every parallel call with ``index: 0`` and its own id."""
+
+    def more(call_id: str, arguments: str) -> dict[str, Any]:
+        return tool_delta(0, arguments, id=call_id if repeat_id else None)
+
+    body = sse(
+        chunk(tool_delta(0, "", id="call_a", name="get_weather")),
+        chunk(more("call_a", '{"city": ')),
+        chunk(more("call_a", '"Paris"}')),
+        chunk(tool_delta(0, '{"city": "Rome"}', id="call_b", name="get_time")),
+        chunk(tool_delta(0, "", id="call_c", name="get_weather")),
+        chunk(more("call_c", '{"city": "Oslo"}')),
+        chunk({}, finish_reason="tool_calls"),
+    )
+    chunks = decode_openai_sse(body)
+    validate(chunks)
+    assert blocks(chunks) == [
+        ToolCallBlock(id=CallId("call_a"), name="get_weather", arguments='{"city": "Paris"}'),
+        ToolCallBlock(id=CallId("call_b"), name="get_time", arguments='{"city": "Rome"}'),
+        ToolCallBlock(id=CallId("call_c"), name="get_weather", arguments='{"city": "Oslo"}'),
+    ]
+
+
 def test_tool_calls_without_an_index_are_told_apart_by_id() -> None:
     body = sse(
         chunk({"tool_calls": [{"id": "a", "function": {"name": "f", "arguments": "{}"}}]}),

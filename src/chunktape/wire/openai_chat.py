@@ -10,8 +10,9 @@ Decoding (provider -> us): ``OpenAIChatDecoder`` turns chunk JSON into a *valid*
   its buffered pieces replayed as they came) once a different index has arrived *and* the live call's
   arguments are complete JSON. Anything still open or buffered is flushed, in index order, when the
   tool-call phase ends (text/reasoning resumes, or the stream finishes). In-order providers therefore stream
-  every call live; interleaving ones are delayed, never invalid. A delta arriving for a call already closed
-  raises ``INVALID_RESPONSE`` unless it is empty.
+  every call live; interleaving ones are delayed, never invalid. A new non-empty ``id`` at an index a
+  different call already used starts a new call (ollama, litellm and dynamo send every parallel call as
+  index 0). A delta arriving for a call already closed raises ``INVALID_RESPONSE`` unless it is empty.
 - ``usage`` (on the last content chunk as DeepSeek sends it, or in a ``choices: []`` chunk after the finish
   chunk as OpenAI does) -> ``UsageChunk``; ``finish_reason`` -> ``Finish``. Both are held until the stream
   ends (``[DONE]`` or end of body), so ``usage`` always precedes ``finish``.
@@ -241,6 +242,7 @@ class OpenAIChatDecoder:
         "_block",
         "_block_type",
         "_calls",
+        "_current",
         "_done",
         "_finish",
         "_live",
@@ -254,7 +256,10 @@ class OpenAIChatDecoder:
         self._block = -1
         self._block_type: Literal["text", "reasoning", "tool-call"] | None = None
         self._pieces: list[str] = []
-        self._calls: dict[int, _Call] = {}
+        self._calls: dict[tuple[int, int], _Call] = {}
+        """Every call by (provider index, how many earlier calls reused that index)."""
+        self._current: dict[int, tuple[int, int]] = {}
+        """Provider index -> the key of the latest call sent with it."""
         self._live: _Call | None = None
         self._usage: TokenUsage | None = None
         self._finish: FinishReason | None = None
@@ -377,14 +382,22 @@ class OpenAIChatDecoder:
         self._block_type = None
 
     def _tool(self, delta: _ToolCall, out: list[StreamChunk]) -> None:
-        key = self._call_key(delta)
-        call = self._calls.get(key)
+        index = self._call_key(delta)
+        key = self._current.get(index)
+        call = self._calls.get(key) if key is not None else None
         function = delta.function
         name = function.name if function is not None else None
         arguments = (function.arguments if function is not None else None) or ""
         new_id = delta.id or None
+        if call is not None and key is not None and new_id is not None and call.id not in (None, new_id):
+            # A new id at an index a different call already used (ollama, litellm, dynamo send every parallel
+            # call as index 0): a new call, not more of the old one.
+            key = (index, key[1] + 1)
+            call = None
         if call is None:
+            key = key or (index, 0)
             call = self._calls[key] = _Call()
+            self._current[index] = key
         else:
             # Providers may repeat id/name on later deltas; the first one counts.
             if new_id is not None and call.id is not None:
@@ -396,7 +409,7 @@ class OpenAIChatDecoder:
         if call.state == "done":
             if arguments or new_id or name:
                 raise LlmError(
-                    f"tool call #{key} received more data after it was complete: {arguments!r}",
+                    f"tool call #{index} received more data after it was complete: {arguments!r}",
                     ErrorCode.INVALID_RESPONSE,
                 )
             return
@@ -422,10 +435,10 @@ class OpenAIChatDecoder:
         if delta.index is not None:
             return delta.index
         if delta.id and all(call.id != delta.id for call in self._calls.values()):
-            return max(self._calls, default=-1) + 1
+            return max(self._current, default=-1) + 1
         for key in reversed(self._calls):
             if not delta.id or self._calls[key].id == delta.id:
-                return key
+                return key[0]
         return 0
 
     def _go_live(self, call: _Call, out: list[StreamChunk]) -> None:
