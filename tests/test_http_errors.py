@@ -9,6 +9,7 @@ import pytest
 from chunktape import ErrorCode
 from chunktape.wire.http_errors import (
     MAX_RETRY_AFTER,
+    error_from_payload,
     http_error,
     parse_retry_after,
     parse_retry_after_ms,
@@ -65,3 +66,19 @@ def test_http_error_reads_json_whatever_the_type_and_falls_back_to_text() -> Non
     plain = http_error(502, b"upstream connect error\n")
     assert plain.message == "the provider answered HTTP 502: upstream connect error"
     assert plain.retry_after is None
+
+
+def test_http_error_message_starts_with_the_providers_words_and_takes_retry_after_from_the_body() -> None:
+    body = b'{"error": {"message": "Rate Limit Reached", "type": "rate_limit_error", "retry_after": 5}}'
+    error = http_error(429, body, {}, who="deepseek")
+    assert error.message == "Rate Limit Reached (rate_limit_error; deepseek answered HTTP 429)"
+    assert error.retry_after == 5.0
+    assert http_error(429, body, {"retry-after": "2"}).retry_after == 2.0  # the header wins
+
+
+def test_error_from_payload_plain_text_and_bare_objects() -> None:
+    assert error_from_payload("boom").message == "boom (the provider reported an error)"
+    error = error_from_payload({"message": "overloaded", "retryAfter": 30}, what="x")
+    assert (error.code, error.message, error.retry_after) == (ErrorCode.STREAM_ABORTED, "overloaded (x)", 30.0)
+    assert error_from_payload({"error": {"message": "m", "retry_after": -3}}).retry_after is None
+    assert error_from_payload({"error": {"message": "m", "retry_after": True}}).retry_after is None

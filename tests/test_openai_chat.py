@@ -195,6 +195,34 @@ def test_groq_error_event_raises_with_the_providers_message() -> None:
     assert info.value.status == 400
 
 
+@pytest.mark.parametrize(
+    ("error", "retry_after"),
+    [
+        ({"message": "Rate limit exceeded: slow down", "code": 429, "retry_after": 12}, 12.0),
+        ({"message": "Rate limit exceeded: slow down", "code": 429, "metadata": {"retry_after": "3"}}, 3.0),
+        ({"message": "Rate limit exceeded: slow down", "code": 429, "retry_after_ms": 1500}, 1.5),
+        (
+            {"message": "Rate limit exceeded: slow down", "code": 429, "metadata": {"headers": {"Retry-After": "4"}}},
+            4.0,
+        ),
+        ({"message": "Rate limit exceeded: slow down", "code": 429, "retry_after": "nan"}, None),
+        ({"message": "Rate limit exceeded: slow down", "code": 429}, None),
+    ],
+)
+def test_in_band_errors_keep_the_providers_message_first_and_its_retry_after(
+    error: dict[str, Any], retry_after: float | None
+) -> None:
+    with pytest.raises(LlmError) as info:
+        decode_openai_sse(sse(chunk({"content": "x"}), {"error": error}))
+    assert info.value.message.startswith("Rate limit exceeded: slow down (")
+    assert info.value.status == 429
+    assert info.value.retry_after == retry_after
+    with pytest.raises(LlmError) as info:
+        decode_openai_sse(sse(chunk({"content": "x"}), "event: error\ndata: " + json.dumps({"error": error}) + "\n\n"))
+    assert info.value.message.startswith("Rate limit exceeded: slow down (")
+    assert info.value.retry_after == retry_after
+
+
 def test_in_band_error_without_a_status_is_a_broken_stream() -> None:
     with pytest.raises(LlmError, match="overloaded") as info:
         decode_openai_sse(sse(chunk({"content": "x"}), {"error": {"message": "overloaded"}}))

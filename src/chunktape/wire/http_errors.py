@@ -1,7 +1,8 @@
-"""A provider's HTTP error answer, read once: ``Retry-After`` / ``retry-after-ms`` and the error body.
+"""A provider's errors, read once: ``Retry-After`` / ``retry-after-ms``, error bodies and in-band error objects.
 
-The adapter (live responses) and the vcrpy import (recorded ones) both use ``http_error``; anything that
-reads a ``Retry-After`` value uses ``parse_retry_after``.
+The adapter (live responses) and the vcrpy import (recorded ones) both use ``http_error``; the chunk decoder
+uses ``error_from_payload`` for in-band errors; anything that reads a ``Retry-After`` value uses
+``parse_retry_after``.
 """
 
 from __future__ import annotations
@@ -17,15 +18,22 @@ from typing import Any
 import msgspec
 
 from chunktape.errors import ErrorCode, LlmError
-from chunktape.wire.openai_chat import error_from_payload
 
-__all__ = ["MAX_RETRY_AFTER", "http_error", "parse_retry_after", "parse_retry_after_ms", "retry_after_from_headers"]
+__all__ = [
+    "MAX_RETRY_AFTER",
+    "error_from_payload",
+    "http_error",
+    "parse_retry_after",
+    "parse_retry_after_ms",
+    "retry_after_from_headers",
+]
 
 MAX_RETRY_AFTER = 86_400.0
 """The longest wait a provider can ask for (one day); longer ones (a date in 2099) are capped to it."""
 
 _SECONDS = re.compile(r"[0-9]+(?:\.[0-9]*)?|\.[0-9]+")
 _any_decoder = msgspec.json.Decoder()
+_encoder = msgspec.json.Encoder()
 
 
 def parse_retry_after(value: str | None, *, now: float | None = None) -> float | None:
@@ -83,6 +91,75 @@ def retry_after_from_headers(headers: Mapping[str, Any] | None, *, now: float | 
     return parse_retry_after(_header(headers, "retry-after"), now=now)
 
 
+def error_from_payload(
+    payload: Any, *, what: str = "the provider reported an error", now: float | None = None
+) -> LlmError:
+    """Build an ``LlmError`` from an error object or body (``{"error": {...}}``, ``{"message": ...}``, text).
+
+    The message starts with the provider's own message, verbatim, then says what it is and where it came
+    from: ``"Rate limit reached (rate_limit_error; deepseek answered HTTP 429)"``. ``PROVIDER_HTTP_ERROR``
+    with ``status`` when the payload names an HTTP status, else ``STREAM_ABORTED``. ``retry_after`` comes
+    from ``retry_after`` / ``retry_after_seconds`` / ``retryAfter`` (seconds or an HTTP-date) or
+    ``retry_after_ms`` on the error object, its ``metadata`` (or ``metadata.headers``), or the body.
+    """
+    error = payload.get("error", payload) if isinstance(payload, dict) else payload
+    message: str
+    status: int | None = None
+    notes: list[str] = []
+    if isinstance(error, dict):
+        raw = error.get("message")
+        message = raw if isinstance(raw, str) and raw.strip() else _encoder.encode(error).decode()
+        for key in ("status_code", "status", "code"):
+            value = error.get(key)
+            if isinstance(value, int) and not isinstance(value, bool) and 400 <= value <= 599:
+                status = value
+                break
+        kind = error.get("type") or error.get("code")
+        if isinstance(kind, str) and kind and kind not in message:
+            notes.append(kind)
+    else:
+        message = str(error)
+    notes.append(what)
+    text = f"{message} ({'; '.join(notes)})"
+    retry_after = _payload_retry_after(payload, error, now=now)
+    if status is not None:
+        return LlmError(text, ErrorCode.PROVIDER_HTTP_ERROR, status=status, retry_after=retry_after)
+    return LlmError(text, ErrorCode.STREAM_ABORTED, retry_after=retry_after)
+
+
+def _seconds(value: Any, *, scale: float = 1.0, now: float | None = None) -> float | None:
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, int | float):
+        seconds = float(value) / scale
+        if not math.isfinite(seconds) or seconds < 0:
+            return None
+        return min(seconds, MAX_RETRY_AFTER)
+    if isinstance(value, str):
+        return parse_retry_after_ms(value) if scale != 1.0 else parse_retry_after(value, now=now)
+    return None
+
+
+def _payload_retry_after(payload: Any, error: Any, *, now: float | None) -> float | None:
+    places: list[Any] = [error]
+    if isinstance(error, dict):
+        places.append(error.get("metadata"))
+    places.append(payload)
+    for place in places:
+        if not isinstance(place, dict):
+            continue
+        seconds = _seconds(place.get("retry_after_ms"), scale=1000.0)
+        for key in ("retry_after", "retry_after_seconds", "retryAfter"):
+            if seconds is None:
+                seconds = _seconds(place.get(key), now=now)
+        headers = place.get("headers")
+        if seconds is None and isinstance(headers, dict):
+            seconds = retry_after_from_headers(headers, now=now)
+        if seconds is not None:
+            return seconds
+    return None
+
+
 def http_error(
     status: int,
     body: bytes,
@@ -103,7 +180,7 @@ def http_error(
         payload = None
     retry_after = retry_after_from_headers(headers, now=now)
     if isinstance(payload, dict):
-        error = error_from_payload(payload, what=f"{who} answered HTTP {status}")
+        error = error_from_payload(payload, what=f"{who} answered HTTP {status}", now=now)
         message = error.message
         if retry_after is None:
             retry_after = error.retry_after

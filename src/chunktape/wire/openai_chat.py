@@ -59,6 +59,7 @@ from chunktape.protocol import (
     ToolSpec,
     UsageChunk,
 )
+from chunktape.wire.http_errors import error_from_payload
 from chunktape.wire.sse import SseComment, SseEvent, SseItem, SseParser, write_sse
 
 __all__ = [
@@ -168,32 +169,6 @@ def usage_from_wire(usage: _Usage) -> TokenUsage:
         cached_input_tokens=cached,
         reasoning_tokens=details.reasoning_tokens if details is not None else None,
     )
-
-
-def error_from_payload(payload: Any, *, what: str = "the provider reported an error") -> LlmError:
-    """Build an ``LlmError`` from an error object or body (``{"error": {...}}``, ``{"message": ...}``, text).
-
-    ``PROVIDER_HTTP_ERROR`` with ``status`` when the payload names an HTTP status, else ``STREAM_ABORTED``.
-    """
-    error = payload.get("error", payload) if isinstance(payload, dict) else payload
-    message: str
-    status: int | None = None
-    if isinstance(error, dict):
-        raw = error.get("message")
-        message = raw if isinstance(raw, str) and raw else _encoder.encode(error).decode()
-        for key in ("status_code", "status", "code"):
-            value = error.get(key)
-            if isinstance(value, int) and not isinstance(value, bool) and 400 <= value <= 599:
-                status = value
-                break
-        kind = error.get("type") or error.get("code")
-        if isinstance(kind, str) and kind and kind not in message:
-            message = f"{message} ({kind})"
-    else:
-        message = str(error)
-    if status is not None:
-        return LlmError(f"{what}: {message}", ErrorCode.PROVIDER_HTTP_ERROR, status=status)
-    return LlmError(f"{what}: {message}", ErrorCode.STREAM_ABORTED)
 
 
 def not_an_event_stream(body: bytes, content_type: str | None, *, who: str = "the provider") -> LlmError:
