@@ -119,6 +119,22 @@ def test_more_arguments_for_a_call_already_closed_is_an_invalid_response() -> No
     assert info.value.code is ErrorCode.INVALID_RESPONSE
 
 
+def test_whitespace_after_a_call_already_closed_is_tolerated() -> None:
+    body = sse(
+        chunk(tool_delta(0, '{"x": 1}', id="c0", name="f")),
+        chunk(tool_delta(1, "{}", id="c1", name="g")),
+        chunk(tool_delta(0, "\n")),
+        chunk(tool_delta(0, "  \t")),
+        chunk({}, finish_reason="tool_calls"),
+    )
+    chunks = decode_openai_sse(body)
+    validate(chunks)
+    assert blocks(chunks) == [
+        ToolCallBlock(id=CallId("c0"), name="f", arguments='{"x": 1}'),
+        ToolCallBlock(id=CallId("c1"), name="g", arguments="{}"),
+    ]
+
+
 @pytest.mark.parametrize("repeat_id", [False, True])
 def test_parallel_tool_calls_all_at_index_0_are_told_apart_by_id(repeat_id: bool) -> None:
     """ollama, litellm and dynamo send every parallel call with ``index: 0`` and its own id."""
@@ -524,6 +540,34 @@ def test_request_decoder_refuses_what_it_cannot_represent(body: Any) -> None:
     with pytest.raises(LlmError) as info:
         options_from_openai_request(body)
     assert info.value.code is ErrorCode.UNSUPPORTED_OPTION
+
+
+@pytest.mark.parametrize(
+    ("extra", "field"),
+    [
+        ({"max_tokens": "many"}, "max_tokens"),
+        ({"max_tokens": 1.5}, "max_tokens"),
+        ({"max_tokens": True}, "max_tokens"),
+        ({"max_completion_tokens": "9"}, "max_completion_tokens"),
+        ({"temperature": "hot"}, "temperature"),
+        ({"tools": [{"type": "function", "function": {"name": "f", "parameters": "x"}}]}, "tools[0].parameters"),
+        ({"tools": [{"type": "function", "function": {"name": "f", "description": 3}}]}, "tools[0].description"),
+        ({"messages": [{"role": "user", "content": "x", "name": 7}]}, "messages[0].name"),
+        ({"messages": [{"role": "tool", "content": "x", "tool_call_id": 7}]}, "messages[0].tool_call_id"),
+    ],
+)
+def test_request_decoder_checks_field_types_and_names_the_field(extra: dict[str, Any], field: str) -> None:
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], **extra}
+    with pytest.raises(LlmError) as info:
+        options_from_openai_request(body)
+    assert info.value.code is ErrorCode.UNSUPPORTED_OPTION
+    assert f"`{field}`" in info.value.message
+
+
+def test_request_decoder_accepts_an_integer_temperature() -> None:
+    options = options_from_openai_request({"model": "m", "messages": [], "temperature": 1, "max_tokens": 5})
+    assert (options.temperature, options.max_tokens) == (1.0, 5)
+    assert isinstance(options.temperature, float)
 
 
 @given(chunks=valid_streams())

@@ -382,7 +382,8 @@ class OpenAIChatDecoder:
         if not name:
             name = None
         if call.state == "done":
-            if arguments or new_id or name:
+            # Trailing whitespace after complete arguments changes nothing; anything else is more of the call.
+            if (arguments and not arguments.isspace()) or new_id or name:
                 raise LlmError(
                     f"tool call #{index} received more data after it was complete: {arguments!r}",
                     ErrorCode.INVALID_RESPONSE,
@@ -677,6 +678,14 @@ def _bad_request(message: str) -> LlmError:
     return LlmError(f"not an OpenAI chat-completions request: {message}", ErrorCode.UNSUPPORTED_OPTION)
 
 
+def _typed(value: Any, kind: Any, field: str) -> Any:
+    """``value`` as ``kind`` (strictly: ``"5"`` is not an int), or ``_bad_request`` naming ``field``."""
+    try:
+        return msgspec.convert(value, kind)
+    except msgspec.ValidationError as exc:
+        raise _bad_request(f"`{field}`: {exc} (got {value!r:.80})") from None
+
+
 def _content_text(content: Any, where: str) -> str | None:
     """``content`` as a string: a list of ``{"type": "text"}`` parts is joined; other parts are refused."""
     if content is None or isinstance(content, str):
@@ -717,9 +726,11 @@ def message_from_openai(wire: Any, where: str = "messages[0]") -> Message:
         role=role,
         content=_content_text(wire.get("content"), where),
         tool_calls=calls,
-        tool_call_id=wire.get("tool_call_id"),
-        name=wire.get("name"),
-        reasoning_content=wire.get("reasoning_content") if calls else None,
+        tool_call_id=_typed(wire.get("tool_call_id"), str | None, f"{where}.tool_call_id"),
+        name=_typed(wire.get("name"), str | None, f"{where}.name"),
+        reasoning_content=_typed(wire.get("reasoning_content"), str | None, f"{where}.reasoning_content")
+        if calls
+        else None,
     )
 
 
@@ -750,14 +761,14 @@ def options_from_openai_request(
         tools.append(
             ToolSpec(
                 name=function["name"],
-                description=function.get("description") or "",
-                parameters=function.get("parameters") or {},
+                description=_typed(function.get("description") or "", str, f"tools[{position}].description"),
+                parameters=_typed(function.get("parameters") or {}, dict[str, Any], f"tools[{position}].parameters"),
             )
         )
-    max_tokens = rest.pop("max_tokens", None)
+    max_tokens = _typed(rest.pop("max_tokens", None), int | None, "max_tokens")
     if max_tokens is None and "max_completion_tokens" in rest:
-        max_tokens = rest.pop("max_completion_tokens")
-    temperature = rest.pop("temperature", None)
+        max_tokens = _typed(rest.pop("max_completion_tokens"), int | None, "max_completion_tokens")
+    temperature = _typed(rest.pop("temperature", None), float | None, "temperature")
     effort: str | None = None
     for name, fields in (reasoning or {}).items():
         if fields and all(key in rest and rest[key] == value for key, value in fields.items()):
@@ -771,7 +782,7 @@ def options_from_openai_request(
             messages=[message_from_openai(message, f"messages[{i}]") for i, message in enumerate(messages)],
             tools=tools,
             max_tokens=max_tokens,
-            temperature=float(temperature) if isinstance(temperature, int) else temperature,
+            temperature=temperature,
             reasoning=effort,
             extra=rest,
         )
