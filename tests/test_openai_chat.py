@@ -37,6 +37,7 @@ from chunktape.wire.openai_chat import (
     OpenAIChatEncoder,
     chunks_to_openai_dicts,
     chunks_to_openai_events,
+    decode_openai_completion,
     decode_openai_sse,
     options_from_openai_request,
     options_to_openai_request,
@@ -579,3 +580,59 @@ def test_the_incremental_encoder_matches_the_batch_one(chunks: list[StreamChunk]
     incremental += encoder.close()
     assert incremental == list(chunks_to_openai_dicts(chunks, model="m"))
     assert encoder.finished
+
+
+def test_a_non_streamed_completion_decodes_to_the_chunks_its_stream_would_give() -> None:
+    completion = {
+        "object": "chat.completion",
+        "choices": [
+            {
+                "index": 0,
+                "message": {
+                    "role": "assistant",
+                    "reasoning_content": "think",
+                    "content": "Two calls.",
+                    "tool_calls": [
+                        {"id": "a", "type": "function", "function": {"name": "f", "arguments": '{"x": 1}'}},
+                        {"id": "b", "type": "function", "function": {"name": "g", "arguments": "{}"}},
+                    ],
+                },
+                "finish_reason": "tool_calls",
+            }
+        ],
+        "usage": {"prompt_tokens": 3, "completion_tokens": 2},
+    }
+    chunks = decode_openai_completion(json.dumps(completion).encode())
+    assert chunks == decode_openai_completion(completion)
+    validate(chunks)
+    assert blocks(chunks) == [
+        ReasoningBlock(text="think"),
+        TextBlock(text="Two calls."),
+        ToolCallBlock(id=CallId("a"), name="f", arguments='{"x": 1}'),
+        ToolCallBlock(id=CallId("b"), name="g", arguments="{}"),
+    ]
+    assert tail(chunks) == [
+        UsageChunk(usage=TokenUsage(input_tokens=3, output_tokens=2)),
+        Finish(reason=FinishReason(kind="tool-calls")),
+    ]
+
+
+@pytest.mark.parametrize("body", [b'{"choices": [', b'{"choices": [1]}', b"[1]", {"choices": [{"message": 3}]}])
+def test_a_misshapen_completion_is_an_invalid_response(body: Any) -> None:
+    with pytest.raises(LlmError, match=r"not a chat\.completion object") as info:
+        decode_openai_completion(body)
+    assert info.value.code is ErrorCode.INVALID_RESPONSE
+
+
+def test_reasoning_fields_live_in_the_wire_module() -> None:
+    from chunktape.providers import openai_compat
+    from chunktape.wire import openai_chat
+
+    assert openai_chat.REASONING_FIELDS == {**openai_chat.DEEPSEEK_REASONING, **openai_chat.OPENAI_REASONING}
+    assert openai_compat.DEEPSEEK_REASONING is openai_chat.DEEPSEEK_REASONING
+    assert (
+        options_from_openai_request(
+            {"model": "m", "messages": [], "reasoning_effort": "high"}, reasoning=openai_chat.REASONING_FIELDS
+        ).reasoning
+        == "high"
+    )

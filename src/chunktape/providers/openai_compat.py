@@ -31,6 +31,8 @@ from chunktape.errors import ErrorCode, LlmError
 from chunktape.protocol import GenerateOptions, LlmAdapter, ReasoningOption, StreamChunk, attribution_headers
 from chunktape.wire.http_errors import http_error
 from chunktape.wire.openai_chat import (
+    DEEPSEEK_REASONING,
+    OPENAI_REASONING,
     OpenAIChatDecoder,
     error_from_payload,
     not_an_event_stream,
@@ -41,17 +43,6 @@ from chunktape.wire.sse import SseComment, SseEvent, SseParser
 __all__ = ["DEEPSEEK_BASE_URL", "DEEPSEEK_REASONING", "OPENAI_REASONING", "OpenAICompatAdapter"]
 
 DEEPSEEK_BASE_URL = "https://api.deepseek.com"
-
-DEEPSEEK_REASONING: Mapping[str, Mapping[str, Any]] = {
-    "thinking": {"thinking": {"type": "enabled"}},
-    "no-thinking": {"thinking": {"type": "disabled"}},
-}
-"""DeepSeek's thinking switch, as request fields per effort id."""
-
-OPENAI_REASONING: Mapping[str, Mapping[str, Any]] = {
-    effort: {"reasoning_effort": effort} for effort in ("low", "medium", "high")
-}
-"""The ``reasoning_effort`` most OpenAI-compatible providers accept."""
 
 _T = TypeVar("_T")
 _MAX_ERROR_BODY = 64 * 1024

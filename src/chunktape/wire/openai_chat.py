@@ -63,11 +63,15 @@ from chunktape.wire.http_errors import error_from_payload
 from chunktape.wire.sse import SseComment, SseEvent, SseItem, SseParser, write_sse
 
 __all__ = [
+    "DEEPSEEK_REASONING",
     "DONE",
+    "OPENAI_REASONING",
     "OpenAIChatDecoder",
     "OpenAIChatEncoder",
+    "REASONING_FIELDS",
     "chunks_to_openai_dicts",
     "chunks_to_openai_events",
+    "decode_openai_completion",
     "decode_openai_sse",
     "error_from_payload",
     "not_an_event_stream",
@@ -76,6 +80,21 @@ __all__ = [
 ]
 
 DONE = "[DONE]"
+
+DEEPSEEK_REASONING: Mapping[str, Mapping[str, Any]] = {
+    "thinking": {"thinking": {"type": "enabled"}},
+    "no-thinking": {"thinking": {"type": "disabled"}},
+}
+"""DeepSeek's thinking switch, as request fields per effort id."""
+
+OPENAI_REASONING: Mapping[str, Mapping[str, Any]] = {
+    effort: {"reasoning_effort": effort} for effort in ("low", "medium", "high")
+}
+"""The ``reasoning_effort`` most OpenAI-compatible providers accept."""
+
+REASONING_FIELDS: Mapping[str, Mapping[str, Any]] = {**DEEPSEEK_REASONING, **OPENAI_REASONING}
+"""Request fields per reasoning effort, in both vocabularies ``OpenAICompatAdapter`` speaks: decoding a request
+(``options_from_openai_request(body, reasoning=REASONING_FIELDS)``) maps them back to ``reasoning=<effort>``."""
 
 # -- the provider's JSON, typed and lenient (unknown fields are ignored) ----------------------------
 
@@ -127,7 +146,26 @@ class _Chunk(msgspec.Struct):
     error: Any = None
 
 
+class _Message(msgspec.Struct):
+    content: str | None = None
+    reasoning_content: str | None = None
+    reasoning: str | None = None
+    tool_calls: list[_ToolCall] | None = None
+
+
+class _CompletionChoice(msgspec.Struct):
+    index: int = 0
+    message: _Message | None = None
+    finish_reason: str | None = None
+
+
+class _Completion(msgspec.Struct):
+    choices: list[_CompletionChoice] | None = None
+    usage: _Usage | None = None
+
+
 _chunk_decoder = msgspec.json.Decoder(_Chunk)
+_completion_decoder = msgspec.json.Decoder(_Completion)
 _any_decoder = msgspec.json.Decoder()
 _encoder = msgspec.json.Encoder()
 
@@ -492,6 +530,43 @@ def decode_openai_sse(body: bytes) -> list[StreamChunk]:
         out.extend(decoder.feed_item(item))
     for item in parser.close():
         out.extend(decoder.feed_item(item, unterminated=item is parser.unterminated))
+    out.extend(decoder.close())
+    return out
+
+
+def decode_openai_completion(body: bytes | str | Mapping[str, Any]) -> list[StreamChunk]:
+    """A non-streamed ``chat.completion`` (JSON bytes or the decoded object) as the chunks its stream would give.
+
+    Each choice's ``message`` is fed to ``OpenAIChatDecoder`` as one delta (tool calls in their listed order),
+    then its ``finish_reason``, then ``usage``. Raises ``LlmError(INVALID_RESPONSE)`` for a body that is not a
+    ``chat.completion`` object (what is wrong, and where), and the decoder's errors.
+    """
+    try:
+        if isinstance(body, bytes | str):
+            completion = _completion_decoder.decode(body)
+        else:
+            completion = msgspec.convert(body, _Completion)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise LlmError(f"not a chat.completion object: {exc}", ErrorCode.INVALID_RESPONSE, cause=exc) from exc
+    decoder = OpenAIChatDecoder()
+    out: list[StreamChunk] = []
+    for choice in completion.choices or ():
+        message = choice.message or _Message()
+        calls = [
+            msgspec.structs.replace(call, index=position) for position, call in enumerate(message.tool_calls or ())
+        ]
+        delta = _Delta(
+            content=message.content,
+            reasoning_content=message.reasoning_content,
+            reasoning=message.reasoning,
+            tool_calls=calls or None,
+        )
+        out.extend(decoder._feed_chunk(_Chunk(choices=[_Choice(index=choice.index, delta=delta)])))
+        finish = _Choice(index=choice.index, finish_reason=choice.finish_reason)
+        out.extend(decoder._feed_chunk(_Chunk(choices=[finish])))
+    if completion.usage is not None:
+        out.extend(decoder._feed_chunk(_Chunk(choices=[], usage=completion.usage)))
+    out.extend(decoder.feed_data(DONE))
     out.extend(decoder.close())
     return out
 
