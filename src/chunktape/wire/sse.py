@@ -66,7 +66,8 @@ class SseParser:
 
     def __init__(self) -> None:
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        self._pending = ""
+        self._pending: list[str] = []
+        """The current line so far (pieces without a line ending): joined once, when its ending arrives."""
         self._skip_lf = False
         self._bom_checked = False
         self._data: list[str] | None = None
@@ -90,7 +91,7 @@ class SseParser:
         """
         items = self._feed_text(self._decoder.decode(b"", final=True))
         if self._pending:
-            line, self._pending = self._pending, ""
+            line, self._pending = "".join(self._pending), []
             self._line(line, items)
         before = len(items)
         self._dispatch(items)
@@ -113,14 +114,21 @@ class SseParser:
             self._skip_lf = False
             if text.startswith("\n"):
                 text = text[1:]
-        buffer = self._pending + text if self._pending else text
+        # Only the new text is scanned: the pending piece holds no line ending, so a long line fed in small
+        # reads costs linear time (a rescan of the whole pending line per read was quadratic).
         start = 0
-        for match in _EOL.finditer(buffer):
-            self._line(buffer[start : match.start()], items)
+        for match in _EOL.finditer(text):
+            if self._pending:
+                self._pending.append(text[start : match.start()])
+                line, self._pending = "".join(self._pending), []
+            else:
+                line = text[start : match.start()]
+            self._line(line, items)
             start = match.end()
-        if start and buffer[start - 1] == "\r":
-            self._skip_lf = start == len(buffer)
-        self._pending = buffer[start:]
+        if start and text[start - 1] == "\r":
+            self._skip_lf = start == len(text)
+        if start < len(text):
+            self._pending.append(text[start:] if start else text)
         return items
 
     def _line(self, line: str, items: list[SseItem]) -> None:
