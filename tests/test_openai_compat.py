@@ -439,6 +439,53 @@ async def test_real_data_moves_the_idle_deadline(fake_provider: FakeProvider) ->
     assert blocks(chunks) == [TextBlock(text="0 1 2 3 4 5 ")]
 
 
+class _Pieces(httpx.AsyncByteStream):
+    def __init__(self, pieces: list[bytes]) -> None:
+        self.pieces = pieces
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        for piece in self.pieces:
+            yield piece
+
+
+@pytest.mark.parametrize("with_signal", [False, True])
+async def test_the_idle_deadline_and_the_signal_cost_no_task_or_timer_per_read(with_signal: bool) -> None:
+    """The hot path: a guarded read is a plain await (no task, no timer per read), whatever the stream length."""
+    pieces = [sse(chunk({"content": "tok "}), done=False) for _ in range(500)]
+    pieces += [b": keep-alive\n\n", sse(chunk({}, finish_reason="stop"))]
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, headers={"content-type": "text/event-stream"}, stream=_Pieces(pieces))
+
+    loop = asyncio.get_running_loop()
+    counts = {"tasks": 0, "timers": 0}
+    factory = loop.get_task_factory()
+    call_at = loop.call_at
+
+    def counting_factory(loop: asyncio.AbstractEventLoop, coro: Any, **kwargs: Any) -> asyncio.Future[Any]:
+        counts["tasks"] += 1
+        return asyncio.Task(coro, loop=loop, **kwargs)
+
+    def counting_call_at(when: float, callback: Any, *args: Any, **kwargs: Any) -> asyncio.TimerHandle:
+        counts["timers"] += 1
+        return call_at(when, callback, *args, **kwargs)
+
+    client = httpx.AsyncClient(transport=httpx.MockTransport(answer))
+    adapter = OpenAICompatAdapter("http://127.0.0.1:9", api_key="k", client=client, idle_timeout=60.0)
+    options = _with_signal(AbortController()) if with_signal else OPTIONS
+    loop.set_task_factory(counting_factory)
+    loop.call_at = counting_call_at  # type: ignore[method-assign, assignment]
+    try:
+        chunks = [c async for c in adapter.stream(options)]
+    finally:
+        loop.set_task_factory(factory)
+        del loop.call_at
+        await client.aclose()
+    assert blocks(chunks) == [TextBlock(text="tok " * 500)]
+    assert counts["tasks"] <= 2, counts
+    assert counts["timers"] <= 2, counts
+
+
 async def stalled_stream(provider: FakeProvider, options: GenerateOptions) -> tuple[Any, OpenAICompatAdapter]:
     provider.enqueue(FakeResponse(body=sse(chunk({"content": "Hel"}), done=False), stall=True))
     adapter = adapter_for(provider)
@@ -467,7 +514,24 @@ async def test_abort_signal_while_waiting_for_data(fake_provider: FakeProvider) 
     with pytest.raises(LlmError) as info:
         await anext(stream)
     assert info.value.code is ErrorCode.CANCELLED
+    task = asyncio.current_task()
+    assert task is not None
+    assert task.cancelling() == 0  # the abort's cancellation was taken back
     assert await fake_provider.wait_disconnected()
+    await adapter.aclose()
+
+
+async def test_abort_during_a_timed_read_wins_over_the_idle_deadline(fake_provider: FakeProvider) -> None:
+    controller = AbortController()
+    fake_provider.enqueue(FakeResponse(body=sse(chunk({"content": "Hel"}), done=False), stall=True))
+    adapter = adapter_for(fake_provider, idle_timeout=30.0)
+    stream = adapter.stream(_with_signal(controller))
+    await anext(stream)  # the block start
+    await anext(stream)  # its delta: the stream now waits on the network, with the idle deadline armed
+    asyncio.get_running_loop().call_later(0.05, controller.abort)
+    with pytest.raises(LlmError) as info:
+        await anext(stream)
+    assert info.value.code is ErrorCode.CANCELLED
     await adapter.aclose()
 
 
