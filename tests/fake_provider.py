@@ -17,6 +17,7 @@ import socket
 import threading
 from collections import deque
 from collections.abc import AsyncIterator, Iterator, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -213,6 +214,34 @@ class _Dribble(httpx.AsyncByteStream):
 
     async def aclose(self) -> None:
         await self._response.aclose()
+
+
+@asynccontextmanager
+async def raw_http_server(response: bytes) -> AsyncIterator[str]:
+    """A one-shot loopback server on the test's own loop: reads the request head and body, writes ``response``
+    (raw bytes: status line, headers, body) and closes the connection, so a body can end by connection close.
+    Yields the base URL.
+    """
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = 0
+        for line in head.split(b"\r\n"):
+            name, _, value = line.partition(b":")
+            if name.strip().lower() == b"content-length":
+                length = int(value)
+        await reader.readexactly(length)
+        writer.write(response)
+        await writer.drain()
+        writer.close()
+        await writer.wait_closed()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    try:
+        yield f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    finally:
+        server.close()
+        await server.wait_closed()
 
 
 # -- chunk JSON and SSE builders -------------------------------------------------------------------

@@ -37,6 +37,7 @@ from chunktape.wire.openai_chat import (
     OpenAIChatEncoder,
     chunks_to_openai_dicts,
     chunks_to_openai_events,
+    decode_openai_completion,
     decode_openai_sse,
     options_from_openai_request,
     options_to_openai_request,
@@ -119,6 +120,47 @@ def test_more_arguments_for_a_call_already_closed_is_an_invalid_response() -> No
     assert info.value.code is ErrorCode.INVALID_RESPONSE
 
 
+def test_whitespace_after_a_call_already_closed_is_tolerated() -> None:
+    body = sse(
+        chunk(tool_delta(0, '{"x": 1}', id="c0", name="f")),
+        chunk(tool_delta(1, "{}", id="c1", name="g")),
+        chunk(tool_delta(0, "\n")),
+        chunk(tool_delta(0, "  \t")),
+        chunk({}, finish_reason="tool_calls"),
+    )
+    chunks = decode_openai_sse(body)
+    validate(chunks)
+    assert blocks(chunks) == [
+        ToolCallBlock(id=CallId("c0"), name="f", arguments='{"x": 1}'),
+        ToolCallBlock(id=CallId("c1"), name="g", arguments="{}"),
+    ]
+
+
+@pytest.mark.parametrize("repeat_id", [False, True])
+def test_parallel_tool_calls_all_at_index_0_are_told_apart_by_id(repeat_id: bool) -> None:
+    """ollama, litellm and dynamo send every parallel call with ``index: 0`` and its own id."""
+
+    def more(call_id: str, arguments: str) -> dict[str, Any]:
+        return tool_delta(0, arguments, id=call_id if repeat_id else None)
+
+    body = sse(
+        chunk(tool_delta(0, "", id="call_a", name="get_weather")),
+        chunk(more("call_a", '{"city": ')),
+        chunk(more("call_a", '"Paris"}')),
+        chunk(tool_delta(0, '{"city": "Rome"}', id="call_b", name="get_time")),
+        chunk(tool_delta(0, "", id="call_c", name="get_weather")),
+        chunk(more("call_c", '{"city": "Oslo"}')),
+        chunk({}, finish_reason="tool_calls"),
+    )
+    chunks = decode_openai_sse(body)
+    validate(chunks)
+    assert blocks(chunks) == [
+        ToolCallBlock(id=CallId("call_a"), name="get_weather", arguments='{"city": "Paris"}'),
+        ToolCallBlock(id=CallId("call_b"), name="get_time", arguments='{"city": "Rome"}'),
+        ToolCallBlock(id=CallId("call_c"), name="get_weather", arguments='{"city": "Oslo"}'),
+    ]
+
+
 def test_tool_calls_without_an_index_are_told_apart_by_id() -> None:
     body = sse(
         chunk({"tool_calls": [{"id": "a", "function": {"name": "f", "arguments": "{}"}}]}),
@@ -168,6 +210,34 @@ def test_groq_error_event_raises_with_the_providers_message() -> None:
     with pytest.raises(LlmError, match="Tool call validation failed") as info:
         decode_openai_sse(groq_error_event())
     assert info.value.status == 400
+
+
+@pytest.mark.parametrize(
+    ("error", "retry_after"),
+    [
+        ({"message": "Rate limit exceeded: slow down", "code": 429, "retry_after": 12}, 12.0),
+        ({"message": "Rate limit exceeded: slow down", "code": 429, "metadata": {"retry_after": "3"}}, 3.0),
+        ({"message": "Rate limit exceeded: slow down", "code": 429, "retry_after_ms": 1500}, 1.5),
+        (
+            {"message": "Rate limit exceeded: slow down", "code": 429, "metadata": {"headers": {"Retry-After": "4"}}},
+            4.0,
+        ),
+        ({"message": "Rate limit exceeded: slow down", "code": 429, "retry_after": "nan"}, None),
+        ({"message": "Rate limit exceeded: slow down", "code": 429}, None),
+    ],
+)
+def test_in_band_errors_keep_the_providers_message_first_and_its_retry_after(
+    error: dict[str, Any], retry_after: float | None
+) -> None:
+    with pytest.raises(LlmError) as info:
+        decode_openai_sse(sse(chunk({"content": "x"}), {"error": error}))
+    assert info.value.message.startswith("Rate limit exceeded: slow down (")
+    assert info.value.status == 429
+    assert info.value.retry_after == retry_after
+    with pytest.raises(LlmError) as info:
+        decode_openai_sse(sse(chunk({"content": "x"}), "event: error\ndata: " + json.dumps({"error": error}) + "\n\n"))
+    assert info.value.message.startswith("Rate limit exceeded: slow down (")
+    assert info.value.retry_after == retry_after
 
 
 def test_in_band_error_without_a_status_is_a_broken_stream() -> None:
@@ -230,6 +300,20 @@ def test_a_body_cut_short_is_a_broken_stream_but_done_without_finish_is_stop() -
         decode_openai_sse(sse(chunk({"content": "x"}), done=False))
     assert info.value.code is ErrorCode.STREAM_ABORTED
     assert decode_openai_sse(sse(chunk({"content": "x"})))[-1] == Finish(reason=FinishReason(kind="stop"))
+
+
+@pytest.mark.parametrize("cut", [b'data: {"cho', b'data: {"choices": [', b"data: [DO"])
+def test_a_body_cut_mid_event_is_a_broken_stream_not_an_invalid_response(cut: bytes) -> None:
+    body = sse(chunk({"content": "hi"}), done=False) + cut
+    with pytest.raises(LlmError) as info:
+        decode_openai_sse(body)
+    assert info.value.code is ErrorCode.STREAM_ABORTED
+    assert info.value.recoverable
+
+
+def test_a_complete_final_event_without_its_blank_line_still_ends_the_stream() -> None:
+    body = sse(chunk({"content": "hi"}, finish_reason="stop"), done=False) + b"data: [DONE]\n"
+    assert tail(decode_openai_sse(body)) == [Finish(reason=FinishReason(kind="stop"))]
 
 
 def test_missing_tool_call_id_and_empty_arguments_still_give_a_valid_block() -> None:
@@ -459,6 +543,34 @@ def test_request_decoder_refuses_what_it_cannot_represent(body: Any) -> None:
     assert info.value.code is ErrorCode.UNSUPPORTED_OPTION
 
 
+@pytest.mark.parametrize(
+    ("extra", "field"),
+    [
+        ({"max_tokens": "many"}, "max_tokens"),
+        ({"max_tokens": 1.5}, "max_tokens"),
+        ({"max_tokens": True}, "max_tokens"),
+        ({"max_completion_tokens": "9"}, "max_completion_tokens"),
+        ({"temperature": "hot"}, "temperature"),
+        ({"tools": [{"type": "function", "function": {"name": "f", "parameters": "x"}}]}, "tools[0].parameters"),
+        ({"tools": [{"type": "function", "function": {"name": "f", "description": 3}}]}, "tools[0].description"),
+        ({"messages": [{"role": "user", "content": "x", "name": 7}]}, "messages[0].name"),
+        ({"messages": [{"role": "tool", "content": "x", "tool_call_id": 7}]}, "messages[0].tool_call_id"),
+    ],
+)
+def test_request_decoder_checks_field_types_and_names_the_field(extra: dict[str, Any], field: str) -> None:
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], **extra}
+    with pytest.raises(LlmError) as info:
+        options_from_openai_request(body)
+    assert info.value.code is ErrorCode.UNSUPPORTED_OPTION
+    assert f"`{field}`" in info.value.message
+
+
+def test_request_decoder_accepts_an_integer_temperature() -> None:
+    options = options_from_openai_request({"model": "m", "messages": [], "temperature": 1, "max_tokens": 5})
+    assert (options.temperature, options.max_tokens) == (1.0, 5)
+    assert isinstance(options.temperature, float)
+
+
 @given(chunks=valid_streams())
 def test_the_incremental_encoder_matches_the_batch_one(chunks: list[StreamChunk]) -> None:
     encoder = OpenAIChatEncoder(model="m")
@@ -468,3 +580,59 @@ def test_the_incremental_encoder_matches_the_batch_one(chunks: list[StreamChunk]
     incremental += encoder.close()
     assert incremental == list(chunks_to_openai_dicts(chunks, model="m"))
     assert encoder.finished
+
+
+def test_a_non_streamed_completion_decodes_to_the_chunks_its_stream_would_give() -> None:
+    completion = {
+        "object": "chat.completion",
+        "choices": [
+            {
+                "index": 0,
+                "message": {
+                    "role": "assistant",
+                    "reasoning_content": "think",
+                    "content": "Two calls.",
+                    "tool_calls": [
+                        {"id": "a", "type": "function", "function": {"name": "f", "arguments": '{"x": 1}'}},
+                        {"id": "b", "type": "function", "function": {"name": "g", "arguments": "{}"}},
+                    ],
+                },
+                "finish_reason": "tool_calls",
+            }
+        ],
+        "usage": {"prompt_tokens": 3, "completion_tokens": 2},
+    }
+    chunks = decode_openai_completion(json.dumps(completion).encode())
+    assert chunks == decode_openai_completion(completion)
+    validate(chunks)
+    assert blocks(chunks) == [
+        ReasoningBlock(text="think"),
+        TextBlock(text="Two calls."),
+        ToolCallBlock(id=CallId("a"), name="f", arguments='{"x": 1}'),
+        ToolCallBlock(id=CallId("b"), name="g", arguments="{}"),
+    ]
+    assert tail(chunks) == [
+        UsageChunk(usage=TokenUsage(input_tokens=3, output_tokens=2)),
+        Finish(reason=FinishReason(kind="tool-calls")),
+    ]
+
+
+@pytest.mark.parametrize("body", [b'{"choices": [', b'{"choices": [1]}', b"[1]", {"choices": [{"message": 3}]}])
+def test_a_misshapen_completion_is_an_invalid_response(body: Any) -> None:
+    with pytest.raises(LlmError, match=r"not a chat\.completion object") as info:
+        decode_openai_completion(body)
+    assert info.value.code is ErrorCode.INVALID_RESPONSE
+
+
+def test_reasoning_fields_live_in_the_wire_module() -> None:
+    from chunktape.providers import openai_compat
+    from chunktape.wire import openai_chat
+
+    assert openai_chat.REASONING_FIELDS == {**openai_chat.DEEPSEEK_REASONING, **openai_chat.OPENAI_REASONING}
+    assert openai_compat.DEEPSEEK_REASONING is openai_chat.DEEPSEEK_REASONING
+    assert (
+        options_from_openai_request(
+            {"model": "m", "messages": [], "reasoning_effort": "high"}, reasoning=openai_chat.REASONING_FIELDS
+        ).reasoning
+        == "high"
+    )

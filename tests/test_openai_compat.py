@@ -50,6 +50,7 @@ from fake_provider import (
     groq_error_event,
     openai_usage_after_finish,
     openrouter_inband_error,
+    raw_http_server,
     sse,
 )
 
@@ -198,6 +199,28 @@ async def test_connection_reset_mid_body_is_stream_aborted(fake_provider: FakePr
     assert result.chunks  # what arrived before the break was delivered, and was valid so far
 
 
+@pytest.mark.parametrize("delivery", ["whole", "client-dribble"])
+async def test_a_close_delimited_body_cut_mid_event_is_stream_aborted(delivery: str) -> None:
+    body = sse(chunk({"content": "hi"}), done=False) + b'data: {"cho'
+    head = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n"
+    async with raw_http_server(head + body) as url:
+        client = httpx.AsyncClient(transport=DribbleTransport(3)) if delivery == "client-dribble" else None
+        result = await collect_until_error(OpenAICompatAdapter(url, api_key="k", client=client))
+    assert result.error is not None
+    assert result.error.code is ErrorCode.STREAM_ABORTED, result.error
+    assert result.error.recoverable
+    assert blocks(result.chunks) == []  # the text block stays open: nothing is claimed complete
+    assert any(getattr(c, "text", None) == "hi" for c in result.chunks)
+
+
+async def test_a_complete_last_event_without_its_blank_line_still_completes(fake_provider: FakeProvider) -> None:
+    body = sse(chunk({"content": "hi"}, finish_reason="stop"), done=False) + b"data: [DONE]\n"
+    fake_provider.enqueue(FakeResponse(body=body))
+    chunks = await collect(adapter_for(fake_provider))
+    assert blocks(chunks) == [TextBlock(text="hi")]
+    assert chunks[-1] == Finish(reason=FinishReason(kind="stop"))
+
+
 # -- HTTP errors ------------------------------------------------------------------------------------
 
 
@@ -240,6 +263,27 @@ async def test_retry_after_as_an_http_date(fake_provider: FakeProvider) -> None:
     assert info.value.retry_after > 60
 
 
+@pytest.mark.parametrize(
+    ("headers", "expected"),
+    [
+        ({"Retry-After": "nan"}, None),
+        ({"Retry-After": "inf"}, None),
+        ({"Retry-After": "-5"}, None),
+        ({"Retry-After": "Wed, 21 Oct 2099 07:28:00 GMT"}, 86_400.0),
+        ({"Retry-After": "Wed, 21 Oct 2099 07:28:00 -0000"}, 86_400.0),
+        ({"retry-after-ms": "250", "Retry-After": "9"}, 0.25),
+        ({"retry-after-ms": "nan", "Retry-After": "9"}, 9.0),
+    ],
+)
+async def test_retry_after_garbage_is_ignored_and_far_dates_are_capped(
+    fake_provider: FakeProvider, headers: dict[str, str], expected: float | None
+) -> None:
+    fake_provider.enqueue(FakeResponse(body=b'{"error": {"message": "slow"}}', status=429, headers=headers))
+    with pytest.raises(LlmError) as info:
+        await collect(adapter_for(fake_provider))
+    assert info.value.retry_after == expected
+
+
 async def test_error_body_served_as_octet_stream_and_plain_text(fake_provider: FakeProvider) -> None:
     fake_provider.enqueue(
         FakeResponse(body=DEEPSEEK_400_BODY, status=400, content_type="application/octet-stream"),
@@ -273,6 +317,47 @@ async def test_connection_refused_is_stream_aborted() -> None:
     with pytest.raises(LlmError) as info:
         await collect(OpenAICompatAdapter(f"http://127.0.0.1:{port}", api_key="k"))
     assert info.value.code is ErrorCode.STREAM_ABORTED
+    assert info.value.recoverable
+    assert f"could not connect to http://127.0.0.1:{port}/chat/completions" in info.value.message
+    assert "broke" not in info.value.message
+
+
+@pytest.mark.parametrize("delivery", DELIVERIES)
+@pytest.mark.parametrize(
+    ("body", "content_type"),
+    [
+        (b"<html><body><h1>Welcome to nginx!</h1><a href='http://x'>login</a></body></html>\n", "text/html"),
+        (b"Please log in to the corporate proxy: https://proxy.example/login", "text/plain"),
+    ],
+)
+async def test_a_200_that_is_not_an_event_stream_is_an_invalid_response(
+    fake_provider: FakeProvider, delivery: str, body: bytes, content_type: str
+) -> None:
+    fake_provider.enqueue(response_for(body, delivery, content_type=content_type))
+    result = await collect_until_error(adapter_for(fake_provider, delivery))
+    assert result.error is not None
+    assert result.error.code is ErrorCode.INVALID_RESPONSE
+    assert not result.error.recoverable
+    assert content_type in result.error.message
+    assert body[:20].decode() in result.error.message
+    assert result.chunks == []
+
+
+async def test_a_200_json_error_object_served_as_text_is_the_providers_error(fake_provider: FakeProvider) -> None:
+    fake_provider.enqueue(
+        FakeResponse(body=b'{"error": {"message": "quota exceeded", "code": 429}}', content_type="text/plain")
+    )
+    result = await collect_until_error(adapter_for(fake_provider))
+    assert result.error is not None
+    assert result.error.status == 429
+    assert "quota exceeded" in result.error.message
+
+
+async def test_keepalives_then_a_clean_close_is_still_a_broken_stream(fake_provider: FakeProvider) -> None:
+    fake_provider.enqueue(FakeResponse(body=b": keep-alive\n\n: keep-alive\n\n"))
+    result = await collect_until_error(adapter_for(fake_provider))
+    assert result.error is not None
+    assert result.error.code is ErrorCode.STREAM_ABORTED
 
 
 # -- request ---------------------------------------------------------------------------------------
@@ -354,6 +439,53 @@ async def test_real_data_moves_the_idle_deadline(fake_provider: FakeProvider) ->
     assert blocks(chunks) == [TextBlock(text="0 1 2 3 4 5 ")]
 
 
+class _Pieces(httpx.AsyncByteStream):
+    def __init__(self, pieces: list[bytes]) -> None:
+        self.pieces = pieces
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        for piece in self.pieces:
+            yield piece
+
+
+@pytest.mark.parametrize("with_signal", [False, True])
+async def test_the_idle_deadline_and_the_signal_cost_no_task_or_timer_per_read(with_signal: bool) -> None:
+    """The hot path: a guarded read is a plain await (no task, no timer per read), whatever the stream length."""
+    pieces = [sse(chunk({"content": "tok "}), done=False) for _ in range(500)]
+    pieces += [b": keep-alive\n\n", sse(chunk({}, finish_reason="stop"))]
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, headers={"content-type": "text/event-stream"}, stream=_Pieces(pieces))
+
+    loop = asyncio.get_running_loop()
+    counts = {"tasks": 0, "timers": 0}
+    factory = loop.get_task_factory()
+    call_at = loop.call_at
+
+    def counting_factory(loop: asyncio.AbstractEventLoop, coro: Any, **kwargs: Any) -> asyncio.Future[Any]:
+        counts["tasks"] += 1
+        return asyncio.Task(coro, loop=loop, **kwargs)
+
+    def counting_call_at(when: float, callback: Any, *args: Any, **kwargs: Any) -> asyncio.TimerHandle:
+        counts["timers"] += 1
+        return call_at(when, callback, *args, **kwargs)
+
+    client = httpx.AsyncClient(transport=httpx.MockTransport(answer))
+    adapter = OpenAICompatAdapter("http://127.0.0.1:9", api_key="k", client=client, idle_timeout=60.0)
+    options = _with_signal(AbortController()) if with_signal else OPTIONS
+    loop.set_task_factory(counting_factory)
+    loop.call_at = counting_call_at  # type: ignore[method-assign, assignment]
+    try:
+        chunks = [c async for c in adapter.stream(options)]
+    finally:
+        loop.set_task_factory(factory)
+        del loop.call_at
+        await client.aclose()
+    assert blocks(chunks) == [TextBlock(text="tok " * 500)]
+    assert counts["tasks"] <= 2, counts
+    assert counts["timers"] <= 2, counts
+
+
 async def stalled_stream(provider: FakeProvider, options: GenerateOptions) -> tuple[Any, OpenAICompatAdapter]:
     provider.enqueue(FakeResponse(body=sse(chunk({"content": "Hel"}), done=False), stall=True))
     adapter = adapter_for(provider)
@@ -382,7 +514,24 @@ async def test_abort_signal_while_waiting_for_data(fake_provider: FakeProvider) 
     with pytest.raises(LlmError) as info:
         await anext(stream)
     assert info.value.code is ErrorCode.CANCELLED
+    task = asyncio.current_task()
+    assert task is not None
+    assert task.cancelling() == 0  # the abort's cancellation was taken back
     assert await fake_provider.wait_disconnected()
+    await adapter.aclose()
+
+
+async def test_abort_during_a_timed_read_wins_over_the_idle_deadline(fake_provider: FakeProvider) -> None:
+    controller = AbortController()
+    fake_provider.enqueue(FakeResponse(body=sse(chunk({"content": "Hel"}), done=False), stall=True))
+    adapter = adapter_for(fake_provider, idle_timeout=30.0)
+    stream = adapter.stream(_with_signal(controller))
+    await anext(stream)  # the block start
+    await anext(stream)  # its delta: the stream now waits on the network, with the idle deadline armed
+    asyncio.get_running_loop().call_later(0.05, controller.abort)
+    with pytest.raises(LlmError) as info:
+        await anext(stream)
+    assert info.value.code is ErrorCode.CANCELLED
     await adapter.aclose()
 
 

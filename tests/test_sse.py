@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterator
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from chunktape.wire import sse as sse_module
 from chunktape.wire.sse import SseComment, SseEvent, SseItem, SseParser, parse_sse, write_sse
 
 
@@ -68,6 +72,22 @@ def test_close_flushes_an_unterminated_final_event() -> None:
     assert parse_sse(b"data: a\n\ndata: [DONE]") == [SseEvent(data="a"), SseEvent(data="[DONE]")]
 
 
+@pytest.mark.parametrize("tail", [b'data: {"cho', b"data: [DONE]\n", b"data: [DONE]"])
+def test_close_marks_the_final_event_without_its_blank_line_as_unterminated(tail: bytes) -> None:
+    parser = SseParser()
+    assert parser.feed(b"data: a\n\n" + tail) == [SseEvent(data="a")]
+    items = parser.close()
+    assert items == [SseEvent(data=tail.removeprefix(b"data: ").strip().decode())]
+    assert parser.unterminated is items[-1]
+
+
+def test_a_cleanly_terminated_body_has_no_unterminated_event() -> None:
+    parser = SseParser()
+    assert parser.feed(b"data: a\n\n: done\n") == [SseEvent(data="a"), SseComment(text="done")]
+    assert parser.close() == []
+    assert parser.unterminated is None
+
+
 @pytest.mark.parametrize(
     "item",
     [SseComment(text="a\nb"), SseEvent(event="x\ry"), SseEvent(id="a\0"), SseEvent(retry=-1), SseEvent()],
@@ -98,3 +118,34 @@ def test_write_split_parse_round_trip(items: list[SseItem], cuts: list[int]) -> 
 def test_crlf_bodies_parse_the_same(items: list[SseItem], cuts: list[int]) -> None:
     body = write_sse(items).replace(b"\n", b"\r\n")
     assert parse_in_pieces(body, [min(cut, len(body)) for cut in cuts]) == items
+
+
+class _CountingPattern:
+    """Wraps the parser's line-ending regex and counts the characters it is asked to scan."""
+
+    def __init__(self, pattern: re.Pattern[str]) -> None:
+        self.pattern = pattern
+        self.scanned = 0
+
+    def finditer(self, text: str) -> Iterator[re.Match[str]]:
+        self.scanned += len(text)
+        return self.pattern.finditer(text)
+
+    def split(self, text: str) -> list[str]:
+        return self.pattern.split(text)
+
+
+@pytest.mark.parametrize("read_size", [1, 7, 64])
+def test_a_large_event_fed_in_small_reads_is_scanned_once(monkeypatch: pytest.MonkeyPatch, read_size: int) -> None:
+    counter = _CountingPattern(sse_module._EOL)
+    monkeypatch.setattr(sse_module, "_EOL", counter)
+    payload = "x" * 50_000 + "é" * 10_000
+    body = f"data: {payload}\r\n\r\ndata: b\n\n".encode()
+    parser = SseParser()
+    items = []
+    for start in range(0, len(body), read_size):
+        items += parser.feed(body[start : start + read_size])
+    items += parser.close()
+    assert items == [SseEvent(data=payload), SseEvent(data="b")]
+    # Linear: every character is scanned once (a rescan of the pending line per read would be ~n^2 / read_size).
+    assert counter.scanned <= len(body)

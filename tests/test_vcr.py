@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 import vcr
@@ -130,3 +132,87 @@ def test_import_vcr_errors(tmp_path: Path) -> None:
     with pytest.raises(LlmError) as info:
         import_vcr(empty)
     assert info.value.code is ErrorCode.CASSETTE_CORRUPT
+
+
+def write_vcr(path: Path, *responses: dict[str, Any]) -> Path:
+    """A vcrpy cassette of chat-completions exchanges, one per ``response`` (vcrpy's YAML layout)."""
+    request = {
+        "body": json.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True}),
+        "headers": {},
+        "method": "POST",
+        "uri": "https://api.deepseek.com/chat/completions",
+    }
+    interactions = [{"request": request, "response": response} for response in responses]
+    path.write_text(yaml.safe_dump({"interactions": interactions, "version": 1}), encoding="utf-8")
+    return path
+
+
+def vcr_response(body: str, status: Any = 200, ctype: str = "text/event-stream", **headers: str) -> dict[str, Any]:
+    return {
+        "body": {"string": body},
+        "headers": {"content-type": [ctype], **{name.replace("_", "-"): [value] for name, value in headers.items()}},
+        "status": {"code": status, "message": "OK"},
+    }
+
+
+@pytest.mark.parametrize(
+    ("headers", "expected"),
+    [
+        ({"retry_after": "Wed, 21 Oct 2099 07:28:00 GMT"}, 86_400.0),
+        ({"retry_after": "nan"}, None),
+        ({"retry_after": "inf"}, None),
+        ({"retry_after_ms": "1500", "retry_after": "9"}, 1.5),
+    ],
+)
+def test_import_vcr_reads_retry_after_like_the_adapter(
+    tmp_path: Path, headers: dict[str, str], expected: float | None
+) -> None:
+    path = write_vcr(tmp_path / "c.yaml", vcr_response('{"error": {"message": "slow"}}', 429, **headers))
+    outcome = import_vcr(path).interactions[0].outcome
+    assert isinstance(outcome, Raised)
+    assert (outcome.status, outcome.retry_after) == (429, expected)
+
+
+@pytest.mark.parametrize(
+    ("response", "what"),
+    [
+        (vcr_response('{"choices": [', ctype="application/json"), "JSON response body cannot be parsed"),
+        (vcr_response('{"choices": [1]}'), "not a readable chat.completion"),
+        (vcr_response('{"choices": [{"message": {"content": 5}}]}'), "not a readable chat.completion"),
+        (vcr_response("data: [DONE]\n\n", status="abc"), "status 'abc' is not a number"),
+        (vcr_response("data: [DONE]\n\n", status=None), "status None is not a number"),
+    ],
+)
+def test_import_vcr_names_the_bad_interaction(tmp_path: Path, response: dict[str, Any], what: str) -> None:
+    ok = vcr_response('data: {"choices": [{"index": 0, "delta": {"content": "hi"}, "finish_reason": "stop"}]}\n\n')
+    path = write_vcr(tmp_path / "c.yaml", ok, response)
+    with pytest.raises(LlmError) as info:
+        import_vcr(path)
+    assert info.value.code is ErrorCode.CASSETTE_CORRUPT
+    assert "vcr interaction #1 (POST https://api.deepseek.com/chat/completions)" in info.value.message
+    assert what in info.value.message
+    assert info.value.__cause__ is None or isinstance(info.value.__cause__, Exception)
+
+
+def test_import_vcr_reads_a_non_streamed_completion_and_a_200_that_is_not_sse(tmp_path: Path) -> None:
+    completion = {
+        "choices": [
+            {
+                "index": 0,
+                "message": {
+                    "content": "Paris",
+                    "tool_calls": [{"id": "c", "type": "function", "function": {"name": "f", "arguments": "{}"}}],
+                },
+                "finish_reason": "tool_calls",
+            }
+        ],
+        "usage": {"prompt_tokens": 3, "completion_tokens": 2},
+    }
+    html = vcr_response("<html>proxy login</html>", ctype="text/html")
+    cassette = import_vcr(write_vcr(tmp_path / "c.yaml", vcr_response(json.dumps(completion)), html))
+    first, second = cassette.interactions
+    assert isinstance(first.outcome, Completed)
+    assert [type(c).__name__ for c in first.chunks][-2:] == ["UsageChunk", "Finish"]
+    assert isinstance(second.outcome, Raised)
+    assert second.outcome.code == ErrorCode.INVALID_RESPONSE.value
+    assert "text/html" in second.outcome.message

@@ -4,9 +4,11 @@
 ``import_vcr(path)`` reads a vcrpy cassette through vcrpy's public ``Cassette.load`` and turns every
 ``POST .../chat/completions`` exchange into an ``Interaction``: the request body through
 ``options_from_openai_request``, a 2xx SSE body through the same SSE parser and chunk decoder as
-``OpenAICompatAdapter``, a JSON ``chat.completion`` body through that decoder too, and a non-2xx answer into
-a ``Raised`` outcome with its status, ``Retry-After`` and the provider's message. vcrpy keeps no timing, so
-every event gets ``t_ns=0`` (replay them with ``Timing.fixed`` for a pace).
+``OpenAICompatAdapter``, a JSON ``chat.completion`` body through ``decode_openai_completion``, and a non-2xx
+answer into a ``Raised`` outcome with its status, ``Retry-After`` and the provider's message (``http_error``,
+as the adapter does). An interaction that cannot be read (a request that is not chat completions, a status
+that is not a number, a truncated or misshapen JSON body) is ``CASSETTE_CORRUPT`` naming its number and what
+is wrong. vcrpy keeps no timing, so every event gets ``t_ns=0`` (replay them with ``Timing.fixed`` for a pace).
 """
 
 from __future__ import annotations
@@ -31,10 +33,17 @@ from chunktape.cassettes.model import (
     RecordedRequest,
 )
 from chunktape.errors import ErrorCode, LlmError
-from chunktape.http.render import REASONING_FIELDS
 from chunktape.protocol import StreamChunk
-from chunktape.wire.openai_chat import OpenAIChatDecoder, error_from_payload, options_from_openai_request
-from chunktape.wire.sse import SseParser
+from chunktape.wire.http_errors import http_error
+from chunktape.wire.openai_chat import (
+    REASONING_FIELDS,
+    OpenAIChatDecoder,
+    decode_openai_completion,
+    error_from_payload,
+    not_an_event_stream,
+    options_from_openai_request,
+)
+from chunktape.wire.sse import SseComment, SseParser
 
 __all__ = ["SECRET_HEADERS", "import_vcr", "vcr_config"]
 
@@ -120,36 +129,23 @@ def _decompress(body: bytes, encoding: str | None) -> bytes:
     return body
 
 
-def _retry_after(headers: Any) -> float | None:
-    millis = _header(headers, "retry-after-ms")
-    if millis is not None:
-        try:
-            return max(float(millis) / 1000, 0.0)
-        except ValueError:
-            pass
-    value = _header(headers, "retry-after")
-    if value is None:
-        return None
-    try:
-        return max(float(value), 0.0)
-    except ValueError:
-        return None
-
-
 def _raised(error: LlmError) -> Raised:
     return Raised(
         t_ns=0, code=error.code.value, message=error.message, status=error.status, retry_after=error.retry_after
     )
 
 
-def _stream(body: bytes) -> tuple[list[StreamChunk], Outcome]:
+def _stream(body: bytes, content_type: str | None) -> tuple[list[StreamChunk], Outcome]:
     """Decode an SSE body as the adapter would, keeping the chunks before an error and the error itself."""
     parser = SseParser()
     decoder = OpenAIChatDecoder()
     chunks: list[StreamChunk] = []
+    items = parser.feed(body) + parser.close()
+    if body.strip() and not any(isinstance(item, SseComment) or item.data is not None for item in items):
+        return [], _raised(not_an_event_stream(body, content_type))
     try:
-        for item in parser.feed(body) + parser.close():
-            chunks.extend(decoder.feed_item(item))
+        for item in items:
+            chunks.extend(decoder.feed_item(item, unterminated=item is parser.unterminated))
             if decoder.done:
                 break
         chunks.extend(decoder.close())
@@ -158,64 +154,31 @@ def _stream(body: bytes) -> tuple[list[StreamChunk], Outcome]:
     return chunks, Completed(t_ns=0)
 
 
-def _completion(payload: Any) -> tuple[list[StreamChunk], Outcome]:
-    """A non-streamed ``chat.completion``: its message is one delta chunk for the same decoder."""
-    decoder = OpenAIChatDecoder()
-    chunks: list[StreamChunk] = []
-    try:
-        choices = payload.get("choices") or []
-        for choice in choices:
-            message = choice.get("message") or {}
-            calls = [{**call, "index": position} for position, call in enumerate(message.get("tool_calls") or [])]
-            delta = {key: message.get(key) for key in ("content", "reasoning_content", "reasoning")}
-            delta["tool_calls"] = calls or None
-            chunk = {"choices": [{"index": choice.get("index", 0), "delta": delta}]}
-            chunks.extend(decoder.feed_data(msgspec.json.encode(chunk)))
-            chunk = {"choices": [{"index": choice.get("index", 0), "finish_reason": choice.get("finish_reason")}]}
-            chunks.extend(decoder.feed_data(msgspec.json.encode(chunk)))
-        if payload.get("usage") is not None:
-            chunks.extend(decoder.feed_data(msgspec.json.encode({"choices": [], "usage": payload["usage"]})))
-        chunks.extend(decoder.feed_data("[DONE]"))
-        chunks.extend(decoder.close())
-    except LlmError as exc:
-        return chunks, _raised(exc)
-    return chunks, Completed(t_ns=0)
+class _Corrupt(Exception):
+    """What is wrong with one vcr interaction; ``import_vcr`` names the interaction."""
 
 
-def _http_error(status: int, body: bytes, headers: Any) -> Raised:
-    try:
-        payload: Any = _decoder.decode(body)
-    except msgspec.DecodeError:
-        payload = None
-    what = f"the provider answered HTTP {status}"
-    if isinstance(payload, dict):
-        message = error_from_payload(payload, what=what).message
-    else:
-        text = body.decode(errors="replace").strip()
-        message = what + (f": {text[:500]}" if text else "")
-    return Raised(
-        t_ns=0,
-        code=ErrorCode.PROVIDER_HTTP_ERROR.value,
-        message=message,
-        status=status,
-        retry_after=_retry_after(headers),
-    )
+def _status(response: Mapping[str, Any]) -> int:
+    info = response.get("status") or {}
+    code = info.get("code", 200) if isinstance(info, Mapping) else info
+    if isinstance(code, bool) or not isinstance(code, int | str) or not str(code).strip().isdigit():
+        raise _Corrupt(f"its response status {code!r} is not a number")
+    return int(code)
 
 
-def _interaction(request: Any, response: Mapping[str, Any], number: int, where: str) -> Interaction:
+def _interaction(request: Any, response: Any) -> Interaction:
     try:
         body: Any = _decoder.decode(_as_bytes(request.body))
         options = options_from_openai_request(body, reasoning=REASONING_FIELDS)
     except (msgspec.DecodeError, LlmError) as exc:
-        raise LlmError(
-            f"{where}: interaction #{number} ({request.method} {request.uri}) has a request body that is not a "
-            f"chat-completions request: {exc}",
-            ErrorCode.CASSETTE_CORRUPT,
-            hint="keep only chat-completions traffic in the cassette",
-        ) from None
-    status_info = response.get("status") or {}
-    status = int(status_info.get("code", 200)) if isinstance(status_info, Mapping) else int(status_info)
-    headers = response.get("headers") or {}
+        message = exc.message if isinstance(exc, LlmError) else str(exc)
+        raise _Corrupt(f"its request body is not a chat-completions request ({message})") from None
+    if not isinstance(response, Mapping):
+        raise _Corrupt(f"its response is a {type(response).__name__}, not a mapping")
+    status = _status(response)
+    headers = response.get("headers")
+    if not isinstance(headers, Mapping):
+        headers = {}
     raw = (response.get("body") or {}).get("string") if isinstance(response.get("body"), Mapping) else None
     if raw is None:
         raw = response.get("content")
@@ -223,15 +186,21 @@ def _interaction(request: Any, response: Mapping[str, Any], number: int, where: 
     chunks: list[StreamChunk]
     outcome: Outcome
     if status >= 300:
-        chunks, outcome = [], _http_error(status, content, headers)
+        chunks, outcome = [], _raised(http_error(status, content, headers))
     elif content.lstrip().startswith(b"{"):
-        payload = _decoder.decode(content)
+        try:
+            payload = _decoder.decode(content)
+        except msgspec.DecodeError as exc:
+            raise _Corrupt(f"its JSON response body cannot be parsed ({exc})") from None
         if isinstance(payload, dict) and payload.get("error") is not None:
             chunks, outcome = [], _raised(error_from_payload(payload, what="the provider answered with an error"))
         else:
-            chunks, outcome = _completion(payload)
+            try:
+                chunks, outcome = decode_openai_completion(payload), Completed(t_ns=0)
+            except LlmError as exc:
+                raise _Corrupt(f"its JSON response body is not a readable chat.completion ({exc.message})") from None
     else:
-        chunks, outcome = _stream(content)
+        chunks, outcome = _stream(content, _header(headers, "content-type"))
     return Interaction(
         request=RecordedRequest.from_options(options),
         events=[Event(t_ns=0, chunk=chunk) for chunk in chunks],
@@ -259,7 +228,15 @@ def import_vcr(path: str | os.PathLike[str]) -> Cassette:
     for number, (request, response) in enumerate(loaded.data):
         if request.method.upper() != "POST" or not request.path.rstrip("/").endswith("/chat/completions"):
             continue
-        interactions.append(_interaction(request, response, number, str(path)))
+        try:
+            interactions.append(_interaction(request, response))
+        except Exception as exc:  # one clear error per bad interaction, never a bare traceback
+            what = str(exc) if isinstance(exc, _Corrupt) else f"it cannot be read ({type(exc).__name__}: {exc})"
+            raise LlmError(
+                f"{path}: vcr interaction #{number} ({request.method} {request.uri}): {what}",
+                ErrorCode.CASSETTE_CORRUPT,
+                hint="fix or delete that interaction in the cassette (numbered from 0, in file order)",
+            ) from (None if isinstance(exc, _Corrupt) else exc)
     if not interactions:
         raise LlmError(
             f"{path}: no POST .../chat/completions exchange found in {len(loaded.data)} recorded interaction(s)",

@@ -4,7 +4,9 @@ Error mapping (every failure is an ``LlmError``):
 
 - non-2xx -> ``PROVIDER_HTTP_ERROR`` with ``status``, ``retry_after`` (``Retry-After`` seconds or HTTP-date,
   or ``retry-after-ms``) and the provider's message from the JSON body, whatever its content type;
-- connect failures and a connection breaking mid-body -> ``STREAM_ABORTED``;
+- connect failures (``could not connect to <url>``) and a connection breaking mid-body -> ``STREAM_ABORTED``;
+- a 2xx body with no SSE in it at all (an HTML page, a proxy's login form) -> ``INVALID_RESPONSE`` with the
+  content type and a snippet;
 - no response within ``timeout``, or no *data* event within ``idle_timeout`` (keep-alive comments do not
   count) -> ``TIMEOUT``;
 - unparseable data -> ``INVALID_RESPONSE``; in-band error objects and ``event: error`` -> see
@@ -15,11 +17,9 @@ Error mapping (every failure is an ``LlmError``):
 from __future__ import annotations
 
 import asyncio
-import email.utils
 import inspect
 import os
-import time
-from collections.abc import AsyncIterator, Awaitable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
@@ -29,23 +29,20 @@ import msgspec
 from chunktape.abort import AbortSignal
 from chunktape.errors import ErrorCode, LlmError
 from chunktape.protocol import GenerateOptions, LlmAdapter, ReasoningOption, StreamChunk, attribution_headers
-from chunktape.wire.openai_chat import OpenAIChatDecoder, error_from_payload, options_to_openai_request
-from chunktape.wire.sse import SseEvent, SseParser
+from chunktape.wire.http_errors import http_error
+from chunktape.wire.openai_chat import (
+    DEEPSEEK_REASONING,
+    OPENAI_REASONING,
+    OpenAIChatDecoder,
+    error_from_payload,
+    not_an_event_stream,
+    options_to_openai_request,
+)
+from chunktape.wire.sse import SseComment, SseEvent, SseParser
 
 __all__ = ["DEEPSEEK_BASE_URL", "DEEPSEEK_REASONING", "OPENAI_REASONING", "OpenAICompatAdapter"]
 
 DEEPSEEK_BASE_URL = "https://api.deepseek.com"
-
-DEEPSEEK_REASONING: Mapping[str, Mapping[str, Any]] = {
-    "thinking": {"thinking": {"type": "enabled"}},
-    "no-thinking": {"thinking": {"type": "disabled"}},
-}
-"""DeepSeek's thinking switch, as request fields per effort id."""
-
-OPENAI_REASONING: Mapping[str, Mapping[str, Any]] = {
-    effort: {"reasoning_effort": effort} for effort in ("low", "medium", "high")
-}
-"""The ``reasoning_effort`` most OpenAI-compatible providers accept."""
 
 _T = TypeVar("_T")
 _MAX_ERROR_BODY = 64 * 1024
@@ -150,23 +147,33 @@ class OpenAICompatAdapter(LlmAdapter):
         response: httpx.Response | None = None
         raw: AsyncIterator[bytes] | None = None
         try:
-            response = await guard.run(client.send(request, stream=True), None, "no response headers")
+            response = await guard.run(client.send(request, stream=True), "no response headers")
             if response.status_code >= 300:
                 raise await self._http_error(response, guard)
             if response.headers.get("content-type", "").startswith("application/json"):
                 raise await self._not_a_stream(response, guard)
             parser = SseParser()
             decoder = OpenAIChatDecoder()
-            deadline = None if self.idle_timeout is None else loop.time() + self.idle_timeout
+            if self.idle_timeout is not None:
+                guard.set_deadline(loop.time() + self.idle_timeout)
             raw = response.aiter_bytes()
+            unparsed: bytearray | None = bytearray()  # the body's head, until it shows it is an event stream
             while not decoder.done:
-                piece = await guard.run(anext(raw, None), deadline, f"no data event for {self.idle_timeout}s")
+                piece = await guard.run(anext(raw, None), f"no data event for {self.idle_timeout}s", timed=True)
                 items = parser.feed(piece) if piece is not None else parser.close()
+                if unparsed is not None:
+                    if any(isinstance(item, SseComment) or item.data is not None for item in items):
+                        unparsed = None
+                    elif piece is not None:
+                        if len(unparsed) < _MAX_ERROR_BODY:
+                            unparsed += piece
+                    elif unparsed:
+                        raise not_an_event_stream(bytes(unparsed), response.headers.get("content-type"), who=self.name)
                 for item in items:
-                    chunks = decoder.feed_item(item)
+                    chunks = decoder.feed_item(item, unterminated=item is parser.unterminated)
                     if isinstance(item, SseEvent) and item.data and not item.data.isspace() and self.idle_timeout:
                         # Only real data moves the idle deadline; keep-alive comments and blank data do not.
-                        deadline = loop.time() + self.idle_timeout
+                        guard.deadline = loop.time() + self.idle_timeout
                     for chunk in chunks:
                         yield chunk
                 if piece is None:
@@ -177,6 +184,13 @@ class OpenAICompatAdapter(LlmAdapter):
             raise LlmError(f"{self.name}: undecodable body ({exc})", ErrorCode.INVALID_RESPONSE, cause=exc) from exc
         except httpx.TimeoutException as exc:
             raise LlmError(f"{self.name}: timed out ({exc})", ErrorCode.TIMEOUT, cause=exc) from exc
+        except httpx.ConnectError as exc:
+            raise LlmError(
+                f"{self.name}: could not connect to {request.url} ({type(exc).__name__}: {exc})",
+                ErrorCode.STREAM_ABORTED,
+                cause=exc,
+                hint="check the base URL and that the server is running; retrying may help",
+            ) from exc
         except httpx.HTTPError as exc:
             raise LlmError(
                 f"{self.name}: the connection broke ({type(exc).__name__}: {exc})", ErrorCode.STREAM_ABORTED, cause=exc
@@ -213,90 +227,102 @@ class OpenAICompatAdapter(LlmAdapter):
 
     async def _http_error(self, response: httpx.Response, guard: _Guard) -> LlmError:
         body = await self._read_capped(response, guard)
-        status = response.status_code
-        text = bytes(body).decode(errors="replace").strip()
-        try:
-            # Gate on the bytes, not the content type: DeepSeek serves error JSON as application/octet-stream.
-            payload: Any = _decoder.decode(body)
-        except msgspec.DecodeError:
-            payload = None
-        if payload is not None and isinstance(payload, dict):
-            error = error_from_payload(payload, what=f"{self.name} answered HTTP {status}")
-            message = error.message
-        else:
-            message = f"{self.name} answered HTTP {status}" + (f": {text[:500]}" if text else "")
-        return LlmError(
-            message, ErrorCode.PROVIDER_HTTP_ERROR, status=status, retry_after=_retry_after(response.headers)
-        )
+        return http_error(response.status_code, body, response.headers, who=self.name)
 
 
 class _Guard:
-    """Races network awaits against the abort signal and a deadline, so neither waits on a silent server."""
+    """Bounds network awaits by the abort signal and an idle deadline, so neither waits on a silent server.
+
+    Cheap enough for every read: no task, no timeout scope per await. ``deadline`` is a plain number the stream
+    moves on real data; one timer follows it lazily (when it fires early it re-arms for the moved deadline),
+    and when it is really due, or the abort signal fires, while the stream's task awaits the network (and
+    only then), the task is cancelled and that cancellation becomes ``TIMEOUT`` or the signal's error.
+    """
+
+    __slots__ = ("_loop", "_reason", "_remove", "_timed", "_timer", "_waiting", "deadline", "signal")
 
     def __init__(self, signal: AbortSignal | None) -> None:
         self.signal = signal
-        self._aborted: asyncio.Future[None] | None = None
-        self._remove: Any = None
+        self._loop = asyncio.get_running_loop()
+        self.deadline: float | None = None
+        """The idle deadline (event-loop time) for timed reads; None for none."""
+        self._timer: asyncio.TimerHandle | None = None
+        self._waiting: asyncio.Task[Any] | None = None
+        self._timed = False
+        self._reason: str | None = None
+        self._remove: Callable[[], None] | None = None
         if signal is not None:
-            self._aborted = asyncio.get_running_loop().create_future()
             self._remove = signal.add_listener(self._on_abort)
 
-    def _on_abort(self, _reason: object) -> None:
-        if self._aborted is not None and not self._aborted.done():
-            self._aborted.set_result(None)
+    def set_deadline(self, deadline: float | None) -> None:
+        """Move the idle deadline (the timer follows lazily)."""
+        self.deadline = deadline
+        if deadline is not None and self._timer is None:
+            self._timer = self._loop.call_at(deadline, self._on_timer)
 
-    async def run(self, awaitable: Awaitable[_T], deadline: float | None, doing: str) -> _T:
-        if self.signal is not None and self.signal.aborted:
-            if inspect.iscoroutine(awaitable):
-                awaitable.close()
-            raise self.signal.error()
-        if self._aborted is None and deadline is None:
+    def _on_timer(self) -> None:
+        self._timer = None
+        deadline = self.deadline
+        if deadline is None:
+            return
+        if self._loop.time() < deadline:
+            self._timer = self._loop.call_at(deadline, self._on_timer)
+        elif self._timed:
+            self._cancel("timeout")
+        # Not in a timed read: the next one sees the deadline passed.
+
+    def _on_abort(self, _reason: object) -> None:
+        self._cancel("abort")
+
+    def _cancel(self, reason: str) -> None:
+        task = self._waiting
+        if task is not None and self._reason is None:
+            self._reason = reason
+            task.cancel()
+
+    async def run(self, awaitable: Awaitable[_T], doing: str, *, timed: bool = False) -> _T:
+        """Await ``awaitable``; ``timed``: bounded by ``deadline``."""
+        signal = self.signal
+        if signal is not None and signal.aborted:
+            _discard(awaitable)
+            raise signal.error()
+        deadline = self.deadline if timed else None
+        if deadline is not None and self._loop.time() >= deadline:
+            _discard(awaitable)
+            raise LlmError(f"timed out: {doing}", ErrorCode.TIMEOUT)
+        timed = deadline is not None
+        if signal is None and not timed:
             return await awaitable
-        task = asyncio.ensure_future(awaitable)
-        waiters: set[asyncio.Future[Any]] = {task}
-        if self._aborted is not None:
-            waiters.add(self._aborted)
-        timeout = None if deadline is None else max(deadline - asyncio.get_running_loop().time(), 0.0)
+        task = self._waiting = asyncio.current_task()
+        self._timed = timed
         try:
-            await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+            return await awaitable
+        except asyncio.CancelledError:
+            reason, self._reason = self._reason, None
+            if reason is None or task is None:
+                raise  # cancelled from outside: let it through
+            task.uncancel()
+            if signal is not None and signal.aborted:
+                raise signal.error() from None
+            raise LlmError(f"timed out: {doing}", ErrorCode.TIMEOUT) from None
         finally:
-            if not task.done():
-                task.cancel()
-                await asyncio.gather(task, return_exceptions=True)
-        if task.done() and not task.cancelled():
-            return task.result()
-        if self.signal is not None and self.signal.aborted:
-            raise self.signal.error()
-        raise LlmError(f"timed out: {doing}", ErrorCode.TIMEOUT)
+            self._waiting = None
+            self._timed = False
 
     def close(self) -> None:
         if self._remove is not None:
             self._remove()
             self._remove = None
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+
+def _discard(awaitable: Awaitable[Any]) -> None:
+    if inspect.iscoroutine(awaitable):
+        awaitable.close()
 
 
 async def _aiter_guarded(iterator: AsyncIterator[bytes], guard: _Guard) -> AsyncIterator[bytes]:
-    while (piece := await guard.run(anext(iterator, None), None, "no error body")) is not None:
+    while (piece := await guard.run(anext(iterator, None), "no error body")) is not None:
         yield piece
-
-
-def _retry_after(headers: httpx.Headers) -> float | None:
-    """``retry-after-ms`` (OpenAI), else ``Retry-After`` as seconds or an HTTP-date (seconds from now)."""
-    millis = headers.get("retry-after-ms")
-    if millis is not None:
-        try:
-            return max(float(millis) / 1000, 0.0)
-        except ValueError:
-            pass
-    value = headers.get("retry-after")
-    if value is None:
-        return None
-    try:
-        return max(float(value), 0.0)
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(when.timestamp() - time.time(), 0.0)

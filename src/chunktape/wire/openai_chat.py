@@ -10,8 +10,9 @@ Decoding (provider -> us): ``OpenAIChatDecoder`` turns chunk JSON into a *valid*
   its buffered pieces replayed as they came) once a different index has arrived *and* the live call's
   arguments are complete JSON. Anything still open or buffered is flushed, in index order, when the
   tool-call phase ends (text/reasoning resumes, or the stream finishes). In-order providers therefore stream
-  every call live; interleaving ones are delayed, never invalid. A delta arriving for a call already closed
-  raises ``INVALID_RESPONSE`` unless it is empty.
+  every call live; interleaving ones are delayed, never invalid. A new non-empty ``id`` at an index a
+  different call already used starts a new call (ollama, litellm and dynamo send every parallel call as
+  index 0). A delta arriving for a call already closed raises ``INVALID_RESPONSE`` unless it is empty.
 - ``usage`` (on the last content chunk as DeepSeek sends it, or in a ``choices: []`` chunk after the finish
   chunk as OpenAI does) -> ``UsageChunk``; ``finish_reason`` -> ``Finish``. Both are held until the stream
   ends (``[DONE]`` or end of body), so ``usage`` always precedes ``finish``.
@@ -58,21 +59,42 @@ from chunktape.protocol import (
     ToolSpec,
     UsageChunk,
 )
+from chunktape.wire.http_errors import error_from_payload
 from chunktape.wire.sse import SseComment, SseEvent, SseItem, SseParser, write_sse
 
 __all__ = [
+    "DEEPSEEK_REASONING",
     "DONE",
+    "OPENAI_REASONING",
     "OpenAIChatDecoder",
     "OpenAIChatEncoder",
+    "REASONING_FIELDS",
     "chunks_to_openai_dicts",
     "chunks_to_openai_events",
+    "decode_openai_completion",
     "decode_openai_sse",
     "error_from_payload",
+    "not_an_event_stream",
     "options_from_openai_request",
     "options_to_openai_request",
 ]
 
 DONE = "[DONE]"
+
+DEEPSEEK_REASONING: Mapping[str, Mapping[str, Any]] = {
+    "thinking": {"thinking": {"type": "enabled"}},
+    "no-thinking": {"thinking": {"type": "disabled"}},
+}
+"""DeepSeek's thinking switch, as request fields per effort id."""
+
+OPENAI_REASONING: Mapping[str, Mapping[str, Any]] = {
+    effort: {"reasoning_effort": effort} for effort in ("low", "medium", "high")
+}
+"""The ``reasoning_effort`` most OpenAI-compatible providers accept."""
+
+REASONING_FIELDS: Mapping[str, Mapping[str, Any]] = {**DEEPSEEK_REASONING, **OPENAI_REASONING}
+"""Request fields per reasoning effort, in both vocabularies ``OpenAICompatAdapter`` speaks: decoding a request
+(``options_from_openai_request(body, reasoning=REASONING_FIELDS)``) maps them back to ``reasoning=<effort>``."""
 
 # -- the provider's JSON, typed and lenient (unknown fields are ignored) ----------------------------
 
@@ -124,7 +146,26 @@ class _Chunk(msgspec.Struct):
     error: Any = None
 
 
+class _Message(msgspec.Struct):
+    content: str | None = None
+    reasoning_content: str | None = None
+    reasoning: str | None = None
+    tool_calls: list[_ToolCall] | None = None
+
+
+class _CompletionChoice(msgspec.Struct):
+    index: int = 0
+    message: _Message | None = None
+    finish_reason: str | None = None
+
+
+class _Completion(msgspec.Struct):
+    choices: list[_CompletionChoice] | None = None
+    usage: _Usage | None = None
+
+
 _chunk_decoder = msgspec.json.Decoder(_Chunk)
+_completion_decoder = msgspec.json.Decoder(_Completion)
 _any_decoder = msgspec.json.Decoder()
 _encoder = msgspec.json.Encoder()
 
@@ -168,30 +209,23 @@ def usage_from_wire(usage: _Usage) -> TokenUsage:
     )
 
 
-def error_from_payload(payload: Any, *, what: str = "the provider reported an error") -> LlmError:
-    """Build an ``LlmError`` from an error object or body (``{"error": {...}}``, ``{"message": ...}``, text).
+def not_an_event_stream(body: bytes, content_type: str | None, *, who: str = "the provider") -> LlmError:
+    """A 2xx body that held no SSE at all (an HTML page, a proxy's login form): ``INVALID_RESPONSE`` with a snippet.
 
-    ``PROVIDER_HTTP_ERROR`` with ``status`` when the payload names an HTTP status, else ``STREAM_ABORTED``.
+    A JSON error object (whatever the content type) becomes ``error_from_payload``'s error instead.
     """
-    error = payload.get("error", payload) if isinstance(payload, dict) else payload
-    message: str
-    status: int | None = None
-    if isinstance(error, dict):
-        raw = error.get("message")
-        message = raw if isinstance(raw, str) and raw else _encoder.encode(error).decode()
-        for key in ("status_code", "status", "code"):
-            value = error.get(key)
-            if isinstance(value, int) and not isinstance(value, bool) and 400 <= value <= 599:
-                status = value
-                break
-        kind = error.get("type") or error.get("code")
-        if isinstance(kind, str) and kind and kind not in message:
-            message = f"{message} ({kind})"
-    else:
-        message = str(error)
-    if status is not None:
-        return LlmError(f"{what}: {message}", ErrorCode.PROVIDER_HTTP_ERROR, status=status)
-    return LlmError(f"{what}: {message}", ErrorCode.STREAM_ABORTED)
+    try:
+        payload: Any = _any_decoder.decode(body)
+    except msgspec.DecodeError:
+        payload = None
+    if isinstance(payload, dict) and payload.get("error") is not None:
+        return error_from_payload(payload, what=f"{who} answered with an error")
+    kind = content_type or "no content-type"
+    return LlmError(
+        f"{who} answered with something that is not an event stream ({kind}): {_snippet(body, 200)}",
+        ErrorCode.INVALID_RESPONSE,
+        hint="check the base URL (a proxy or login page?) and that the endpoint streams chat completions",
+    )
 
 
 # -- decoding ---------------------------------------------------------------------------------------
@@ -221,6 +255,7 @@ class OpenAIChatDecoder:
         "_block",
         "_block_type",
         "_calls",
+        "_current",
         "_done",
         "_finish",
         "_live",
@@ -234,7 +269,10 @@ class OpenAIChatDecoder:
         self._block = -1
         self._block_type: Literal["text", "reasoning", "tool-call"] | None = None
         self._pieces: list[str] = []
-        self._calls: dict[int, _Call] = {}
+        self._calls: dict[tuple[int, int], _Call] = {}
+        """Every call by (provider index, how many earlier calls reused that index)."""
+        self._current: dict[int, tuple[int, int]] = {}
+        """Provider index -> the key of the latest call sent with it."""
         self._live: _Call | None = None
         self._usage: TokenUsage | None = None
         self._finish: FinishReason | None = None
@@ -245,8 +283,12 @@ class OpenAIChatDecoder:
         """True once ``data: [DONE]`` arrived."""
         return self._done
 
-    def feed_item(self, item: SseItem) -> list[StreamChunk]:
-        """Decode one SSE item: comments are skipped, ``event: error`` raises, ``[DONE]`` ends the stream."""
+    def feed_item(self, item: SseItem, *, unterminated: bool = False) -> list[StreamChunk]:
+        """Decode one SSE item: comments are skipped, ``event: error`` raises, ``[DONE]`` ends the stream.
+
+        ``unterminated``: the item is ``SseParser.unterminated`` (the body ended before its blank line); if its
+        data does not parse, the body was cut mid-event: ``STREAM_ABORTED``, not ``INVALID_RESPONSE``.
+        """
         if isinstance(item, SseComment) or item.data is None:
             return []
         if item.event == "error":
@@ -255,10 +297,10 @@ class OpenAIChatDecoder:
             except msgspec.DecodeError:
                 payload = item.data
             raise error_from_payload(payload, what="the provider sent an error event")
-        return self.feed_data(item.data)
+        return self.feed_data(item.data, unterminated=unterminated)
 
-    def feed_data(self, data: str | bytes) -> list[StreamChunk]:
-        """Decode one ``data:`` payload (a chunk JSON object, or ``[DONE]``)."""
+    def feed_data(self, data: str | bytes, *, unterminated: bool = False) -> list[StreamChunk]:
+        """Decode one ``data:`` payload (a chunk JSON object, or ``[DONE]``); ``unterminated`` as in ``feed_item``."""
         stripped = data.strip()
         if not stripped:
             return []  # a blank ``data:`` line, as some proxies send to keep the connection alive
@@ -270,6 +312,10 @@ class OpenAIChatDecoder:
         try:
             chunk = _chunk_decoder.decode(data)
         except msgspec.DecodeError as exc:
+            if unterminated:
+                raise LlmError(
+                    f"the stream ended in the middle of an event: {_snippet(data)}", ErrorCode.STREAM_ABORTED, cause=exc
+                ) from exc
             raise LlmError(
                 f"unparseable chunk from the provider ({exc}): {_snippet(data)}", ErrorCode.INVALID_RESPONSE, cause=exc
             ) from exc
@@ -349,14 +395,22 @@ class OpenAIChatDecoder:
         self._block_type = None
 
     def _tool(self, delta: _ToolCall, out: list[StreamChunk]) -> None:
-        key = self._call_key(delta)
-        call = self._calls.get(key)
+        index = self._call_key(delta)
+        key = self._current.get(index)
+        call = self._calls.get(key) if key is not None else None
         function = delta.function
         name = function.name if function is not None else None
         arguments = (function.arguments if function is not None else None) or ""
         new_id = delta.id or None
+        if call is not None and key is not None and new_id is not None and call.id not in (None, new_id):
+            # A new id at an index a different call already used (ollama, litellm, dynamo send every parallel
+            # call as index 0): a new call, not more of the old one.
+            key = (index, key[1] + 1)
+            call = None
         if call is None:
+            key = key or (index, 0)
             call = self._calls[key] = _Call()
+            self._current[index] = key
         else:
             # Providers may repeat id/name on later deltas; the first one counts.
             if new_id is not None and call.id is not None:
@@ -366,9 +420,10 @@ class OpenAIChatDecoder:
         if not name:
             name = None
         if call.state == "done":
-            if arguments or new_id or name:
+            # Trailing whitespace after complete arguments changes nothing; anything else is more of the call.
+            if (arguments and not arguments.isspace()) or new_id or name:
                 raise LlmError(
-                    f"tool call #{key} received more data after it was complete: {arguments!r}",
+                    f"tool call #{index} received more data after it was complete: {arguments!r}",
                     ErrorCode.INVALID_RESPONSE,
                 )
             return
@@ -394,10 +449,10 @@ class OpenAIChatDecoder:
         if delta.index is not None:
             return delta.index
         if delta.id and all(call.id != delta.id for call in self._calls.values()):
-            return max(self._calls, default=-1) + 1
+            return max(self._current, default=-1) + 1
         for key in reversed(self._calls):
             if not delta.id or self._calls[key].id == delta.id:
-                return key
+                return key[0]
         return 0
 
     def _go_live(self, call: _Call, out: list[StreamChunk]) -> None:
@@ -471,8 +526,47 @@ def decode_openai_sse(body: bytes) -> list[StreamChunk]:
     parser = SseParser()
     decoder = OpenAIChatDecoder()
     out: list[StreamChunk] = []
-    for item in parser.feed(body) + parser.close():
+    for item in parser.feed(body):
         out.extend(decoder.feed_item(item))
+    for item in parser.close():
+        out.extend(decoder.feed_item(item, unterminated=item is parser.unterminated))
+    out.extend(decoder.close())
+    return out
+
+
+def decode_openai_completion(body: bytes | str | Mapping[str, Any]) -> list[StreamChunk]:
+    """A non-streamed ``chat.completion`` (JSON bytes or the decoded object) as the chunks its stream would give.
+
+    Each choice's ``message`` is fed to ``OpenAIChatDecoder`` as one delta (tool calls in their listed order),
+    then its ``finish_reason``, then ``usage``. Raises ``LlmError(INVALID_RESPONSE)`` for a body that is not a
+    ``chat.completion`` object (what is wrong, and where), and the decoder's errors.
+    """
+    try:
+        if isinstance(body, bytes | str):
+            completion = _completion_decoder.decode(body)
+        else:
+            completion = msgspec.convert(body, _Completion)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise LlmError(f"not a chat.completion object: {exc}", ErrorCode.INVALID_RESPONSE, cause=exc) from exc
+    decoder = OpenAIChatDecoder()
+    out: list[StreamChunk] = []
+    for choice in completion.choices or ():
+        message = choice.message or _Message()
+        calls = [
+            msgspec.structs.replace(call, index=position) for position, call in enumerate(message.tool_calls or ())
+        ]
+        delta = _Delta(
+            content=message.content,
+            reasoning_content=message.reasoning_content,
+            reasoning=message.reasoning,
+            tool_calls=calls or None,
+        )
+        out.extend(decoder._feed_chunk(_Chunk(choices=[_Choice(index=choice.index, delta=delta)])))
+        finish = _Choice(index=choice.index, finish_reason=choice.finish_reason)
+        out.extend(decoder._feed_chunk(_Chunk(choices=[finish])))
+    if completion.usage is not None:
+        out.extend(decoder._feed_chunk(_Chunk(choices=[], usage=completion.usage)))
+    out.extend(decoder.feed_data(DONE))
     out.extend(decoder.close())
     return out
 
@@ -659,6 +753,14 @@ def _bad_request(message: str) -> LlmError:
     return LlmError(f"not an OpenAI chat-completions request: {message}", ErrorCode.UNSUPPORTED_OPTION)
 
 
+def _typed(value: Any, kind: Any, field: str) -> Any:
+    """``value`` as ``kind`` (strictly: ``"5"`` is not an int), or ``_bad_request`` naming ``field``."""
+    try:
+        return msgspec.convert(value, kind)
+    except msgspec.ValidationError as exc:
+        raise _bad_request(f"`{field}`: {exc} (got {value!r:.80})") from None
+
+
 def _content_text(content: Any, where: str) -> str | None:
     """``content`` as a string: a list of ``{"type": "text"}`` parts is joined; other parts are refused."""
     if content is None or isinstance(content, str):
@@ -699,9 +801,11 @@ def message_from_openai(wire: Any, where: str = "messages[0]") -> Message:
         role=role,
         content=_content_text(wire.get("content"), where),
         tool_calls=calls,
-        tool_call_id=wire.get("tool_call_id"),
-        name=wire.get("name"),
-        reasoning_content=wire.get("reasoning_content") if calls else None,
+        tool_call_id=_typed(wire.get("tool_call_id"), str | None, f"{where}.tool_call_id"),
+        name=_typed(wire.get("name"), str | None, f"{where}.name"),
+        reasoning_content=_typed(wire.get("reasoning_content"), str | None, f"{where}.reasoning_content")
+        if calls
+        else None,
     )
 
 
@@ -732,14 +836,14 @@ def options_from_openai_request(
         tools.append(
             ToolSpec(
                 name=function["name"],
-                description=function.get("description") or "",
-                parameters=function.get("parameters") or {},
+                description=_typed(function.get("description") or "", str, f"tools[{position}].description"),
+                parameters=_typed(function.get("parameters") or {}, dict[str, Any], f"tools[{position}].parameters"),
             )
         )
-    max_tokens = rest.pop("max_tokens", None)
+    max_tokens = _typed(rest.pop("max_tokens", None), int | None, "max_tokens")
     if max_tokens is None and "max_completion_tokens" in rest:
-        max_tokens = rest.pop("max_completion_tokens")
-    temperature = rest.pop("temperature", None)
+        max_tokens = _typed(rest.pop("max_completion_tokens"), int | None, "max_completion_tokens")
+    temperature = _typed(rest.pop("temperature", None), float | None, "temperature")
     effort: str | None = None
     for name, fields in (reasoning or {}).items():
         if fields and all(key in rest and rest[key] == value for key, value in fields.items()):
@@ -753,7 +857,7 @@ def options_from_openai_request(
             messages=[message_from_openai(message, f"messages[{i}]") for i, message in enumerate(messages)],
             tools=tools,
             max_tokens=max_tokens,
-            temperature=float(temperature) if isinstance(temperature, int) else temperature,
+            temperature=temperature,
             reasoning=effort,
             extra=rest,
         )

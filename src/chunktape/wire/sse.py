@@ -10,8 +10,10 @@ Two deliberate, documented departures from the browser algorithm, both for lossl
 - an event is dispatched when its block had *any* field (``event:``/``id:``/``retry:`` alone too); ``data``
   is ``None`` when no ``data:`` line was present, ``""`` for an empty one;
 - ``id`` is the value sent in *this* event (the sticky last-event-id is ``SseParser.last_event_id``);
-- ``close()`` dispatches a final event whose terminating blank line never came (servers that end the body
-  right after ``data: [DONE]\\n``); browsers drop it.
+- ``close()`` still returns a final event whose terminating blank line never came (servers that end the body
+  right after ``data: [DONE]\\n``; browsers drop it), but marks it: ``SseParser.unterminated`` is that event.
+  A body cut mid-event (``data: {"cho``) ends the same way, so a consumer must not trust an unterminated event
+  as complete: the OpenAI decoder reports a cut one as a broken stream (``STREAM_ABORTED``).
 """
 
 from __future__ import annotations
@@ -59,11 +61,13 @@ class SseParser:
         "_retry",
         "_skip_lf",
         "last_event_id",
+        "unterminated",
     )
 
     def __init__(self) -> None:
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        self._pending = ""
+        self._pending: list[str] = []
+        """The current line so far (pieces without a line ending): joined once, when its ending arrives."""
         self._skip_lf = False
         self._bom_checked = False
         self._data: list[str] | None = None
@@ -72,18 +76,29 @@ class SseParser:
         self._retry: int | None = None
         self.last_event_id = ""
         """The sticky last event id, as a browser's EventSource keeps it."""
+        self.unterminated: SseEvent | None = None
+        """Set by ``close()``: the final event it returned although its blank line never came (else None)."""
 
     def feed(self, chunk: bytes) -> list[SseItem]:
         """Parse the next bytes of the stream; returns every item they complete."""
         return self._feed_text(self._decoder.decode(chunk))
 
     def close(self) -> list[SseItem]:
-        """End of stream: flush an undecodable tail, a final unterminated line and event."""
+        """End of stream: flush an undecodable tail, a final unterminated line and event.
+
+        A final event without its terminating blank line is returned last and also kept in ``unterminated``:
+        it may be complete (``data: [DONE]\\n`` then EOF) or cut mid-line (``data: {"cho``).
+        """
         items = self._feed_text(self._decoder.decode(b"", final=True))
         if self._pending:
-            line, self._pending = self._pending, ""
+            line, self._pending = "".join(self._pending), []
             self._line(line, items)
+        before = len(items)
         self._dispatch(items)
+        if len(items) > before:
+            last = items[-1]
+            assert isinstance(last, SseEvent)
+            self.unterminated = last
         return items
 
     def _feed_text(self, text: str) -> list[SseItem]:
@@ -99,14 +114,21 @@ class SseParser:
             self._skip_lf = False
             if text.startswith("\n"):
                 text = text[1:]
-        buffer = self._pending + text if self._pending else text
+        # Only the new text is scanned: the pending piece holds no line ending, so a long line fed in small
+        # reads costs linear time (a rescan of the whole pending line per read was quadratic).
         start = 0
-        for match in _EOL.finditer(buffer):
-            self._line(buffer[start : match.start()], items)
+        for match in _EOL.finditer(text):
+            if self._pending:
+                self._pending.append(text[start : match.start()])
+                line, self._pending = "".join(self._pending), []
+            else:
+                line = text[start : match.start()]
+            self._line(line, items)
             start = match.end()
-        if start and buffer[start - 1] == "\r":
-            self._skip_lf = start == len(buffer)
-        self._pending = buffer[start:]
+        if start and text[start - 1] == "\r":
+            self._skip_lf = start == len(text)
+        if start < len(text):
+            self._pending.append(text[start:] if start else text)
         return items
 
     def _line(self, line: str, items: list[SseItem]) -> None:
