@@ -13,7 +13,7 @@ Built on ``chunktape.wire.openai_chat`` so the mapping exists once. How a record
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from typing import Any
 
 import msgspec
@@ -21,8 +21,14 @@ import msgspec
 from chunktape.cassettes.model import Cancelled, Completed, Interaction, Outcome, Raised
 from chunktape.errors import ErrorCode, LlmError
 from chunktape.protocol import BlockEnd, Finish, ReasoningBlock, StreamChunk, TextBlock, ToolCallBlock, UsageChunk
-from chunktape.providers.openai_compat import DEEPSEEK_REASONING, OPENAI_REASONING
-from chunktape.wire.openai_chat import DONE, OpenAIChatEncoder, finish_to_wire, usage_to_wire
+from chunktape.wire.http_errors import MAX_RETRY_AFTER
+from chunktape.wire.openai_chat import (
+    DONE,
+    REASONING_FIELDS,
+    OpenAIChatEncoder,
+    finish_to_wire,
+    usage_to_wire,
+)
 
 __all__ = [
     "MALFORMED_EVENT",
@@ -37,10 +43,6 @@ __all__ = [
 ]
 
 _encoder = msgspec.json.Encoder()
-
-REASONING_FIELDS: Mapping[str, Mapping[str, Any]] = {**DEEPSEEK_REASONING, **OPENAI_REASONING}
-"""Request fields per reasoning effort, in both vocabularies ``OpenAICompatAdapter`` speaks: decoding a request
-maps them back to ``reasoning=<effort>``."""
 
 MALFORMED_EVENT = b'data: {"id": "chatcmpl-chunktape", "choices": [{"delta": {"content": "\n\n'
 """A ``data:`` line whose JSON is cut off: what a corrupted stream looks like on the wire."""
@@ -64,7 +66,7 @@ def error_type(status: int | None) -> str:
     return _ERROR_TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
 
 
-MAX_RETRY_AFTER_S = 86_400.0
+MAX_RETRY_AFTER_S = MAX_RETRY_AFTER
 """The longest ``Retry-After`` written (a day): larger recorded values are capped, not sent as they are."""
 
 
