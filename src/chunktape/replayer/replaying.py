@@ -150,13 +150,9 @@ class ReplayAdapter(LlmAdapter):
 
     # -- playing -------------------------------------------------------------------------------
 
-    async def stream(self, options: GenerateOptions) -> AsyncIterator[StreamChunk]:
-        chunks = self.open(options).chunks
-        try:
-            async for chunk in chunks:
-                yield chunk
-        finally:
-            await chunks.aclose()  # type: ignore[attr-defined]
+    def stream(self, options: GenerateOptions) -> AsyncIterator[StreamChunk]:
+        # The call's own generator, not a wrapper around it: one generator frame per chunk on the hot path.
+        return self.open(options).chunks
 
     def open(self, options: GenerateOptions) -> ReplayCall:
         """Start one ``stream()`` call now: count it and choose its fault at once, and say which they are.
