@@ -32,6 +32,7 @@ from chunktape import (
 )
 from chunktape.cassettes import codec
 from chunktape.cassettes.codec import Journal, append_interactions, journal_path
+from chunktape.replayer import ReplayAdapter
 from helpers import options, text_stream, tool_stream
 
 ENCODINGS = ["c.msgpack", "c.json"]
@@ -149,7 +150,7 @@ def test_open_decodes_events_only_when_an_interaction_is_used(tmp_path: Path, na
 
     lazy = open_cassette(path)
     assert len(lazy) == 2
-    assert lazy.requests == [interaction.request for interaction in good.interactions]
+    assert list(lazy.requests) == [interaction.request for interaction in good.interactions]
     assert lazy.interaction(0) == good.interactions[0]
     with pytest.raises(LlmError) as caught:
         lazy.interaction(1)
@@ -492,3 +493,34 @@ def test_a_cassette_with_only_a_version_is_empty_for_both_readers(tmp_path: Path
     path.write_bytes(msgspec.json.encode(document) if name.endswith(".json") else msgspec.msgpack.encode(document))
     assert load_cassette(path).interactions == []
     assert open_cassette(path).to_cassette().interactions == []
+
+
+@pytest.mark.parametrize("suffix", [".msgpack", ".json"])
+def test_opening_decodes_requests_only_as_far_as_matching_needs(tmp_path: Path, suffix: str) -> None:
+    path = tmp_path / f"c{suffix}"
+    cassette = make_cassette(3)
+    save_cassette(cassette, path)
+    replay = ReplayAdapter(path)
+    assert replay.select(cassette.interactions[0].request) == 0
+    # Only the first request was decoded to find that match; the others are still raw bytes.
+    pending = [type(item).__name__ for item in replay.source.requests._items]
+    assert pending == ["RecordedRequest", "Raw", "Raw"]
+    assert list(replay.source.requests) == [item.request for item in cassette.interactions]
+
+
+def test_a_corrupt_later_request_is_cassette_corrupt_when_reached(tmp_path: Path) -> None:
+    path = tmp_path / "c.json"
+    cassette = make_cassette(2)
+    save_cassette(cassette, path)
+    text = path.read_text()
+    assert text.count('"content": "q1"') == 1  # the second request's message
+    path.write_text(text.replace('"content": "q1"', '"content": 42'))
+    replay = ReplayAdapter(path)
+    assert replay.select(cassette.interactions[0].request) == 0  # the good part still replays
+    with pytest.raises(LlmError) as caught:
+        list(replay.source.requests)
+    assert caught.value.code is ErrorCode.CASSETTE_CORRUPT
+    assert "interaction #1 request" in str(caught.value)
+    with pytest.raises(LlmError) as caught:
+        load_cassette(path)  # a full load (chunktape check) still refuses the file at once
+    assert caught.value.code is ErrorCode.CASSETTE_CORRUPT

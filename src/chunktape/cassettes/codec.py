@@ -17,7 +17,7 @@ import warnings
 from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TypeAlias
+from typing import Any, TypeAlias, overload
 
 import msgspec
 
@@ -75,9 +75,9 @@ class _Envelope(msgspec.Struct, kw_only=True):
 
 
 class _StoredInteraction(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
-    """JSON: an interaction whose events stay raw JSON until it is played."""
+    """JSON: an interaction whose request and events stay raw JSON until they are needed."""
 
-    request: RecordedRequest
+    request: msgspec.Raw
     events: msgspec.Raw
     outcome: Outcome
     started_at: datetime | None = None
@@ -99,9 +99,10 @@ class _PackedInteraction(msgspec.Struct, frozen=True, kw_only=True, rename="came
 
 
 class _PackedView(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
-    """Lazy: the events as a zero-copy view into the file's bytes (a msgpack blob, or a JSON array's text)."""
+    """Lazy: the request undecoded, the events as a zero-copy view into the file's bytes (a msgpack blob, or a
+    JSON array's text)."""
 
-    request: RecordedRequest
+    request: msgspec.Raw
     events: memoryview
     outcome: Outcome
     started_at: datetime | None = None
@@ -139,7 +140,7 @@ class _LazyPacked(msgspec.Struct, kw_only=True, rename="camel"):
 class _SkeletonInteraction(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     """JSON with each events array cut out and replaced by its number (see ``_open_sliced``)."""
 
-    request: RecordedRequest
+    request: msgspec.Raw
     events: int
     outcome: Outcome
     started_at: datetime | None = None
@@ -172,6 +173,7 @@ class _Format:
         self._encoder = module.Encoder()
         self.envelope = module.Decoder(_Envelope)
         self.events = module.Decoder(list[Event])
+        self.request = module.Decoder(RecordedRequest)
         self.plain = module.Decoder()
         self.lazy: Any = module.Decoder(_LazyJson)
         self.full: Any = module.Decoder(_FullJson)
@@ -243,8 +245,45 @@ def _corrupt(path: Path, what: str) -> LlmError:
 # -- loading -----------------------------------------------------------------------------------
 
 
+class LazyRequests(Sequence[RecordedRequest]):
+    """The recorded requests of an opened cassette, each decoded the first time it is looked at.
+
+    Matching stops at the first unplayed match, so opening a large cassette to replay its first interaction
+    decodes one request, not all of them. A request that does not decode is ``CASSETTE_CORRUPT``.
+    """
+
+    __slots__ = ("_decoder", "_items", "_path")
+
+    def __init__(self, items: list[RecordedRequest | msgspec.Raw], decoder: Any, path: Path | None) -> None:
+        self._items = items
+        self._decoder = decoder
+        self._path = path
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    @overload
+    def __getitem__(self, index: int) -> RecordedRequest: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[RecordedRequest]: ...
+
+    def __getitem__(self, index: int | slice) -> RecordedRequest | list[RecordedRequest]:
+        if isinstance(index, slice):
+            return [self[position] for position in range(*index.indices(len(self._items)))]
+        item = self._items[index]
+        if type(item) is RecordedRequest:
+            return item
+        try:
+            decoded: RecordedRequest = self._decoder.decode(item)
+        except Exception as exc:  # msgspec raises DecodeError/ValidationError; anything else is corruption too
+            raise _corrupt(self._path or Path("<memory>"), f"interaction #{index} request: {exc}") from exc
+        self._items[index] = decoded
+        return decoded
+
+
 class LazyCassette:
-    """A cassette ready to match: header and requests decoded, each interaction's events on first use."""
+    """A cassette ready to match: header decoded, each request and each interaction's events on first use."""
 
     __slots__ = ("_decoded", "_format", "_stored", "meta", "path", "requests", "version")
 
@@ -252,7 +291,7 @@ class LazyCassette:
         self.path = path
         self.version = cassette.version
         self.meta = cassette.meta
-        self.requests: list[RecordedRequest] = [interaction.request for interaction in cassette.interactions]
+        self.requests = LazyRequests([interaction.request for interaction in cassette.interactions], None, path)
         self._decoded: list[Interaction | None] = list(cassette.interactions)
         self._stored: list[_Stored] = []
         self._format: _Format = _MSGPACK
@@ -260,7 +299,7 @@ class LazyCassette:
     @classmethod
     def _from_stored(cls, path: Path, meta: CassetteMeta, stored: list[_Stored], fmt: _Format) -> LazyCassette:
         lazy = cls(Cassette(meta=meta), path)
-        lazy.requests = [item.request for item in stored]
+        lazy.requests = LazyRequests([item.request for item in stored], fmt.request, path)
         lazy._decoded = [None] * len(stored)
         lazy._stored = stored
         lazy._format = fmt
@@ -280,7 +319,7 @@ class LazyCassette:
         except Exception as exc:  # msgspec raises DecodeError/ValidationError; anything else is corruption too
             raise _corrupt(self.path or Path("<memory>"), f"interaction #{index} events: {exc}") from exc
         decoded = Interaction(
-            request=stored.request,
+            request=self.requests[index],
             events=events,
             outcome=stored.outcome,
             started_at=stored.started_at,

@@ -98,11 +98,12 @@ class ReplayAdapter(LlmAdapter):
 
     def select(self, request: RecordedRequest) -> int:
         """The interaction that would answer ``request`` now; raises ``CASSETTE_MISMATCH`` / ``CASSETTE_EXHAUSTED``."""
-        candidates = self._candidates(request)
-        counts = self.play_counts
-        for index in candidates:
-            if counts[index] == 0:
+        counts, matcher, recorded = self.play_counts, self.matcher, self.source.requests
+        # The first unplayed match wins: stop there, so later requests need not even be decoded.
+        for index in range(len(recorded)):
+            if counts[index] == 0 and matcher(request, recorded[index]):
                 return index
+        candidates = self._candidates(request)
         if not candidates:
             raise self.matcher.mismatch(request, self.source.requests, self._where)
         if self.allow_repeats:
