@@ -5,7 +5,7 @@ Targets, picked by the first input byte:
 0. the msgpack cassette decoder (``load_cassette`` and ``open_cassette`` + every interaction played);
 1. the JSON cassette decoder (same, including the lazy sliced open);
 2. the crash-journal reader (``recover``), then the validator over each recovered interaction;
-3. the SSE parser (``chunktape.wire.sse``), a slot used only when that module is importable.
+3. the wire: the SSE parser and the OpenAI chunk decoder over a body split at random points.
 
 The promise under test: only an ``LlmError`` with a documented code comes out, never another exception
 (a crash), and nothing hangs (libFuzzer's ``-timeout``). The seed corpus is built from the example
@@ -19,15 +19,15 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import atheris
 
 with atheris.instrument_imports():
     from chunktape import ErrorCode, LlmError, StreamValidator, load_cassette, open_cassette, recover
     from chunktape.cassettes.codec import Journal, encode_cassette
+    from chunktape.wire.openai_chat import OpenAIChatDecoder, chunks_to_openai_events
+    from chunktape.wire.sse import SseParser
 
 ROOT = Path(__file__).resolve().parent.parent
 ALLOWED = {
@@ -40,26 +40,32 @@ ALLOWED = {
 WORK = Path(tempfile.mkdtemp(prefix="chunktape-fuzz-"))
 
 
-def _sse_parser() -> Callable[[bytes], object] | None:
-    """The SSE parser's entry point, if the wire layer exists yet (it is built separately)."""
+WIRE_CODES = frozenset({ErrorCode.INVALID_RESPONSE, ErrorCode.STREAM_ABORTED, ErrorCode.PROVIDER_HTTP_ERROR})
+
+
+def _wire(data: bytes) -> None:
+    """A provider body arriving in pieces: the SSE parser, then the OpenAI chunk decoder, then the validator.
+
+    The first byte sets the piece size, so splits land anywhere (mid-line, mid-UTF-8 character). Only the
+    documented wire codes may come out, and whatever the decoder emits must be a valid stream.
+    """
+    if not data:
+        return
+    size, body = data[0] % 32 + 1, data[1:]
+    parser, decoder, validator = SseParser(), OpenAIChatDecoder(), StreamValidator(require_finish=False)
     try:
-        from chunktape.wire import sse  # type: ignore[import-not-found, unused-ignore]
-    except ImportError:
-        return None
-    module: Any = sse
-    for name in ("parse", "parse_sse", "parse_events", "iter_events"):
-        function = getattr(module, name, None)
-        if callable(function):
-
-            def run(data: bytes, function: Callable[..., Any] = function) -> object:
-                result = function(data.decode("utf-8", "replace"))
-                return list(result) if hasattr(result, "__iter__") and not isinstance(result, str | bytes) else result
-
-            return run
-    return None
-
-
-SSE = _sse_parser()
+        for start in range(0, len(body), size):
+            for item in parser.feed(body[start : start + size]):
+                for chunk in decoder.feed_item(item):
+                    validator.feed(chunk)
+        for item in parser.close():
+            for chunk in decoder.feed_item(item):
+                validator.feed(chunk)
+        for chunk in decoder.close():
+            validator.feed(chunk)
+    except LlmError as error:
+        if error.code not in WIRE_CODES:  # a PROTOCOL_VIOLATION here means the decoder emitted a bad stream
+            raise AssertionError(f"wire target: {error}") from error
 
 
 def _cassette(data: bytes, suffix: str) -> None:
@@ -97,10 +103,10 @@ def test_one_input(raw: bytes) -> None:
             _cassette(data, ".json")
         elif target == 2:
             _journal(data)
-        elif SSE is not None:
-            SSE(data)
+        else:
+            _wire(data)
     except LlmError as error:
-        if error.code not in ALLOWED and target != 3:
+        if error.code not in ALLOWED:
             raise
 
 
@@ -120,6 +126,9 @@ def build_corpus(folder: Path) -> None:
                 journal.end(ident, interaction.outcome)
         journal.close(remove=False)
         (folder / f"{number}-journal").write_bytes(b"\x02" + journal.path.read_bytes())
+        for ident, interaction in enumerate(cassette.interactions):  # the provider body of each interaction
+            body = b"".join(chunks_to_openai_events(interaction.chunks, model=interaction.request.model))
+            (folder / f"{number}-{ident}-wire").write_bytes(b"\x03" + bytes([ident * 7 % 32]) + body)
     (folder / "sse").write_bytes(
         b'\x03data: {"choices":[{"delta":{"content":"hi"}}]}\n\n: keep-alive\n\ndata: [DONE]\n\n'
     )
@@ -137,7 +146,7 @@ def main() -> None:
         corpus = WORK / "corpus"
         build_corpus(corpus)
         extra.append(str(corpus))
-    print(f"chunktape fuzz: SSE target {'on' if SSE else 'pending (chunktape.wire.sse not importable)'}")
+    print("chunktape fuzz: targets msgpack, json, journal, wire (SSE parser + OpenAI chunk decoder)")
     atheris.Setup(args + extra, test_one_input)
     atheris.Fuzz()
 
