@@ -15,6 +15,7 @@ PUBLIC_MODULES = [
     "chunktape.providers",
     "chunktape.recorder",
     "chunktape.replayer",
+    "chunktape.wire",
 ]
 
 # Names DESIGN.md promises users; a release may add names, never drop these.
@@ -85,8 +86,8 @@ PROMISED = {
         "ToolCallEvent",
         "stream_with_retry",
     },
-    "chunktape.http": {"FaultTransport", "import_vcr", "render_sse", "serve", "vcr_config"},
-    "chunktape.providers": {"ScriptedAdapter"},
+    "chunktape.http": {"FaultTransport", "ReplayServer", "import_vcr", "render_sse", "serve", "vcr_config"},
+    "chunktape.providers": {"OpenAICompatAdapter", "ScriptedAdapter"},
 }
 
 
