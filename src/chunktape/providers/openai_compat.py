@@ -34,7 +34,6 @@ from chunktape.wire.openai_chat import (
     DEEPSEEK_REASONING,
     OPENAI_REASONING,
     OpenAIChatDecoder,
-    error_from_payload,
     not_an_event_stream,
     options_to_openai_request,
 )
@@ -214,16 +213,7 @@ class OpenAICompatAdapter(LlmAdapter):
     async def _not_a_stream(self, response: httpx.Response, guard: _Guard) -> LlmError:
         """A 2xx JSON body instead of an event stream: an error object some gateways send, or no streaming."""
         body = await self._read_capped(response, guard)
-        try:
-            payload: Any = _decoder.decode(body)
-        except msgspec.DecodeError:
-            payload = None
-        if isinstance(payload, dict) and payload.get("error") is not None:
-            return error_from_payload(payload, what=f"{self.name} answered with an error")
-        snippet = body[:200].decode(errors="replace")
-        return LlmError(
-            f"{self.name} answered with JSON instead of an event stream: {snippet!r}", ErrorCode.INVALID_RESPONSE
-        )
+        return not_an_event_stream(body, response.headers.get("content-type"), who=self.name)
 
     async def _http_error(self, response: httpx.Response, guard: _Guard) -> LlmError:
         body = await self._read_capped(response, guard)
