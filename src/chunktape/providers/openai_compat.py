@@ -24,7 +24,6 @@ from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 import httpx
-import msgspec
 
 from chunktape.abort import AbortSignal
 from chunktape.errors import ErrorCode, LlmError
@@ -45,7 +44,6 @@ DEEPSEEK_BASE_URL = "https://api.deepseek.com"
 
 _T = TypeVar("_T")
 _MAX_ERROR_BODY = 64 * 1024
-_decoder = msgspec.json.Decoder()
 
 
 class OpenAICompatAdapter(LlmAdapter):
