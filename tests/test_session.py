@@ -276,3 +276,18 @@ async def test_reasoning_options_survive_record_and_replay(
     async with use_cassette(path, live=never_live, mode="none") as tape:
         assert list(tape.reasoning_options()) == offered
         await collect(tape.stream(options(reasoning="thinking")))
+
+
+async def test_a_request_recorded_with_an_allowed_credential_replays(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, never_live: Callable[[], LlmAdapter]
+) -> None:
+    monkeypatch.setenv("MY_API_KEY", "supersecretvalue123")
+    request = options("key is supersecretvalue123")
+    path = tmp_path / "c.msgpack"
+    allowed = ["supersecretvalue123"]
+    live = lambda: PacedAdapter(paced(text_stream("ok")))  # noqa: E731
+    async with use_cassette(path, live=live, mode="once", allow_secrets=allowed) as tape:
+        recorded = await collect(tape.stream(request))
+    assert b"supersecretvalue123" in path.read_bytes()  # allowed: kept as recorded
+    async with use_cassette(path, live=never_live, mode="none", allow_secrets=allowed) as tape:
+        assert await collect(tape.stream(request)) == recorded

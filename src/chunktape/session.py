@@ -266,6 +266,7 @@ def use_cassette(
             "match_on": match_on,
             "allow_repeats": allow_repeats,
             "redact": redact,
+            "allow_secrets": allow_secrets,
         },
         record_options={"redact": redact, "allow_secrets": allow_secrets, "validate": validate},
     )

@@ -43,6 +43,7 @@ __all__ = [
     "redact",
     "redact_request",
     "redact_text",
+    "secrets_to_redact",
 ]
 
 REDACTED = "[REDACTED]"
@@ -366,6 +367,24 @@ def _redact_request(request: RecordedRequest, secrets: Sequence[str], patterns: 
     if cleaned == plain:
         return request
     return RecordedRequest.from_options(msgspec.convert(cleaned, RecordedRequest))
+
+
+def secrets_to_redact(
+    redact: bool | Sequence[str], *, declared: Iterable[str] = (), allow: Iterable[str] = ()
+) -> list[str]:
+    """The literal secrets a recorder redacts, and so a replayer too (they must agree, or replays miss).
+
+    ``redact``: False redacts nothing; True the ``declared`` credentials (an adapter's ``secrets``) and the values
+    of ``*_API_KEY`` / ``*_TOKEN`` / ``*_SECRET`` environment variables; a sequence adds those literals.
+    ``allow`` lists values that stay as they are.
+    """
+    if redact is False:
+        return []
+    secrets = [*declared, *env_secrets().values()]
+    if not isinstance(redact, bool):
+        secrets.extend(redact)
+    allowed = set(allow)
+    return [secret for secret in secrets if secret not in allowed]
 
 
 def redact_text(text: str, secrets: Iterable[str]) -> str:

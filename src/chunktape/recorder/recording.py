@@ -23,7 +23,13 @@ from chunktape.cassettes.model import (
     Raised,
     RecordedRequest,
 )
-from chunktape.cassettes.redaction import check_secrets, env_secrets, redact_interaction
+from chunktape.cassettes.redaction import (
+    check_secrets,
+    env_secrets,
+    redact_interaction,
+    redact_request,
+    secrets_to_redact,
+)
 from chunktape.errors import ErrorCode, LlmError, ProtocolViolation
 from chunktape.protocol import Finish, GenerateOptions, LlmAdapter, ReasoningOption, StreamChunk
 from chunktape.validation import StreamValidator
@@ -169,11 +175,8 @@ class RecordingAdapter(LlmAdapter):
     def _begin(self, options: GenerateOptions) -> _Slot:
         if self._closed:
             raise LlmError(f"the RecordingAdapter for {self.path} is closed", ErrorCode.INVALID_CONFIG)
-        request = RecordedRequest.from_options(options)
-        if self.redact is not False:
-            # Redact the request before the journal sees it; chunks are redacted at save.
-            probe = Interaction(request=request, events=[], outcome=Completed(t_ns=0))
-            request = redact_interaction(probe, self._secrets(), patterns=False).request
+        # Redact the request before the journal sees it; chunks are redacted at save.
+        request = redact_request(RecordedRequest.from_options(options), self._secrets())
         self._attempts[request.fingerprint] += 1
         slot = _Slot(len(self._slots), request, datetime.now(UTC), self._attempts[request.fingerprint])
         self._slots.append(slot)
@@ -266,15 +269,11 @@ class RecordingAdapter(LlmAdapter):
             warnings.warn(message, StreamViolationWarning, stacklevel=2)
 
     def _secrets(self) -> list[str]:
-        secrets = [*self.inner.secrets, *env_secrets().values()]
-        if not isinstance(self.redact, bool):
-            secrets.extend(self.redact)
-        allowed = set(self.allow_secrets)
-        return [secret for secret in secrets if secret not in allowed]
+        return secrets_to_redact(self.redact, declared=self.inner.secrets, allow=self.allow_secrets)
 
     def cassette(self) -> Cassette:
         """The cassette as it would be saved now (redacted, not yet checked)."""
-        secrets = self._secrets() if self.redact is not False else []
+        secrets = self._secrets()
         interactions = [slot.freeze() for slot in self._slots]
         if secrets:
             interactions = [redact_interaction(item, secrets) for item in interactions]

@@ -11,7 +11,7 @@ from chunktape import abort
 from chunktape.cassettes.codec import LazyCassette, as_lazy
 from chunktape.cassettes.matching import DEFAULT_MATCH, MatchOn, RequestMatcher
 from chunktape.cassettes.model import Cancelled, Cassette, Interaction, Raised, RecordedRequest
-from chunktape.cassettes.redaction import env_secrets, redact_request
+from chunktape.cassettes.redaction import redact_request, secrets_to_redact
 from chunktape.errors import ErrorCode, LlmError
 from chunktape.faults import Fault
 from chunktape.protocol import GenerateOptions, LlmAdapter, ReasoningOption, StreamChunk
@@ -50,6 +50,7 @@ class ReplayAdapter(LlmAdapter):
         allow_repeats: bool = False,
         name: str | None = None,
         redact: bool | Sequence[str] = True,
+        allow_secrets: Sequence[str] = (),
     ) -> None:
         if not isinstance(timing, Timing):
             raise LlmError(
@@ -66,6 +67,7 @@ class ReplayAdapter(LlmAdapter):
         self.matcher = RequestMatcher(match_on)
         self.allow_repeats = allow_repeats
         self.redact = redact
+        self.allow_secrets = tuple(allow_secrets)
         """Redact live requests like the recorder did (env credentials, plus any listed), so they still match."""
         self.play_counts = [0] * len(self.source)
         """How often each recorded interaction was played."""
@@ -118,12 +120,7 @@ class ReplayAdapter(LlmAdapter):
     def _recorded_form(self, options: GenerateOptions | RecordedRequest) -> RecordedRequest:
         """The request as the recorder would have stored it: same fields, same redaction."""
         request = RecordedRequest.from_options(options)
-        if self.redact is False:
-            return request
-        secrets = list(env_secrets().values())
-        if not isinstance(self.redact, bool):
-            secrets.extend(self.redact)
-        return redact_request(request, secrets)
+        return redact_request(request, secrets_to_redact(self.redact, allow=self.allow_secrets))
 
     def can_play(self, options: GenerateOptions | RecordedRequest) -> bool:
         """Whether a ``stream(options)`` call now would replay something (rather than mismatch or run out)."""
