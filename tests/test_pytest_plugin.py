@@ -515,3 +515,29 @@ def test_unrelated():
     assert "tape_fault_matrix(faults=...) takes a mapping or a sequence of faults" in output
     assert output.count("unknown standard fault 'no-such-fault'") == 1
     assert "During handling of the above exception" not in output
+
+
+def test_a_fault_matrix_given_as_a_mapping_names_its_runs_and_shares_one_cassette(pytester: pytest.Pytester) -> None:
+    project(
+        pytester,
+        test_map="""
+        import pytest
+        from chunktape import LlmError
+        from chunktape.faults import HttpError
+        from agent import ask
+
+
+        @pytest.mark.tape_fault_matrix(faults={"slow": HttpError(status=503)})
+        async def test_agent(tape):
+            if tape.fault is None:
+                assert await ask(tape, "hello") == "echo: hello"
+            else:
+                assert tape.fault_id == "slow"
+                with pytest.raises(LlmError):
+                    await ask(tape, "hello")
+        """,
+    )
+    result = run(pytester, "--tape-mode", "once", "-v", "-p", "no:randomly")
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(["*test_agent[[]no-fault[]] PASSED*", "*test_agent[[]slow[]] PASSED*"])
+    assert sorted(path.name for path in (pytester.path / "cassettes" / "test_map").iterdir()) == ["test_agent.msgpack"]

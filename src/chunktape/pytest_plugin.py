@@ -21,7 +21,7 @@ import hashlib
 import re
 from collections.abc import AsyncIterator, Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 
@@ -178,10 +178,17 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         return
     metafunc.parametrize(
         "_tape_fault",
-        [None, *(fault for _, fault in items)],
+        [None, *(_MatrixFault(ident, fault) for ident, fault in items)],
         ids=[BASELINE_ID, *(ident for ident, _ in items)],
         indirect=True,
     )
+
+
+class _MatrixFault(NamedTuple):
+    """One run of a fault matrix: the id it was parametrized with (the test id's suffix) and its fault."""
+
+    ident: str
+    fault: Fault
 
 
 class _BadMatrix:
@@ -192,9 +199,9 @@ class _BadMatrix:
 
 
 @pytest.fixture
-def _tape_fault(request: pytest.FixtureRequest) -> Fault | None:
+def _tape_fault(request: pytest.FixtureRequest) -> _MatrixFault | None:
     """The fault the matrix injects into this run (None outside the matrix and in its ``[no-fault]`` run)."""
-    param: Fault | _BadMatrix | None = getattr(request, "param", None)
+    param: _MatrixFault | _BadMatrix | None = getattr(request, "param", None)
     if isinstance(param, _BadMatrix):
         pytest.fail(f"@pytest.mark.tape_fault_matrix: {param.problem}", pytrace=False)
     return param
@@ -210,11 +217,11 @@ class Tape(LlmAdapter):
     ``async with tape`` do nothing here.
     """
 
-    def __init__(self, session: CassetteSession, fault: Fault | None, fault_name: str | None) -> None:
+    def __init__(self, session: CassetteSession, matrix: _MatrixFault | None) -> None:
         self.session = session
-        self.fault = fault
+        self.fault = None if matrix is None else matrix.fault
         """The fault injected by ``tape_fault_matrix`` into every call (None when fault-free)."""
-        self.fault_id = fault_name
+        self.fault_id = None if matrix is None else matrix.ident
         self.error: LlmError | None = None
         """The first cassette miss (not found, mismatch, exhausted), reported even if the code under test caught it."""
 
@@ -369,7 +376,7 @@ def _live(value: LiveAdapter) -> Callable[[], LlmAdapter]:
 
 @pytest.fixture
 def tape(
-    request: pytest.FixtureRequest, tape_dir: Path, tape_live_adapter: LiveAdapter, _tape_fault: Fault | None
+    request: pytest.FixtureRequest, tape_dir: Path, tape_live_adapter: LiveAdapter, _tape_fault: _MatrixFault | None
 ) -> Iterator[Tape]:
     """This test's adapter: replays its cassette, or records it per the record mode; saved at teardown."""
     item = request.node
@@ -378,7 +385,7 @@ def tape(
     mode = _record_mode(request.config, options.get("mode"))
     matrix_id = None
     if _tape_fault is not None:
-        matrix_id = fault_id(_tape_fault)
+        matrix_id = _tape_fault.ident  # the id the test was parametrized with, which names may override
     elif item.get_closest_marker("tape_fault_matrix") is not None:
         matrix_id = BASELINE_ID
     name = options.get("name") or _test_name(item, matrix_id)
@@ -393,7 +400,7 @@ def tape(
     if _tape_fault is not None:
         # A recording made under an injected fault would record the fault, not the provider: replay only.
         mode = RecordMode.NONE
-        faults.append(_tape_fault)
+        faults.append(_tape_fault.fault)
         if not path.exists():
             baseline = item.nodeid.replace(f"[{matrix_id}]", f"[{BASELINE_ID}]").replace(
                 f"-{matrix_id}]", f"-{BASELINE_ID}]"
@@ -414,7 +421,7 @@ def tape(
         )
     except LlmError as error:  # an unreadable cassette, a bad matcher: the message says what to do
         raise pytest.fail.Exception(f"{_show(request.config, path)}: {error}", pytrace=False) from None
-    adapter = Tape(session, _tape_fault, matrix_id if _tape_fault is not None else None)
+    adapter = Tape(session, _tape_fault)
     item.stash[_tape_key] = adapter
     yield adapter
     reports = item.stash.get(_reports_key, {})
