@@ -116,10 +116,6 @@ QUICK = Size(
 )
 
 
-def median_time(run: Callable[[], object], repeat: int) -> float:
-    return median_times({"run": run}, repeat)["run"]
-
-
 def median_times(runs: dict[str, Callable[[], object]], repeat: int) -> dict[str, float]:
     """Median seconds of each run, the runs interleaved (a, b, a, b, ...) so that a noisy moment on a shared
     machine hits every side of a ratio alike."""

@@ -24,7 +24,15 @@ from pathlib import Path
 import atheris
 
 with atheris.instrument_imports():
-    from chunktape import ErrorCode, LlmError, StreamValidator, load_cassette, open_cassette, recover
+    from chunktape import (
+        ErrorCode,
+        LlmError,
+        StreamValidator,
+        load_cassette,
+        open_cassette,
+        recover,
+        validate,
+    )
     from chunktape.cassettes.codec import Journal, encode_cassette
     from chunktape.wire.openai_chat import OpenAIChatDecoder, chunks_to_openai_events
     from chunktape.wire.sse import SseParser
@@ -86,10 +94,7 @@ def _journal(data: bytes) -> None:
     path.write_bytes(data)
     cassette = recover(path)
     for interaction in cassette.interactions:
-        validator = StreamValidator(require_finish=False)
-        for chunk in interaction.chunks:
-            validator.feed(chunk)
-        validator.close()
+        validate(interaction.chunks, require_finish=False)
 
 
 def test_one_input(raw: bytes) -> None:

@@ -33,7 +33,7 @@ from chunktape.protocol import (
     ToolCallBlock,
     UsageChunk,
 )
-from chunktape.validation import StreamValidator
+from chunktape.validation import _short, validate
 
 __all__ = [
     "CASSETTE_SUFFIXES",
@@ -41,7 +41,6 @@ __all__ = [
     "CassetteFiles",
     "CheckProblem",
     "InteractionSummary",
-    "cassette_files",
     "check_cassette",
     "describe_outcome",
     "diff_cassettes",
@@ -143,12 +142,8 @@ class CheckProblem(msgspec.Struct, frozen=True, kw_only=True):
 
 def _check_interaction(path: str, index: int, interaction: Interaction) -> list[CheckProblem]:
     problems: list[CheckProblem] = []
-    completed = type(interaction.outcome) is Completed
-    validator = StreamValidator(require_finish=completed)
     try:
-        for chunk in interaction.chunks:
-            validator.feed(chunk)
-        validator.close()
+        validate(interaction.chunks, require_finish=type(interaction.outcome) is Completed)
     except ProtocolViolation as violation:
         problems.append(CheckProblem(path=path, interaction=index, rule=violation.rule, detail=violation.message))
     previous = 0
@@ -217,10 +212,6 @@ class CassetteDiff(msgspec.Struct, frozen=True, kw_only=True):
     @property
     def same(self) -> bool:
         return not self.changes
-
-
-def _short(text: str, limit: int = 60) -> str:
-    return repr(text if len(text) <= limit else text[: limit - 3] + "...")
 
 
 def _outcome_key(outcome: Outcome) -> object:
@@ -350,8 +341,3 @@ def find_cassette_files(paths: Iterable[PathLike]) -> CassetteFiles:
             found.append(path)
     files = list(dict.fromkeys(found))
     return CassetteFiles(files=files, skipped=[p for p in dict.fromkeys(skipped) if p not in files])
-
-
-def cassette_files(paths: Iterable[PathLike]) -> list[Path]:
-    """``find_cassette_files(paths).files``."""
-    return find_cassette_files(paths).files

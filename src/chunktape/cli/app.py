@@ -65,10 +65,7 @@ class _Group(TyperGroup):
             code = result if isinstance(result, int) else 0
         except typer.Exit as exit_:
             code = exit_.exit_code
-        except typer.Abort:
-            err_console().print("interrupted", style="yellow")
-            code = EXIT_INTERRUPTED
-        except KeyboardInterrupt:
+        except (typer.Abort, KeyboardInterrupt):
             err_console().print("interrupted", style="yellow")
             code = EXIT_INTERRUPTED
         except typer.TyperException as error:  # click's usage errors (typer vendors click)

@@ -96,12 +96,10 @@ class _Session:
         self.out = out
         self.options = options
         self.secrets = secrets
-        self.turns = 0
 
     async def turn(self) -> LlmError | None:
         """Stream one reply to the conversation so far, live; the reply joins the conversation."""
         printer = ChunkPrinter(self.out)
-        self.turns += 1
         try:
             async for chunk in self.recorder.stream(self.options):
                 printer.feed(chunk)

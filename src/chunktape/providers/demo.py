@@ -55,11 +55,6 @@ DEMO_TOOL_RESULTS: dict[str, str] = {
 """What the demo's tools return, by tool call id (fed back to the model as ``tool`` messages)."""
 
 
-class DemoAdapter(ScriptedAdapter):
+def demo_adapter(*, first_chunk_s: float = 0.4, between_s: float = 0.03) -> ScriptedAdapter:
     """The demo script with realistic pacing (first chunk after 0.4 s, then every 30 ms)."""
-
-    turn_count = len(DEMO_TURNS)
-
-
-def demo_adapter(*, first_chunk_s: float = 0.4, between_s: float = 0.03) -> DemoAdapter:
-    return DemoAdapter(list(DEMO_TURNS), first_chunk_s=first_chunk_s, between_s=between_s, name="scripted")
+    return ScriptedAdapter(list(DEMO_TURNS), first_chunk_s=first_chunk_s, between_s=between_s)
