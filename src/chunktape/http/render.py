@@ -21,10 +21,9 @@ import msgspec
 from chunktape.cassettes.model import Cancelled, Completed, Interaction, Outcome, Raised
 from chunktape.errors import ErrorCode, LlmError
 from chunktape.protocol import BlockEnd, Finish, ReasoningBlock, StreamChunk, TextBlock, ToolCallBlock, UsageChunk
-from chunktape.wire.http_errors import MAX_RETRY_AFTER
+from chunktape.wire.http_errors import MAX_RETRY_AFTER, clamp_retry_after
 from chunktape.wire.openai_chat import (
     DONE,
-    REASONING_FIELDS,
     OpenAIChatEncoder,
     finish_to_wire,
     usage_to_wire,
@@ -33,7 +32,6 @@ from chunktape.wire.openai_chat import (
 __all__ = [
     "MALFORMED_EVENT",
     "MAX_RETRY_AFTER_S",
-    "REASONING_FIELDS",
     "SseRenderer",
     "completion_from_chunks",
     "error_body",
@@ -72,11 +70,7 @@ MAX_RETRY_AFTER_S = MAX_RETRY_AFTER
 
 def retry_after_seconds(retry_after: float | None) -> float | None:
     """``retry_after`` as a value safe to send: None unless finite and non-negative, capped at a day."""
-    if retry_after is None or isinstance(retry_after, bool) or not isinstance(retry_after, int | float):
-        return None
-    if not math.isfinite(retry_after) or retry_after < 0:
-        return None
-    return min(float(retry_after), MAX_RETRY_AFTER_S)
+    return clamp_retry_after(retry_after)
 
 
 def error_body(

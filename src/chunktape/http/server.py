@@ -61,7 +61,6 @@ from chunktape.errors import ErrorCode, LlmError
 from chunktape.faults import Fault, fault_id
 from chunktape.http.render import (
     MALFORMED_EVENT,
-    REASONING_FIELDS,
     SseRenderer,
     completion_from_chunks,
     error_body,
@@ -71,7 +70,7 @@ from chunktape.protocol import StreamChunk
 from chunktape.replayer import ReplayAdapter, Timing
 from chunktape.scenarios import Scenario, ScenarioTiming, load_scenarios
 from chunktape.validation import StreamValidator
-from chunktape.wire.openai_chat import options_from_openai_request
+from chunktape.wire.openai_chat import REASONING_FIELDS, options_from_openai_request
 
 __all__ = ["SCENARIO_HEADER", "CassetteSource", "ReplayServer", "serve"]
 
@@ -81,7 +80,6 @@ CassetteSource: TypeAlias = Cassette | LazyCassette | str | os.PathLike[str]
 SCENARIO_HEADER = "X-Chunktape-Scenario"
 """The request header that picks a scenario on the plain ``/v1/chat/completions`` route."""
 
-# Both reasoning vocabularies OpenAICompatAdapter speaks, so a request's reasoning fields map back to its effort.
 _decoder = msgspec.json.Decoder()
 _SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
 

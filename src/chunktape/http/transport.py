@@ -43,10 +43,10 @@ import httpx
 import msgspec
 
 from chunktape.faults import Corrupt, Disconnect, Fault, HttpError, Latency, Stall, Truncate
-from chunktape.http.render import REASONING_FIELDS, error_body, error_headers
+from chunktape.http.render import MALFORMED_EVENT, error_body, error_headers
 from chunktape.protocol import GenerateOptions
 from chunktape.replayer.injection import FaultPlan, FiredFault
-from chunktape.wire.openai_chat import options_from_openai_request
+from chunktape.wire.openai_chat import REASONING_FIELDS, options_from_openai_request
 from chunktape.wire.sse import SseComment, SseItem, SseParser, write_sse
 
 __all__ = ["FaultTransport"]
@@ -54,7 +54,7 @@ __all__ = ["FaultTransport"]
 _decoder = msgspec.json.Decoder()
 _NO_OPTIONS = GenerateOptions(model="", messages=[])
 _MALFORMED = (
-    b'data: {"id": "chatcmpl-chunktape", "choices": [{"delta": {"content": "\n\n',
+    MALFORMED_EVENT,
     b"data: this is not JSON\n\n",
     b'data: {"choices": \xff\xfe[]}\n\n',
 )
@@ -83,7 +83,7 @@ _peek_decoder = msgspec.json.Decoder(_Peek)
 class _Frame:
     """One SSE item as bytes, with what a fault needs to know about it."""
 
-    __slots__ = ("data", "done", "ending", "is_data", "kinds")
+    __slots__ = ("data", "ending", "is_data", "kinds")
 
     @property
     def counts(self) -> bool:
@@ -93,7 +93,6 @@ class _Frame:
     def __init__(self, item: SseItem) -> None:
         self.data = write_sse([item])
         self.is_data = False
-        self.done = False
         self.ending = False
         """True for ``[DONE]`` and for events carrying a finish reason or usage: the end of the answer."""
         self.kinds: frozenset[str] = frozenset()
@@ -102,7 +101,7 @@ class _Frame:
         self.is_data = True
         text = item.data.strip()
         if text == "[DONE]":
-            self.done = self.ending = True
+            self.ending = True
             return
         try:
             peek = _peek_decoder.decode(text)
@@ -282,7 +281,7 @@ class _Partial(_Frame):
 
     def __init__(self, frame: _Frame, size: int | None = None) -> None:
         self.data = frame.data[: max(len(frame.data) // 2, 1) if size is None else size]
-        self.is_data = self.done = self.ending = False
+        self.is_data = self.ending = False
         self.kinds = frozenset()
 
 
@@ -374,7 +373,7 @@ class _Raw(_Frame):
     def __init__(self, data: bytes) -> None:
         self.data = data
         self.is_data = True
-        self.done = self.ending = False
+        self.ending = False
         self.kinds = frozenset()
 
 

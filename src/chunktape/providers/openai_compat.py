@@ -147,8 +147,6 @@ class OpenAICompatAdapter(LlmAdapter):
             response = await guard.run(client.send(request, stream=True), "no response headers")
             if response.status_code >= 300:
                 raise await self._http_error(response, guard)
-            if response.headers.get("content-type", "").startswith("application/json"):
-                raise await self._not_a_stream(response, guard)
             parser = SseParser()
             decoder = OpenAIChatDecoder()
             if self.idle_timeout is not None:
@@ -207,11 +205,6 @@ class OpenAICompatAdapter(LlmAdapter):
             if len(body) >= _MAX_ERROR_BODY:
                 break
         return bytes(body)
-
-    async def _not_a_stream(self, response: httpx.Response, guard: _Guard) -> LlmError:
-        """A 2xx JSON body instead of an event stream: an error object some gateways send, or no streaming."""
-        body = await self._read_capped(response, guard)
-        return not_an_event_stream(body, response.headers.get("content-type"), who=self.name)
 
     async def _http_error(self, response: httpx.Response, guard: _Guard) -> LlmError:
         body = await self._read_capped(response, guard)

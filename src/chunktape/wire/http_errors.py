@@ -21,6 +21,7 @@ from chunktape.errors import ErrorCode, LlmError
 
 __all__ = [
     "MAX_RETRY_AFTER",
+    "clamp_retry_after",
     "error_from_payload",
     "http_error",
     "parse_retry_after",
@@ -127,14 +128,18 @@ def error_from_payload(
     return LlmError(text, ErrorCode.STREAM_ABORTED, retry_after=retry_after)
 
 
-def _seconds(value: Any, *, scale: float = 1.0, now: float | None = None) -> float | None:
-    if isinstance(value, bool) or value is None:
+def clamp_retry_after(value: object) -> float | None:
+    """A number of seconds as a usable wait: None unless a finite non-negative number, capped at a day."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
         return None
-    if isinstance(value, int | float):
-        seconds = float(value) / scale
-        if not math.isfinite(seconds) or seconds < 0:
-            return None
-        return min(seconds, MAX_RETRY_AFTER)
+    if not math.isfinite(value) or value < 0:
+        return None
+    return min(float(value), MAX_RETRY_AFTER)
+
+
+def _seconds(value: Any, *, scale: float = 1.0, now: float | None = None) -> float | None:
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return clamp_retry_after(value / scale)
     if isinstance(value, str):
         return parse_retry_after_ms(value) if scale != 1.0 else parse_retry_after(value, now=now)
     return None
