@@ -54,7 +54,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from chunktape.cassettes.codec import LazyCassette, as_cassette
+from chunktape.cassettes.codec import LazyCassette, as_cassette, as_lazy
 from chunktape.cassettes.matching import DEFAULT_MATCH, MatchOn
 from chunktape.cassettes.model import Cassette
 from chunktape.errors import ErrorCode, LlmError
@@ -211,7 +211,7 @@ class _Target:
         description: str = "",
     ) -> None:
         self.name = name
-        self.source = source
+        self.source = as_lazy(source)  # opened once: a reset replays the same content without re-reading it
         self.timing = timing
         self.faults = tuple(faults)
         self.match_on = match_on
