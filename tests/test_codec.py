@@ -524,3 +524,10 @@ def test_a_corrupt_later_request_is_cassette_corrupt_when_reached(tmp_path: Path
     with pytest.raises(LlmError) as caught:
         load_cassette(path)  # a full load (chunktape check) still refuses the file at once
     assert caught.value.code is ErrorCode.CASSETTE_CORRUPT
+
+
+def test_a_directory_given_as_a_cassette_says_so(tmp_path: Path) -> None:
+    for read in (load_cassette, open_cassette):
+        with pytest.raises(LlmError, match="is a directory, not a cassette file") as caught:
+            read(tmp_path)
+        assert caught.value.code is ErrorCode.CASSETTE_NOT_FOUND

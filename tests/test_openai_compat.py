@@ -740,3 +740,14 @@ async def test_recording_through_the_adapter_keeps_the_key_out_and_replays_the_s
         want.message,
     )
     replay.assert_all_played()
+
+
+async def test_a_provider_echoing_the_key_in_an_error_never_shows_it(fake_provider: FakeProvider) -> None:
+    body = b'{"error": {"message": "Incorrect API key provided: sk-test-0123456789", "type": "auth"}}'
+    fake_provider.enqueue(FakeResponse(body=body, status=401, content_type="application/json"))
+    with pytest.raises(LlmError) as info:
+        await collect(adapter_for(fake_provider))
+    assert info.value.status == 401
+    assert "Incorrect API key provided" in str(info.value)
+    assert "sk-test-0123456789" not in str(info.value)
+    assert "sk-test-0123456789" not in repr(info.value.args)

@@ -339,6 +339,10 @@ def _read(path: Path) -> bytes:
         return path.read_bytes()
     except FileNotFoundError:
         raise LlmError(f"{path} does not exist", ErrorCode.CASSETTE_NOT_FOUND) from None
+    except IsADirectoryError:
+        raise LlmError(
+            f"{path} is a directory, not a cassette file", ErrorCode.CASSETTE_NOT_FOUND, hint="give a cassette's path"
+        ) from None
     except OSError as exc:
         raise _corrupt(path, f"cannot be read: {exc.strerror or exc}") from exc
 

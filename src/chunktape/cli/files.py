@@ -17,7 +17,7 @@ from chunktape.cassettes.analysis import (
 )
 from chunktape.cassettes.codec import recover, save_cassette
 from chunktape.cassettes.model import Cassette
-from chunktape.cassettes.redaction import check_secrets, env_secrets, find_secrets, redact
+from chunktape.cassettes.redaction import check_secrets, env_secrets, redact
 from chunktape.cli.common import EXIT_FAILED, CliError, check_output_suffix, console, err_console, load
 from chunktape.cli.render import summary_table
 from chunktape.http import import_vcr as convert_vcr
@@ -199,8 +199,9 @@ def recover_journal(
     target = output or _default_output(journal)
     if target.exists() and not (force or append):
         raise CliError(f"{target} exists; pass --append to add to it or --force to replace it")
-    cassette = redact(recover(journal), env_secrets().values())
-    check_secrets(cassette, env_secrets().values(), destination=target)
+    secrets = list(env_secrets().values())
+    cassette = redact(recover(journal), secrets)
+    check_secrets(cassette, secrets, destination=target)
     if append and target.exists():
         existing = load(target)
         cassette = Cassette(meta=existing.meta, interactions=[*existing.interactions, *cassette.interactions])
@@ -221,10 +222,7 @@ def import_vcr(
     Example: chunktape import-vcr tests/cassettes/chat.yaml -o chat.msgpack
     """
     check_output_suffix(output, "--output")
-    cassette = convert_vcr(source)
-    findings = find_secrets(cassette, env_secrets().values())
-    if findings:
-        cassette = redact(cassette, env_secrets().values())
+    cassette = redact(convert_vcr(source), env_secrets().values())  # skips interactions holding no secret
     save_cassette(cassette, output)
     console().print(
         f"imported {len(cassette.interactions)} interaction(s) from {source} into {output}",

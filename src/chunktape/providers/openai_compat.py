@@ -26,6 +26,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from chunktape.abort import AbortSignal
+from chunktape.cassettes.redaction import redact_text
 from chunktape.errors import ErrorCode, LlmError
 from chunktape.protocol import GenerateOptions, LlmAdapter, ReasoningOption, StreamChunk, attribution_headers
 from chunktape.wire.http_errors import http_error
@@ -208,7 +209,12 @@ class OpenAICompatAdapter(LlmAdapter):
 
     async def _http_error(self, response: httpx.Response, guard: _Guard) -> LlmError:
         body = await self._read_capped(response, guard)
-        return http_error(response.status_code, body, response.headers, who=self.name)
+        error = http_error(response.status_code, body, response.headers, who=self.name)
+        if self.secrets and any(secret in error.message for secret in self.secrets):
+            # Some providers echo the key in a 401; whoever prints or records this error must not see it.
+            error.message = redact_text(error.message, self.secrets)
+            error.args = (error.message,)
+        return error
 
 
 class _Guard:
