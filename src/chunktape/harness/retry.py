@@ -153,17 +153,14 @@ class RetryPolicy(msgspec.Struct, frozen=True, kw_only=True):
             raise _config_error("retry_multiplier", f"must be >= 1, got {self.retry_multiplier!r}")
 
     def classify(self, error: LlmError) -> ErrorClass | None:
-        """The retry class of an error, or None when it is never retried."""
-        if error.code is ErrorCode.TIMEOUT or error.code is ErrorCode.STREAM_ABORTED:
-            return "timeout"
-        if error.code is ErrorCode.PROVIDER_HTTP_ERROR and error.status is not None:
-            if error.status == 429:
-                return "rate_limit"
-            if error.status == 408:
-                return "timeout"
-            if 500 <= error.status <= 599:
-                return "server_error"
-        return None
+        """The retry class of an error, or None when it is never retried (``LlmError.recoverable`` decides)."""
+        if not error.recoverable:
+            return None
+        if error.code is ErrorCode.PROVIDER_HTTP_ERROR and error.status == 429:
+            return "rate_limit"
+        if error.code is ErrorCode.PROVIDER_HTTP_ERROR and error.status != 408:
+            return "server_error"  # recoverable HTTP errors are 408, 429 and 5xx
+        return "timeout"  # TIMEOUT, STREAM_ABORTED and HTTP 408
 
     def rule(self, error_class: ErrorClass) -> RetryRule:
         match error_class:
