@@ -30,11 +30,12 @@ import math
 import re
 from collections.abc import Iterable, Mapping
 from types import MappingProxyType
-from typing import Annotated, Any, Literal, TypeAlias, assert_never, cast
+from typing import Annotated, Any, Literal, TypeAlias, assert_never, cast, get_args
 
 import msgspec
 
 from chunktape.errors import ErrorCode, LlmError
+from chunktape.protocol import BlockType
 
 __all__ = [
     "CORRUPT_KINDS",
@@ -66,15 +67,7 @@ CorruptKind: TypeAlias = Literal[
     "usage-after-finish",
     "duplicate-finish",
 ]
-CORRUPT_KINDS: tuple[CorruptKind, ...] = (
-    "unpaired-block",
-    "bad-index",
-    "interleaved",
-    "bad-arguments-json",
-    "finish-not-last",
-    "usage-after-finish",
-    "duplicate-finish",
-)
+CORRUPT_KINDS: tuple[CorruptKind, ...] = get_args(CorruptKind)
 CORRUPT_RULES: Mapping[CorruptKind, str] = MappingProxyType(
     {
         "unpaired-block": "block-pairs",
@@ -88,7 +81,7 @@ CORRUPT_RULES: Mapping[CorruptKind, str] = MappingProxyType(
 )
 """The ``StreamValidator`` rule each corruption kind breaks (the first violation a validator reports)."""
 
-InsideBlock: TypeAlias = Literal["text", "tool-call", "reasoning"]
+InsideBlock: TypeAlias = BlockType
 
 NonNegInt = Annotated[int, msgspec.Meta(ge=0)]
 PositiveInt = Annotated[int, msgspec.Meta(ge=1)]
@@ -163,7 +156,7 @@ class Disconnect(_FaultBase, frozen=True, tag="disconnect"):
         self._check_count("after_chunks", self.after_chunks)
         self._check_count("after_bytes", self.after_bytes)
         self._check_seconds("after_s", self.after_s)
-        if self.inside is not None and self.inside not in ("text", "tool-call", "reasoning"):
+        if self.inside is not None and self.inside not in get_args(BlockType):
             raise _invalid(Disconnect, "inside", f"must be one of text, tool-call, reasoning, got {self.inside!r}")
 
 

@@ -16,7 +16,7 @@ Rules (each violation raises ``ProtocolViolation`` naming one of these):
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import NoReturn
+from typing import NoReturn, get_args
 
 import msgspec
 
@@ -52,6 +52,7 @@ _DELTA_BLOCK_TYPE: dict[type, BlockType] = {
     ToolCallDelta: "tool-call",
 }
 _BLOCK_TYPE: dict[type, BlockType] = {TextBlock: "text", ReasoningBlock: "reasoning", ToolCallBlock: "tool-call"}
+_BLOCK_TYPES = frozenset(get_args(BlockType))
 _json_decoder = msgspec.json.Decoder()
 
 
@@ -116,7 +117,7 @@ class StreamValidator:
                     self._open_name = chunk.name
             case BlockStart():
                 self._check_index(chunk.index)
-                if chunk.block_type not in ("text", "tool-call", "reasoning"):
+                if chunk.block_type not in _BLOCK_TYPES:
                     self._fail("chunk-shape", f"unknown blockType {chunk.block_type!r}")
                 if self._open_type is not None:
                     self._fail("block-pairs", f"block-start {chunk.index} while block {self._open_index} is still open")
