@@ -16,7 +16,7 @@ from chunktape.cassettes.matching import DEFAULT_MATCH, MatchOn
 from chunktape.cassettes.model import Cassette, RecordedRequest
 from chunktape.errors import ErrorCode, LlmError
 from chunktape.protocol import GenerateOptions, LlmAdapter, ReasoningOption, StreamChunk
-from chunktape.recorder.recording import RecordingAdapter
+from chunktape.recorder.recording import RecordingAdapter, failed_path
 from chunktape.replayer.replaying import ReplayAdapter
 from chunktape.replayer.timing import Timing
 
@@ -168,7 +168,7 @@ class CassetteSession(LlmAdapter):
     @property
     def failed_path(self) -> Path:
         """Where ``save(failed=True)`` keeps a recording: ``<name>.failed<suffix>`` beside the cassette."""
-        return self.path.with_name(f"{self.path.stem}.failed{self.path.suffix}")
+        return failed_path(self.path)
 
     def save(self, *, failed: bool = False) -> Path | None:
         """Write what was recorded (once; no event loop needed) and return the file written, None if nothing was.
@@ -183,16 +183,11 @@ class CassetteSession(LlmAdapter):
         recorder = self._recorder
         if recorder is None:
             return None
-        if failed:
-            # The session owns its recorder: point it at the side file, replacing rather than appending.
-            recorder.path, recorder.append = self.failed_path, False
-            if recorder.save() is not None:
-                self.written = self.failed_path
-        else:
-            self._saved = recorder.save()
-            if self._saved is not None:
-                self.written = self.path
-                self.failed_path.unlink(missing_ok=True)  # an earlier failed run's leftover is stale now
+        saved = recorder.save(failed=failed)
+        if saved is not None:
+            self.written = self.failed_path if failed else self.path
+            if not failed:
+                self._saved = saved
         return self.written
 
     async def aclose(self) -> None:

@@ -81,11 +81,6 @@ def _without_secrets(error: LlmError, secrets: Sequence[str]) -> LlmError:
     return LlmError(message, error.code, status=error.status, retry_after=error.retry_after, hint=hint)
 
 
-def failed_path(path: Path) -> Path:
-    """Where a recording that streamed nothing goes when ``path`` exists: ``<name>.failed<suffix>`` beside it."""
-    return path.with_name(f"{path.stem}.failed{path.suffix}")
-
-
 class _Session:
     """One recording session: the conversation so far and the recorder every turn goes through."""
 
@@ -223,11 +218,10 @@ def record(
         except KeyboardInterrupt:
             interrupted = True
         finally:
+            # A wrong --base-url or key must not replace a good cassette with a lone failure.
             aside = not force and output.exists() and not any(item.events for item in recorder.interactions)
-            if aside:  # a wrong --base-url or key must not replace a good cassette with a lone failure
-                recorder.path, recorder.append = failed_path(output), False
             try:
-                written = recorder.save()
+                written = recorder.save(failed=aside)
             finally:
                 runner.run(adapter.aclose())
     count = 0 if written is None else len(written.interactions)
@@ -235,15 +229,13 @@ def record(
     if aside:
         if written is not None:
             err.print(
-                f"nothing was streamed; kept the failed recording in {failed_path(output)} and left {output} as it "
+                f"nothing was streamed; kept the failed recording in {recorder.failed_path} and left {output} as it "
                 "was (--force replaces it)",
                 style="yellow",
                 markup=False,
                 soft_wrap=True,
             )
     else:
-        if written is not None:
-            failed_path(output).unlink(missing_ok=True)  # an earlier failed run's leftover is stale now
         note = "interrupted; kept" if interrupted else "saved"
         err.print(f"{note} {count} interaction(s) in {output}", style="dim", markup=False, soft_wrap=True)
     if failure is not None and not chat:

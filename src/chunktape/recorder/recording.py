@@ -74,6 +74,11 @@ class _Slot:
         )
 
 
+def failed_path(cassette: Path) -> Path:
+    """Where a recording that must not replace ``cassette`` is kept: ``<name>.failed<suffix>`` beside it."""
+    return cassette.with_name(f"{cassette.stem}.failed{cassette.suffix}")
+
+
 class _ProviderClock:
     """Time attributable to the provider: spent waiting on the inner stream, not in the consumer's hands.
 
@@ -279,27 +284,39 @@ class RecordingAdapter(LlmAdapter):
             interactions = [redact_interaction(item, secrets) for item in interactions]
         return Cassette(meta=self.meta, interactions=interactions)
 
-    def save(self) -> Cassette | None:
-        """Write what was recorded (nothing is written if nothing was recorded) and drop the journal."""
+    @property
+    def failed_path(self) -> Path:
+        """Where ``save(failed=True)`` writes: ``<name>.failed<suffix>`` beside the cassette."""
+        return failed_path(self.path)
+
+    def save(self, *, failed: bool = False) -> Cassette | None:
+        """Write what was recorded (nothing is written if nothing was recorded) and drop the journal.
+
+        ``failed=True`` keeps a recording that must not replace the cassette (its test failed, nothing was
+        streamed) in ``failed_path`` instead, for inspection; a normal save removes such a leftover, now stale.
+        """
         if not self._slots:
             self._drop_journal()
             return None
+        destination = self.failed_path if failed else self.path
         cassette = self.cassette()
         try:
             check_secrets(
                 cassette,
                 [*self.inner.secrets, *env_secrets().values()],
                 allow=self.allow_secrets,
-                destination=self.path,
+                destination=destination,
             )
         except LlmError:
             self._drop_journal()  # it holds the unredacted stream
             raise
-        if self.append:
-            written = append_interactions(self.path, cassette.interactions, cassette.meta)
+        if self.append and not failed:
+            written = append_interactions(destination, cassette.interactions, cassette.meta)
         else:
-            save_cassette(cassette, self.path)
+            save_cassette(cassette, destination)
             written = cassette
+        if not failed:
+            self.failed_path.unlink(missing_ok=True)
         self._drop_journal()
         return written
 
