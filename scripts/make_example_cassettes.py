@@ -26,41 +26,23 @@ from chunktape import (
     TokenUsage,
     ToolCallBlock,
     ToolCallDelta,
-    ToolSpec,
     load_cassette,
     save_cassette,
 )
 from chunktape.providers import ScriptedAdapter, ScriptedError, ScriptedToolCall, ScriptedTurn
-from chunktape.providers.demo import DEMO_TURNS
+from chunktape.providers.demo import DEMO_PROMPT, DEMO_TOOL_RESULTS, DEMO_TOOLS, DEMO_TURNS, demo_adapter
 
 PINNED = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
 ROOT = Path(__file__).resolve().parent.parent
-TOOLS = [
-    ToolSpec(
-        name="list_files",
-        description="List the files in a folder",
-        parameters={"type": "object", "properties": {"path": {"type": "string"}, "depth": {"type": "integer"}}},
-    ),
-    ToolSpec(
-        name="read_file",
-        description="Read a text file",
-        parameters={"type": "object", "properties": {"path": {"type": "string"}}},
-    ),
-]
 
 
 def _request(messages: list[Message]) -> GenerateOptions:
-    return GenerateOptions(model="deepseek-reasoner", messages=messages, tools=TOOLS, max_tokens=1024)
+    return GenerateOptions(model="deepseek-reasoner", messages=messages, tools=list(DEMO_TOOLS), max_tokens=1024)
 
 
 async def _demo_session(recorder: RecordingAdapter) -> None:
     """The three demo turns, each request carrying the previous turns and tool results."""
-    messages = [Message(role="user", content="What is in src/?")]
-    results = {
-        "call_ls_1": '["src/app/__init__.py", "src/app/main.py"]',
-        "call_read_2": "",
-        "call_read_3": "import http.server\n\nhttp.server.test(port=8080)\n",
-    }
+    messages = [Message(role="user", content=DEMO_PROMPT)]
     for turn in DEMO_TURNS:
         calls = [
             chunk.block
@@ -75,7 +57,7 @@ async def _demo_session(recorder: RecordingAdapter) -> None:
                 tool_calls=calls,
                 reasoning_content=turn.reasoning or None,
             ),
-            *(Message(role="tool", tool_call_id=call.id, content=results[call.id]) for call in calls),
+            *(Message(role="tool", tool_call_id=call.id, content=DEMO_TOOL_RESULTS[call.id]) for call in calls),
         ]
 
 
@@ -103,7 +85,7 @@ async def _cut_mid_tool_call(recorder: RecordingAdapter) -> None:
 
 EXAMPLES: dict[str, tuple[Callable[[], ScriptedAdapter], Callable[[RecordingAdapter], Awaitable[None]]]] = {
     "demo-session": (
-        lambda: ScriptedAdapter(list(DEMO_TURNS), first_chunk_s=0.4, between_s=0.03, name="scripted"),
+        demo_adapter,
         _demo_session,
     ),
     "retry-429": (
