@@ -42,6 +42,7 @@ __all__ = [
     "ToolCallDelta",
     "ToolSpec",
     "UsageChunk",
+    "aclose_stream",
     "attribution_headers",
 ]
 
@@ -183,6 +184,13 @@ class ReasoningOption(_Wire, frozen=True, kw_only=True):
 
 
 # -- adapters ----------------------------------------------------------------------------------
+
+
+async def aclose_stream(stream: object) -> None:
+    """Close a stream that can be closed (an async generator), so its ``finally`` runs now, not at GC."""
+    close = getattr(stream, "aclose", None)
+    if close is not None:
+        await close()
 
 
 def attribution_headers() -> dict[str, str]:

@@ -84,6 +84,7 @@ from chunktape.protocol import (
     TokenUsage,
     ToolCallBlock,
     UsageChunk,
+    aclose_stream,
 )
 from chunktape.validation import StreamValidator
 
@@ -389,9 +390,7 @@ class _Run:
                 raise _AttemptFailed(wrapped) from None
         finally:
             if stream is not None:
-                close = getattr(stream, "aclose", None)
-                if close is not None:
-                    await close()
+                await aclose_stream(stream)
         for event in pending:
             self.metrics.tool_call_count += 1
             yield event

@@ -44,7 +44,7 @@ import msgspec
 
 from chunktape.faults import Corrupt, Disconnect, Fault, HttpError, Latency, Stall, Truncate
 from chunktape.http.render import MALFORMED_EVENT, error_body, error_headers
-from chunktape.protocol import GenerateOptions
+from chunktape.protocol import GenerateOptions, aclose_stream
 from chunktape.replayer.injection import FaultPlan, FiredFault
 from chunktape.wire.openai_chat import REASONING_FIELDS, options_from_openai_request
 from chunktape.wire.sse import SseComment, SseItem, SseParser, write_sse
@@ -124,10 +124,6 @@ class _Frame:
         self.kinds = frozenset(kinds)
 
 
-def _label(item: FiredFault) -> str:
-    return f"injected fault {item.fault_id} (seed {item.seed})"
-
-
 class FaultTransport(httpx.AsyncBaseTransport):
     """Wraps ``inner`` and injects faults into its responses; ``injected`` lists the fault id per request."""
 
@@ -180,7 +176,7 @@ class FaultTransport(httpx.AsyncBaseTransport):
 
 
 def _error_response(item: FiredFault, fault: HttpError, request: httpx.Request) -> httpx.Response:
-    message = f"{fault.message or 'provider error'} [{_label(item)}]"
+    message = f"{fault.message or 'provider error'} [{item.label}]"
     return httpx.Response(
         fault.status,
         headers={"content-type": "application/json", **error_headers(fault.retry_after)},
@@ -223,7 +219,7 @@ class _FaultyBody(httpx.AsyncByteStream):
     async def aclose(self) -> None:
         try:
             if self._frames is not None:
-                await _aclose(self._frames)
+                await aclose_stream(self._frames)
         finally:
             await self._response.aclose()
 
@@ -237,12 +233,6 @@ async def _raw(response: httpx.Response) -> AsyncIterator[bytes]:
         yield piece
 
 
-async def _aclose(frames: AsyncIterator[Any]) -> None:
-    close = getattr(frames, "aclose", None)
-    if close is not None:
-        await close()
-
-
 async def _parse(source: AsyncIterator[bytes]) -> AsyncIterator[_Frame]:
     parser = SseParser()
     try:
@@ -252,7 +242,7 @@ async def _parse(source: AsyncIterator[bytes]) -> AsyncIterator[_Frame]:
         for item in parser.close():
             yield _Frame(item)
     finally:
-        await _aclose(source)
+        await aclose_stream(source)
 
 
 def _apply(item: FiredFault, frames: AsyncIterator[_Frame], request: httpx.Request) -> AsyncIterator[_Frame]:
@@ -273,7 +263,7 @@ def _apply(item: FiredFault, frames: AsyncIterator[_Frame], request: httpx.Reque
 
 
 def _reset(item: FiredFault, request: httpx.Request, where: str) -> httpx.ReadError:
-    return httpx.ReadError(f"connection reset by peer {where} [{_label(item)}]", request=request)
+    return httpx.ReadError(f"connection reset by peer {where} [{item.label}]", request=request)
 
 
 class _Partial(_Frame):
@@ -319,7 +309,7 @@ async def _disconnect(
             if fault.inside is not None and fault.inside in frame.kinds:
                 raise _reset(item, request, f"inside a {fault.inside} block, after {seen} chunk(s)")
     finally:
-        await _aclose(frames)
+        await aclose_stream(frames)
 
 
 async def _stall(fault: Stall, frames: AsyncIterator[_Frame]) -> AsyncIterator[_Frame]:
@@ -336,7 +326,7 @@ async def _stall(fault: Stall, frames: AsyncIterator[_Frame]) -> AsyncIterator[_
         if not stalled:
             await asyncio.sleep(fault.seconds)
     finally:
-        await _aclose(frames)
+        await aclose_stream(frames)
 
 
 async def _latency(fault: Latency, frames: AsyncIterator[_Frame]) -> AsyncIterator[_Frame]:
@@ -353,7 +343,7 @@ async def _latency(fault: Latency, frames: AsyncIterator[_Frame]) -> AsyncIterat
                     await asyncio.sleep(delay)
             yield frame
     finally:
-        await _aclose(frames)
+        await aclose_stream(frames)
 
 
 async def _truncate(fault: Truncate, frames: AsyncIterator[_Frame]) -> AsyncIterator[_Frame]:
@@ -366,7 +356,7 @@ async def _truncate(fault: Truncate, frames: AsyncIterator[_Frame]) -> AsyncIter
                 seen += 1
             yield frame
     finally:
-        await _aclose(frames)
+        await aclose_stream(frames)
 
 
 class _Raw(_Frame):
@@ -394,4 +384,4 @@ async def _corrupt(fault: Corrupt, frames: AsyncIterator[_Frame]) -> AsyncIterat
         if not injected:
             yield malformed
     finally:
-        await _aclose(frames)
+        await aclose_stream(frames)

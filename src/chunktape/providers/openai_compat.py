@@ -28,7 +28,14 @@ import httpx
 from chunktape.abort import AbortSignal
 from chunktape.cassettes.redaction import redact_text
 from chunktape.errors import ErrorCode, LlmError
-from chunktape.protocol import GenerateOptions, LlmAdapter, ReasoningOption, StreamChunk, attribution_headers
+from chunktape.protocol import (
+    GenerateOptions,
+    LlmAdapter,
+    ReasoningOption,
+    StreamChunk,
+    aclose_stream,
+    attribution_headers,
+)
 from chunktape.wire.http_errors import http_error
 from chunktape.wire.openai_chat import (
     DEEPSEEK_REASONING,
@@ -193,9 +200,7 @@ class OpenAICompatAdapter(LlmAdapter):
             ) from exc
         finally:
             guard.close()
-            closer = getattr(raw, "aclose", None)
-            if closer is not None:
-                await closer()
+            await aclose_stream(raw)
             if response is not None:
                 await response.aclose()
 

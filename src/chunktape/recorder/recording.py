@@ -31,7 +31,7 @@ from chunktape.cassettes.redaction import (
     secrets_to_redact,
 )
 from chunktape.errors import ErrorCode, LlmError, ProtocolViolation
-from chunktape.protocol import Finish, GenerateOptions, LlmAdapter, ReasoningOption, StreamChunk
+from chunktape.protocol import Finish, GenerateOptions, LlmAdapter, ReasoningOption, StreamChunk, aclose_stream
 from chunktape.validation import StreamValidator
 
 __all__ = ["RecordingAdapter", "StreamViolationWarning"]
@@ -257,9 +257,7 @@ class RecordingAdapter(LlmAdapter):
             slot.outcome = outcome or Cancelled(t_ns=clock.arrived(), reason="interrupted")
             if journal is not None and self._journal is journal:
                 journal.end(ident, slot.outcome)
-            aclose = getattr(iterator, "aclose", None)
-            if aclose is not None:
-                await aclose()
+            await aclose_stream(iterator)
         self._warn(slot, strict=True)
 
     def _warn(self, slot: _Slot, *, strict: bool = False) -> None:

@@ -66,6 +66,7 @@ from chunktape.protocol import (
     ToolCallBlock,
     ToolCallDelta,
     UsageChunk,
+    aclose_stream,
 )
 
 __all__ = [
@@ -87,6 +88,11 @@ class FiredFault(msgspec.Struct, frozen=True, kw_only=True):
     fault: StreamFault
     fault_id: str
     seed: int
+
+    @property
+    def label(self) -> str:
+        """How failure messages name the fault: its id and its seed."""
+        return f"injected fault {self.fault_id} (seed {self.seed})"
 
 
 class ActiveFault:
@@ -161,7 +167,7 @@ class ActiveFault:
         finally:
             if self._outcome != "served":
                 self._outcome = "abandoned"
-            await _aclose(stream)
+            await aclose_stream(stream)
 
     def __repr__(self) -> str:
         return f"ActiveFault({self.fault_id!r}, seed={self.seed}, call={self.call})"
@@ -255,16 +261,12 @@ class FaultPlan:
 # -- application -------------------------------------------------------------------------------
 
 
-def _label(item: FiredFault) -> str:
-    return f"injected fault {item.fault_id} (seed {item.seed})"
-
-
 def _http_error(item: FiredFault) -> LlmError:
     fault = item.fault
     assert isinstance(fault, HttpError)
     text = fault.message or "provider error"
     return LlmError(
-        f"HTTP {fault.status}: {text} [{_label(item)}]",
+        f"HTTP {fault.status}: {text} [{item.label}]",
         ErrorCode.PROVIDER_HTTP_ERROR,
         status=fault.status,
         retry_after=fault.retry_after,
@@ -272,13 +274,7 @@ def _http_error(item: FiredFault) -> LlmError:
 
 
 def _aborted(item: FiredFault, where: str) -> LlmError:
-    return LlmError(f"connection dropped {where} [{_label(item)}]", ErrorCode.STREAM_ABORTED)
-
-
-async def _aclose(chunks: AsyncIterator[StreamChunk]) -> None:
-    close = getattr(chunks, "aclose", None)
-    if close is not None:
-        await close()
+    return LlmError(f"connection dropped {where} [{item.label}]", ErrorCode.STREAM_ABORTED)
 
 
 def _apply(
@@ -308,7 +304,7 @@ async def _http(item: FiredFault, chunks: AsyncIterator[StreamChunk]) -> AsyncIt
         raise _http_error(item)
         yield  # pragma: no cover - makes this an async generator
     finally:
-        await _aclose(chunks)
+        await aclose_stream(chunks)
 
 
 async def _disconnect(
@@ -351,7 +347,7 @@ async def _disconnect(
             if in_target and isinstance(chunk, TextDelta | ReasoningDelta | ToolCallDelta):
                 raise _aborted(item, f"inside {fault.inside} block {chunk.index}, after {yielded} chunk(s)")
     finally:
-        await _aclose(chunks)
+        await aclose_stream(chunks)
 
 
 def _content_bytes(chunk: StreamChunk) -> int:
@@ -376,7 +372,7 @@ async def _stall(
         if position <= fault.after_chunks:
             await abort.sleep(fault.seconds, signal)
     finally:
-        await _aclose(chunks)
+        await aclose_stream(chunks)
 
 
 async def _latency(
@@ -395,7 +391,7 @@ async def _latency(
                 delayed(delay)
             yield chunk
     finally:
-        await _aclose(chunks)
+        await aclose_stream(chunks)
 
 
 async def _truncate(fault: Truncate, chunks: AsyncIterator[StreamChunk]) -> AsyncIterator[StreamChunk]:
@@ -407,7 +403,7 @@ async def _truncate(fault: Truncate, chunks: AsyncIterator[StreamChunk]) -> Asyn
             yield chunk
             count += 1
     finally:
-        await _aclose(chunks)
+        await aclose_stream(chunks)
 
 
 # -- corruption --------------------------------------------------------------------------------
@@ -440,7 +436,7 @@ class _Corrupter:
         self.held_usage: UsageChunk | None = None
 
     def _note(self) -> str:
-        return _label(self.item)
+        return self.item.label
 
     def _finish(self) -> Finish:
         return Finish(reason=FinishReason(kind="stop", detail=self._note()))
@@ -572,4 +568,4 @@ async def _corrupt(item: FiredFault, fault: Corrupt, chunks: AsyncIterator[Strea
         for out in corrupter.end():
             yield out
     finally:
-        await _aclose(chunks)
+        await aclose_stream(chunks)
