@@ -457,19 +457,9 @@ class _Corrupter:
         """The chunks to emit when the stream ends without having been corrupted yet."""
         if self.done:
             return []
-        self.done = True
-        match self.kind:
-            case "finish-not-last":
-                return [self._finish(), BlockStart(index=self.next_index, block_type="text")]
-            case "usage-after-finish":
-                return [
-                    self._finish(),
-                    self.held_usage or UsageChunk(usage=TokenUsage(input_tokens=0, output_tokens=0)),
-                ]
-            case "duplicate-finish":
-                return [self._finish(), self._finish()]
-            case _:
-                return self._before_tail()
+        if self.kind in ("finish-not-last", "usage-after-finish", "duplicate-finish"):
+            return self._tail(self._finish())  # the source never finished: corrupt around a finish of our own
+        return self._before_tail()
 
     def _before_tail(self) -> list[StreamChunk]:
         """Structural corruptions for a stream that had no suitable block: inject one before usage/finish."""
