@@ -16,15 +16,14 @@ import math
 from collections.abc import Iterable
 from typing import Any
 
-import msgspec
-
 from chunktape.cassettes.model import Cancelled, Completed, Interaction, Outcome, Raised
 from chunktape.errors import ErrorCode, LlmError
 from chunktape.protocol import BlockEnd, Finish, ReasoningBlock, StreamChunk, TextBlock, ToolCallBlock, UsageChunk
 from chunktape.wire.http_errors import MAX_RETRY_AFTER, clamp_retry_after
 from chunktape.wire.openai_chat import (
-    DONE,
+    DONE_EVENT,
     OpenAIChatEncoder,
+    data_event,
     finish_to_wire,
     usage_to_wire,
 )
@@ -40,7 +39,6 @@ __all__ = [
     "retry_after_seconds",
 ]
 
-_encoder = msgspec.json.Encoder()
 
 MALFORMED_EVENT = b'data: {"id": "chatcmpl-chunktape", "choices": [{"delta": {"content": "\n\n'
 """A ``data:`` line whose JSON is cut off: what a corrupted stream looks like on the wire."""
@@ -105,10 +103,6 @@ def error_headers(retry_after: float | None) -> dict[str, str]:
     return {"retry-after": str(math.ceil(seconds)), "retry-after-ms": str(round(seconds * 1000))}
 
 
-def _event(obj: Any) -> bytes:
-    return b"data: " + _encoder.encode(obj) + b"\n\n"
-
-
 class SseRenderer:
     """Renders one stream incrementally: ``head()``, ``chunk(c)`` per StreamChunk, then ``end()`` or an error."""
 
@@ -123,22 +117,22 @@ class SseRenderer:
         ``stream_options.include_usage: true``, and then a stream without it carries no usage at all."""
 
     def head(self) -> bytes:
-        return _event(self._encoder.start())
+        return data_event(self._encoder.start())
 
     def chunk(self, chunk: StreamChunk) -> bytes:
         objects = self._encoder.feed(chunk)
         if not objects:
             return b""
         if len(objects) == 1:
-            return _event(objects[0])
-        return b"".join(_event(obj) for obj in objects)
+            return data_event(objects[0])
+        return b"".join(data_event(obj) for obj in objects)
 
     def end(self, *, done: bool = True) -> bytes:
         """The usage-only chunk (with ``include_usage``), then ``[DONE]`` if ``done`` and the stream had a finish."""
         usage = self._encoder.close()
-        tail = b"".join(_event(obj) for obj in usage) if self.include_usage else b""
+        tail = b"".join(data_event(obj) for obj in usage) if self.include_usage else b""
         if done and self._encoder.finished:
-            tail += b"data: " + DONE.encode() + b"\n\n"
+            tail += DONE_EVENT
         return tail
 
     def error(self, error: LlmError | Raised) -> bytes:
@@ -146,7 +140,7 @@ class SseRenderer:
         if str(error.code) == ErrorCode.INVALID_RESPONSE:
             return MALFORMED_EVENT
         body = error_body(error.message, status=error.status, code=str(error.code), retry_after=error.retry_after)
-        return _event(body)
+        return data_event(body)
 
     def outcome(self, outcome: Outcome) -> bytes:
         """How a whole body ends for a recorded outcome (see the module docstring)."""

@@ -60,17 +60,19 @@ from chunktape.protocol import (
     UsageChunk,
 )
 from chunktape.wire.http_errors import error_from_payload
-from chunktape.wire.sse import SseComment, SseEvent, SseItem, SseParser, write_sse
+from chunktape.wire.sse import SseComment, SseItem, SseParser
 
 __all__ = [
     "DEEPSEEK_REASONING",
     "DONE",
+    "DONE_EVENT",
     "OPENAI_REASONING",
     "OpenAIChatDecoder",
     "OpenAIChatEncoder",
     "REASONING_FIELDS",
     "chunks_to_openai_dicts",
     "chunks_to_openai_events",
+    "data_event",
     "decode_openai_completion",
     "decode_openai_sse",
     "error_from_payload",
@@ -647,6 +649,14 @@ def chunks_to_openai_dicts(
     yield from encoder.close()
 
 
+DONE_EVENT = b"data: [DONE]\n\n"
+
+
+def data_event(obj: Any) -> bytes:
+    """One chunk object as an SSE ``data:`` event (compact JSON holds no newline, so one line is enough)."""
+    return b"data: " + _encoder.encode(obj) + b"\n\n"
+
+
 def chunks_to_openai_events(
     chunks: Iterable[StreamChunk], *, model: str, created: int = 0, id: str = "chatcmpl-chunktape"
 ) -> Iterator[bytes]:
@@ -654,14 +664,15 @@ def chunks_to_openai_events(
 
     ``[DONE]`` is written only when the stream has a ``finish`` (a cut-short recording ends without it).
     """
-    finished = False
-    for obj in chunks_to_openai_dicts(chunks, model=model, created=created, id=id):
-        choices = obj.get("choices") or []
-        if choices and choices[0].get("finish_reason") is not None:
-            finished = True
-        yield write_sse([SseEvent(data=_encoder.encode(obj).decode())])
-    if finished:
-        yield write_sse([SseEvent(data=DONE)])
+    encoder = OpenAIChatEncoder(model=model, created=created, id=id)
+    yield data_event(encoder.start())
+    for item in chunks:
+        for obj in encoder.feed(item):
+            yield data_event(obj)
+    for obj in encoder.close():
+        yield data_event(obj)
+    if encoder.finished:
+        yield DONE_EVENT
 
 
 def finish_to_wire(reason: FinishReason) -> str:
