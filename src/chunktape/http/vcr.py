@@ -34,7 +34,7 @@ from chunktape.cassettes.model import (
 )
 from chunktape.errors import ErrorCode, LlmError
 from chunktape.protocol import StreamChunk
-from chunktape.wire.http_errors import http_error
+from chunktape.wire.http_errors import header_value, http_error
 from chunktape.wire.openai_chat import (
     REASONING_FIELDS,
     OpenAIChatDecoder,
@@ -87,18 +87,6 @@ def vcr_config() -> dict[str, Any]:
         "match_on": ["method", "scheme", "host", "port", "path", "query", "body"],
         "decode_compressed_response": True,
     }
-
-
-def _header(headers: Any, name: str) -> str | None:
-    """A header from vcrpy's ``{name: [values]}`` (any case), or None."""
-    if not isinstance(headers, Mapping):
-        return None
-    for key, value in headers.items():
-        if str(key).lower() == name:
-            if isinstance(value, list | tuple):
-                return str(value[0]) if value else None
-            return str(value)
-    return None
 
 
 def _as_bytes(body: Any) -> bytes:
@@ -182,7 +170,7 @@ def _interaction(request: Any, response: Any) -> Interaction:
     raw = (response.get("body") or {}).get("string") if isinstance(response.get("body"), Mapping) else None
     if raw is None:
         raw = response.get("content")
-    content = _decompress(_as_bytes(raw), _header(headers, "content-encoding"))
+    content = _decompress(_as_bytes(raw), header_value(headers, "content-encoding"))
     chunks: list[StreamChunk]
     outcome: Outcome
     if status >= 300:
@@ -200,7 +188,7 @@ def _interaction(request: Any, response: Any) -> Interaction:
             except LlmError as exc:
                 raise _Corrupt(f"its JSON response body is not a readable chat.completion ({exc.message})") from None
     else:
-        chunks, outcome = _stream(content, _header(headers, "content-type"))
+        chunks, outcome = _stream(content, header_value(headers, "content-type"))
     return Interaction(
         request=RecordedRequest.from_options(options),
         events=[Event(t_ns=0, chunk=chunk) for chunk in chunks],

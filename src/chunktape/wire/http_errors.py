@@ -23,6 +23,7 @@ __all__ = [
     "MAX_RETRY_AFTER",
     "clamp_retry_after",
     "error_from_payload",
+    "header_value",
     "http_error",
     "parse_retry_after",
     "parse_retry_after_ms",
@@ -72,7 +73,7 @@ def parse_retry_after_ms(value: str | None) -> float | None:
     return min(seconds, MAX_RETRY_AFTER) if math.isfinite(seconds) else None
 
 
-def _header(headers: Mapping[str, Any], name: str) -> str | None:
+def header_value(headers: Mapping[str, Any], name: str) -> str | None:
     """A header by name in any case; a list of values (vcrpy's ``{name: [values]}``) gives its first."""
     for key, value in headers.items():
         if str(key).lower() == name:
@@ -86,10 +87,10 @@ def retry_after_from_headers(headers: Mapping[str, Any] | None, *, now: float | 
     """``retry-after-ms`` when usable, else ``Retry-After`` (see ``parse_retry_after``); header names in any case."""
     if not headers:
         return None
-    millis = parse_retry_after_ms(_header(headers, "retry-after-ms"))
+    millis = parse_retry_after_ms(header_value(headers, "retry-after-ms"))
     if millis is not None:
         return millis
-    return parse_retry_after(_header(headers, "retry-after"), now=now)
+    return parse_retry_after(header_value(headers, "retry-after"), now=now)
 
 
 def error_from_payload(
