@@ -497,6 +497,17 @@ def _problem(status: int, message: str, code: str, *, headers: Mapping[str, str]
     return JSONResponse(error_body(message, status=None, code=code), status_code=status, headers=dict(headers or {}))
 
 
+def _provider_error(exc: LlmError, headers: Mapping[str, str]) -> JSONResponse:
+    """A recorded or injected provider error as the provider answered it (its status, else 502), ``Retry-After``
+    included."""
+    status = exc.status if exc.code is ErrorCode.PROVIDER_HTTP_ERROR and exc.status is not None else None
+    return JSONResponse(
+        error_body(exc.message, status=status, code=exc.code.value, retry_after=exc.retry_after),
+        status_code=status or 502,
+        headers={**headers, **error_headers(exc.retry_after)},
+    )
+
+
 _EARLY_STATUS = {
     ErrorCode.CASSETTE_MISMATCH: 404,
     ErrorCode.CASSETTE_NOT_FOUND: 404,
@@ -511,11 +522,7 @@ def _early_error(exc: LlmError, headers: dict[str, str]) -> Response | None:
     if status is not None:
         return _problem(status, str(exc), exc.code.value, headers=headers)
     if exc.code is ErrorCode.PROVIDER_HTTP_ERROR and exc.status is not None:
-        return JSONResponse(
-            error_body(exc.message, status=exc.status, code=exc.code.value, retry_after=exc.retry_after),
-            status_code=exc.status,
-            headers={**headers, **error_headers(exc.retry_after)},
-        )
+        return _provider_error(exc, headers)
     return None
 
 
@@ -603,14 +610,7 @@ async def _complete(
             fault = f" [injected fault {fault_id}]" if fault_id is not None else ""
             message = f"the replayed stream cannot be a completion: {exc.message}{fault}"
             return _problem(502, message, exc.code.value, headers=headers)
-        status = exc.status if exc.code is ErrorCode.PROVIDER_HTTP_ERROR and exc.status is not None else 502
-        return JSONResponse(
-            error_body(
-                exc.message, status=status if status != 502 else None, code=exc.code.value, retry_after=exc.retry_after
-            ),
-            status_code=status,
-            headers={**headers, **error_headers(exc.retry_after)},
-        )
+        return _provider_error(exc, headers)
     finally:
         await chunks.aclose()  # type: ignore[attr-defined]
     return JSONResponse(completion_from_chunks(collected, model=model), headers=headers)
