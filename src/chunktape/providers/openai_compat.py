@@ -1,4 +1,4 @@
-"""A real provider adapter for OpenAI-compatible ``/chat/completions`` streaming, on httpx; DeepSeek by default.
+"""A real provider adapter for OpenAI-compatible ``/chat/completions`` streaming, on httpx2; DeepSeek by default.
 
 Error mapping (every failure is an ``LlmError``):
 
@@ -23,8 +23,16 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequenc
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
-import httpx
-
+from chunktape._httpx import (
+    CONNECT_ERRORS,
+    DECODING_ERRORS,
+    HTTP_ERRORS,
+    TIMEOUT_ERRORS,
+    AnyAsyncClient,
+    AnyResponse,
+    new_async_client,
+    post_streaming,
+)
 from chunktape.abort import AbortSignal
 from chunktape.cassettes.redaction import redact_text
 from chunktape.errors import ErrorCode, LlmError
@@ -59,8 +67,9 @@ class OpenAICompatAdapter(LlmAdapter):
 
     ``api_key`` defaults to ``$DEEPSEEK_API_KEY``; ``model`` is used when ``options.model`` is empty.
     ``reasoning`` maps each offered effort id to the request fields it adds (default: DeepSeek's thinking
-    switch for api.deepseek.com, else ``reasoning_effort`` low/medium/high). Pass ``client`` to share a
-    connection pool or plug in a transport (``FaultTransport``); the adapter then never closes it.
+    switch for api.deepseek.com, else ``reasoning_effort`` low/medium/high). Pass ``client`` (an
+    ``httpx2.AsyncClient``, or an ``httpx.AsyncClient``) to share a connection pool or plug in a transport
+    (``FaultTransport``); the adapter then never closes it. Without one it builds an ``httpx2.AsyncClient``.
     """
 
     def __init__(
@@ -69,7 +78,7 @@ class OpenAICompatAdapter(LlmAdapter):
         api_key: str | None = None,
         model: str | None = None,
         *,
-        client: httpx.AsyncClient | None = None,
+        client: AnyAsyncClient | None = None,
         timeout: float = 60.0,
         idle_timeout: float | None = 120.0,
         reasoning: Mapping[str, Mapping[str, Any]] | None = None,
@@ -132,9 +141,9 @@ class OpenAICompatAdapter(LlmAdapter):
             headers["Authorization"] = f"Bearer {self.api_key}"
         return headers
 
-    def _get_client(self) -> httpx.AsyncClient:
+    def _get_client(self) -> AnyAsyncClient:
         if self._client is None:
-            self._client = httpx.AsyncClient(timeout=httpx.Timeout(self.timeout))
+            self._client = new_async_client(self.timeout)
             self._owns_client = True
         return self._client
 
@@ -144,15 +153,15 @@ class OpenAICompatAdapter(LlmAdapter):
         if signal is not None:
             signal.throw_if_aborted()
         client = self._get_client()
-        request = client.build_request(
-            "POST", f"{self.base_url}/chat/completions", json=body, headers=self._headers_for_request()
-        )
+        url = f"{self.base_url}/chat/completions"
         loop = asyncio.get_running_loop()
         guard = _Guard(signal)
-        response: httpx.Response | None = None
+        response: AnyResponse | None = None
         raw: AsyncIterator[bytes] | None = None
         try:
-            response = await guard.run(client.send(request, stream=True), "no response headers")
+            response = await guard.run(
+                post_streaming(client, url, body, self._headers_for_request()), "no response headers"
+            )
             if response.status_code >= 300:
                 raise await self._http_error(response, guard)
             parser = SseParser()
@@ -183,18 +192,18 @@ class OpenAICompatAdapter(LlmAdapter):
                     break
             for chunk in decoder.close():
                 yield chunk
-        except httpx.DecodingError as exc:
+        except DECODING_ERRORS as exc:
             raise LlmError(f"{self.name}: undecodable body ({exc})", ErrorCode.INVALID_RESPONSE, cause=exc) from exc
-        except httpx.TimeoutException as exc:
+        except TIMEOUT_ERRORS as exc:
             raise LlmError(f"{self.name}: timed out ({exc})", ErrorCode.TIMEOUT, cause=exc) from exc
-        except httpx.ConnectError as exc:
+        except CONNECT_ERRORS as exc:
             raise LlmError(
-                f"{self.name}: could not connect to {request.url} ({type(exc).__name__}: {exc})",
+                f"{self.name}: could not connect to {url} ({type(exc).__name__}: {exc})",
                 ErrorCode.STREAM_ABORTED,
                 cause=exc,
                 hint="check the base URL and that the server is running; retrying may help",
             ) from exc
-        except httpx.HTTPError as exc:
+        except HTTP_ERRORS as exc:
             raise LlmError(
                 f"{self.name}: the connection broke ({type(exc).__name__}: {exc})", ErrorCode.STREAM_ABORTED, cause=exc
             ) from exc
@@ -204,7 +213,7 @@ class OpenAICompatAdapter(LlmAdapter):
             if response is not None:
                 await response.aclose()
 
-    async def _read_capped(self, response: httpx.Response, guard: _Guard) -> bytes:
+    async def _read_capped(self, response: AnyResponse, guard: _Guard) -> bytes:
         body = bytearray()
         async for piece in _aiter_guarded(response.aiter_bytes(), guard):
             body += piece
@@ -212,7 +221,7 @@ class OpenAICompatAdapter(LlmAdapter):
                 break
         return bytes(body)
 
-    async def _http_error(self, response: httpx.Response, guard: _Guard) -> LlmError:
+    async def _http_error(self, response: AnyResponse, guard: _Guard) -> LlmError:
         body = await self._read_capped(response, guard)
         error = http_error(response.status_code, body, response.headers, who=self.name)
         if self.secrets and any(secret in error.message for secret in self.secrets):
