@@ -51,6 +51,7 @@ __all__ = [
     "as_lazy",
     "cassette_lock",
     "encode_cassette",
+    "fitting_name",
     "journal_path",
     "load_cassette",
     "open_cassette",
@@ -702,19 +703,22 @@ _ASIDE_ROOM = len(".999") + len(".crashed-20260101T000000000000Z-999")
 """What a journal's name may grow by: a number (another live recorder) and a crashed-stamp when set aside."""
 
 
-def journal_path(cassette_path: PathLike) -> Path:
-    """Where the journal of a cassette being recorded lives: ``<cassette file>.journal``.
+def fitting_name(path: PathLike, room: int) -> str:
+    """``path``'s file name, or (when fewer than ``room`` bytes of the filesystem's 255 would be left for what
+    is added to it) the name cut and given 8 hex digits of its hash: any name the filesystem takes gets files
+    beside it whose names derive from it."""
+    path = Path(path)
+    raw = os.fsencode(path.name)
+    if len(raw) + room <= _NAME_MAX:
+        return path.name
+    return f"{raw[: _NAME_MAX - room - 9].decode('utf-8', 'ignore')}~{_name_hash(path)}"
 
-    A name too long for that (and for the suffixes a journal set aside gets) is cut and given 8 hex digits of
-    its hash, so any cassette name the filesystem accepts can be recorded.
-    """
+
+def journal_path(cassette_path: PathLike) -> Path:
+    """Where the journal of a cassette being recorded lives: ``<cassette file>.journal`` (a name too long for
+    that, and for the suffixes a journal set aside gets, is cut: see ``fitting_name``)."""
     path = Path(cassette_path)
-    name = path.name
-    raw = os.fsencode(name)
-    if len(raw) + len(_JOURNAL_SUFFIX) + _ASIDE_ROOM > _NAME_MAX:
-        keep = _NAME_MAX - len(_JOURNAL_SUFFIX) - _ASIDE_ROOM - 9
-        name = f"{raw[:keep].decode('utf-8', 'ignore')}~{_name_hash(path)}"
-    return path.with_name(name + _JOURNAL_SUFFIX)
+    return path.with_name(fitting_name(path, len(_JOURNAL_SUFFIX) + _ASIDE_ROOM) + _JOURNAL_SUFFIX)
 
 
 class CrashedJournalWarning(UserWarning):

@@ -12,7 +12,14 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
-from chunktape.cassettes.codec import Journal, append_interactions, journal_path, open_cassette, save_cassette
+from chunktape.cassettes.codec import (
+    Journal,
+    append_interactions,
+    fitting_name,
+    journal_path,
+    open_cassette,
+    save_cassette,
+)
 from chunktape.cassettes.model import (
     Cancelled,
     Cassette,
@@ -81,7 +88,8 @@ class _Slot:
 
 def failed_path(cassette: Path) -> Path:
     """Where a recording that must not replace ``cassette`` is kept: ``<name>.failed<suffix>`` beside it."""
-    return cassette.with_name(f"{cassette.stem}.failed{cassette.suffix}")
+    stem = fitting_name(cassette.with_name(cassette.stem), len(f".failed{cassette.suffix}"))
+    return cassette.with_name(f"{stem}.failed{cassette.suffix}")
 
 
 class _ProviderClock:
