@@ -45,6 +45,13 @@ def failing_writes(after: int, error: int = errno.ENOSPC) -> Callable[[int, Any]
     return write
 
 
+def saved_whole(recorder: RecordingAdapter) -> None:
+    """Save (again): the cassette holds every chunk and nothing else is left beside it."""
+    recorder.save()
+    assert load_cassette(recorder.path).interactions[0].chunks == CHUNKS
+    assert os.listdir(recorder.path.parent) == [recorder.path.name]
+
+
 # -- a full disk, injected ---------------------------------------------------------------------------
 
 
@@ -62,9 +69,7 @@ async def test_a_journal_write_failing_mid_stream_keeps_the_stream_and_everythin
     assert journaled.chunks == CHUNKS[:38]  # the journal kept what it had, nothing torn
 
     monkeypatch.undo()  # the disk has room again
-    await recorder.aclose()
-    assert load_cassette(path).interactions[0].chunks == CHUNKS
-    assert sorted(os.listdir(tmp_path)) == ["c.msgpack"]
+    saved_whole(recorder)
 
 
 async def test_a_disk_still_full_at_save_raises_unwritable_and_keeps_journal_and_memory(
@@ -88,9 +93,7 @@ async def test_a_disk_still_full_at_save_raises_unwritable_and_keeps_journal_and
     assert not path.exists()
     assert recover(journal_path(path)).interactions[0].chunks == CHUNKS[:8]  # left in place
     monkeypatch.setattr(os, "fsync", real_fsync)
-    recorder.save()  # space freed: the recording held in memory is written whole
-    assert load_cassette(path).interactions[0].chunks == CHUNKS
-    assert sorted(os.listdir(tmp_path)) == ["c.json"]
+    saved_whole(recorder)  # space freed: the recording held in memory is written whole
 
 
 async def test_no_space_for_the_first_record_is_unwritable_before_the_inner_adapter_is_called(
@@ -302,9 +305,7 @@ async def test_a_chunk_after_the_recorder_was_closed_still_reaches_the_caller(tm
     rest: list[StreamChunk] = [chunk async for chunk in stream]  # once a TypeError from the closed journal
     assert [first, *rest] == CHUNKS
     assert recorder.interactions[0].chunks == CHUNKS  # kept in memory: save() again writes it whole
-    recorder.save()
-    assert load_cassette(path).interactions[0].chunks == CHUNKS
-    assert sorted(os.listdir(tmp_path)) == ["c.msgpack"]
+    saved_whole(recorder)
 
 
 # -- threads ------------------------------------------------------------------------------------------------
