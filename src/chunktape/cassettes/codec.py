@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import mmap
+import hashlib
 import os
-import tempfile
+import stat
+import threading
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
@@ -50,11 +51,13 @@ __all__ = [
     "as_lazy",
     "cassette_lock",
     "encode_cassette",
+    "fitting_name",
     "journal_path",
     "load_cassette",
     "open_cassette",
     "recover",
     "save_cassette",
+    "temp_path",
 ]
 
 PathLike: TypeAlias = str | os.PathLike[str]
@@ -469,6 +472,7 @@ def _open_sliced(path: Path, data: bytes) -> LazyCassette | None:
 def open_cassette(path: PathLike) -> LazyCassette:
     """Open a cassette for matching: events stay undecoded until an interaction is played."""
     path = Path(path)
+    _remove_stale_temp(path)
     data = _read(path)
     fmt = _format_for(path)
     if fmt is _JSON:
@@ -484,6 +488,7 @@ def open_cassette(path: PathLike) -> LazyCassette:
 def load_cassette(path: PathLike) -> Cassette:
     """Read and fully decode a cassette (``.json`` is JSON, anything else msgpack)."""
     path = Path(path)
+    _remove_stale_temp(path)
     data = _read(path)
     fmt = _format_for(path)
     document = _decode(path, data, fmt.full, fmt)
@@ -547,13 +552,45 @@ def _current_umask() -> int:
 
 
 _UMASK = _current_umask()
+_NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+"""Create a file that did not exist: never open one someone planted, never follow a link at the name."""
+
+
+def _name_hash(path: Path) -> str:
+    """8 hex digits naming ``path``'s file: short names derived from a cassette stay attributable to it."""
+    return hashlib.sha256(os.fsencode(path.name)).hexdigest()[:8]
+
+
+def temp_path(path: PathLike) -> Path:
+    """The temp file a save of ``path`` writes before its ``os.replace``: ``.ct-<8 hex>.tmp`` beside it.
+
+    Fixed and short, so a cassette name of up to 255 characters still saves, and derived from the cassette's
+    name, so the temp file a killed save left is found (and removed) by the next save or open of that cassette.
+    Writers of one folder hold ``cassette_lock``, so a name per cassette never has two live owners.
+    """
+    path = Path(path)
+    return path.with_name(f".ct-{_name_hash(path)}.tmp")
+
+
+def _fsync_folder(folder: Path) -> None:
+    """Make a rename in ``folder`` durable (best effort: some filesystems cannot fsync a folder)."""
+    with contextlib.suppress(OSError):
+        fd = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 def _write_atomic(path: Path, data: bytes) -> None:
-    """Temp file in the same folder, fsync, ``os.replace``: readers see the old file or the new one."""
-    fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    """Temp file in the same folder, fsync, ``os.replace``, fsync the folder: readers see the old file or the new
+    one, and the new one survives a power loss once this returns. Call it under ``cassette_lock``."""
+    temp = temp_path(path)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(temp)  # left by a killed save: under the lock nobody else is writing it (unlink never follows)
+    fd = os.open(temp, _NEW_FILE, 0o600)
     try:
-        # mkstemp makes the file private (0600); a cassette gets the usual permissions, or keeps its own.
+        # A cassette gets the usual permissions, or keeps its own.
         try:
             mode = path.stat().st_mode & 0o777
         except FileNotFoundError:
@@ -568,21 +605,36 @@ def _write_atomic(path: Path, data: bytes) -> None:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(temp)
         raise
+    _fsync_folder(path.parent)
+
+
+def _remove_stale_temp(path: Path) -> None:
+    """Opening a cassette removes the temp file a killed save of it left (only under the writers' lock, so a
+    save running now keeps its own); a folder we may not lock or write is left as it is."""
+    temp = temp_path(path)
+    if not os.path.lexists(temp):
+        return
+    with contextlib.suppress(OSError), cassette_lock(path):
+        os.unlink(temp)
 
 
 @contextlib.contextmanager
-def _writing(path: Path) -> Iterator[None]:
+def _writing(path: Path, what: str = "cassette") -> Iterator[None]:
     """Turn an OS error while writing ``path`` (folder is a file, path is a folder, no permission, disk full)
     into ``CASSETTE_UNWRITABLE`` naming the path and the error."""
     try:
         yield
     except OSError as exc:
-        raise LlmError(
-            f"cannot write the cassette {path}: {exc.strerror or exc}"
-            + (f" ({exc.filename})" if exc.filename and Path(exc.filename) != path else ""),
-            ErrorCode.CASSETTE_UNWRITABLE,
-            cause=exc,
-        ) from exc
+        raise _unwritable(path, exc, what) from exc
+
+
+def _unwritable(path: Path, exc: OSError, what: str = "cassette") -> LlmError:
+    return LlmError(
+        f"cannot write the {what} {path}: {exc.strerror or exc}"
+        + (f" ({exc.filename})" if exc.filename and Path(exc.filename) != path else ""),
+        ErrorCode.CASSETTE_UNWRITABLE,
+        cause=exc,
+    )
 
 
 def save_cassette(cassette: Cassette, path: PathLike) -> None:
@@ -642,15 +694,31 @@ class _JEnd(msgspec.Struct, frozen=True, tag="end", array_like=True):
 _JRecord: TypeAlias = _JMeta | _JBegin | _JEvent | _JEnd
 _journal_encoder = msgspec.json.Encoder()
 _journal_decoder = msgspec.json.Decoder(_JRecord)
+_JOURNAL_HEAD = b'["meta",'
+"""How every journal starts: its first record is the meta record (msgspec writes no spaces)."""
+
+_NAME_MAX = 255
+_JOURNAL_SUFFIX = ".journal"
+_ASIDE_ROOM = len(".999") + len(".crashed-20260101T000000000000Z-999")
+"""What a journal's name may grow by: a number (another live recorder) and a crashed-stamp when set aside."""
+
+
+def fitting_name(path: PathLike, room: int) -> str:
+    """``path``'s file name, or (when fewer than ``room`` bytes of the filesystem's 255 would be left for what
+    is added to it) the name cut and given 8 hex digits of its hash: any name the filesystem takes gets files
+    beside it whose names derive from it."""
+    path = Path(path)
+    raw = os.fsencode(path.name)
+    if len(raw) + room <= _NAME_MAX:
+        return path.name
+    return f"{raw[: _NAME_MAX - room - 9].decode('utf-8', 'ignore')}~{_name_hash(path)}"
 
 
 def journal_path(cassette_path: PathLike) -> Path:
-    """Where the journal of a cassette being recorded lives: ``<cassette file>.journal``."""
+    """Where the journal of a cassette being recorded lives: ``<cassette file>.journal`` (a name too long for
+    that, and for the suffixes a journal set aside gets, is cut: see ``fitting_name``)."""
     path = Path(cassette_path)
-    return path.with_name(path.name + ".journal")
-
-
-_JOURNAL_STEP = 1 << 20
+    return path.with_name(fitting_name(path, len(_JOURNAL_SUFFIX) + _ASIDE_ROOM) + _JOURNAL_SUFFIX)
 
 
 class CrashedJournalWarning(UserWarning):
@@ -659,7 +727,7 @@ class CrashedJournalWarning(UserWarning):
 
 def _cassette_of(journal: Path) -> Path:
     """The cassette a journal belongs to (``c.msgpack.journal`` -> ``c.msgpack``)."""
-    return journal.with_name(journal.name.removesuffix(".journal"))
+    return journal.with_name(journal.name.removesuffix(_JOURNAL_SUFFIX))
 
 
 def _set_aside(candidate: Path, cassette: Path) -> None:
@@ -667,7 +735,7 @@ def _set_aside(candidate: Path, cassette: Path) -> None:
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
     for number in range(1000):
         aside = candidate.with_name(f"{candidate.name}.crashed-{stamp}" + (f"-{number}" if number else ""))
-        if not aside.exists():
+        if not os.path.lexists(aside):
             break
     os.rename(candidate, aside)
     output = cassette.with_name(f"{cassette.stem}.recovered-{stamp}{cassette.suffix}")
@@ -675,96 +743,142 @@ def _set_aside(candidate: Path, cassette: Path) -> None:
         f"{candidate} held the journal of an earlier recording of {cassette} that stopped without saving (a crash?);"
         f" it was moved to {aside}: run `chunktape recover {aside} -o {output}` to get what it received",
         CrashedJournalWarning,
-        stacklevel=4,
+        stacklevel=5,
     )
 
 
 def _still_at(path: Path, fd: int) -> bool:
     """Whether the file open as ``fd`` is still the one at ``path``."""
     try:
-        return os.stat(path).st_ino == os.fstat(fd).st_ino
+        return os.stat(path, follow_symlinks=False).st_ino == os.fstat(fd).st_ino
     except FileNotFoundError:
         return False
 
 
-def _claim_journal(path: Path) -> tuple[Path, int]:
-    """Open ``path`` (or ``path.1``, ``path.2``, ... if another live recorder holds it) under an exclusive lock.
+def _try_lock(fd: int) -> bool:
+    """Take the exclusive lock on an open journal without waiting; False if another holds it."""
+    if fcntl is None:  # pragma: no cover
+        return True
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return False
+    return True
 
-    Another process truncating a file we have mapped would crash us (SIGBUS), so each journal has one owner;
+
+def _not_a_journal_file(candidate: Path, what: str) -> LlmError:
+    return LlmError(
+        f"{candidate} is {what}; chunktape only writes a journal into a file it creates itself",
+        ErrorCode.CASSETTE_UNWRITABLE,
+        hint="remove it (or record to another cassette path)",
+    )
+
+
+def _clear(candidate: Path, cassette: Path) -> bool:
+    """Deal with a file already at ``candidate``: False when it is free to claim again, True when a live
+    recorder holds it. A crashed journal is moved aside, an empty leftover removed; a link or anything but a
+    regular file is never opened for writing (``CASSETTE_UNWRITABLE``)."""
+    try:
+        fd = os.open(candidate, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        return False  # gone meanwhile
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.EMLINK) and os.path.islink(candidate):
+            raise _not_a_journal_file(candidate, f"a symbolic link (to {os.readlink(candidate)})") from None
+        raise
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise _not_a_journal_file(candidate, "not a regular file")
+        if not _try_lock(fd):
+            return True
+        if not _still_at(candidate, fd):  # unlinked (or replaced) between our open and our lock
+            return False
+        if os.fstat(fd).st_size > 0:
+            _set_aside(candidate, cassette)
+        else:
+            os.unlink(candidate)  # created by a recorder that died before its first write: nothing to keep
+        return False
+    finally:
+        os.close(fd)
+
+
+def _claim_journal(path: Path, cassette: Path) -> tuple[Path, int]:
+    """Create ``path`` (or ``path.1``, ``path.2``, ... if another live recorder holds it) and lock it.
+
+    The file is always one this call created (``O_EXCL | O_NOFOLLOW``), so a journal is never written through
+    a link or into a file someone else put there. Each journal has one owner, who holds an ``flock`` on it;
     the kernel drops the lock when its owner dies. A journal found unlocked but not empty is what a crashed
     recording left: it is moved aside (``CrashedJournalWarning``), never truncated, and a fresh one is started.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
-    cassette = _cassette_of(path)
     attempt = 0
-    while attempt < 1000:
+    for _ in range(3000):  # each pass claims, moves on to the next name, or clears a leftover
+        if attempt >= 1000:
+            break
         candidate = path if attempt == 0 else path.with_name(f"{path.name}.{attempt}")
-        fd = os.open(candidate, os.O_RDWR | os.O_CREAT, 0o600)  # it holds the stream before redaction
-        if fcntl is not None:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError:
-                os.close(fd)
+        try:
+            fd = os.open(candidate, _NEW_FILE | os.O_APPEND, 0o600)  # it holds the stream before redaction
+        except FileExistsError:
+            if _clear(candidate, cassette):
                 attempt += 1
-                continue
-        if not _still_at(candidate, fd):  # unlinked (or replaced) between our open and our lock: open it again
-            os.close(fd)
             continue
-        if os.fstat(fd).st_size > 0:
-            try:
-                _set_aside(candidate, cassette)
-            finally:
-                os.close(fd)
-            continue  # the same name again, now free
-        os.fchmod(fd, 0o600)  # also when an empty journal was left with wider permissions
-        return candidate, fd
+        if _try_lock(fd) and _still_at(candidate, fd):
+            os.fchmod(fd, 0o600)  # whatever the umask
+            return candidate, fd
+        os.close(fd)  # another recorder is clearing it as an empty leftover: start again
     raise LlmError(f"no free journal next to {path}", ErrorCode.INVALID_CONFIG)  # pragma: no cover
 
 
-class Journal:
-    """Append-only JSON lines in a shared memory map, so a SIGKILL loses nothing already received.
+_os_write = os.write
+"""The journal's one system call, a module global so tests can inject a failing disk (ENOSPC, EIO)."""
 
-    Each record is copied into a ``MAP_SHARED`` mapping of the file as it arrives. Those pages belong to the
-    kernel's page cache, not to the process, so they reach the file even if the process is killed the next
-    instant; a write is a memcpy instead of a syscall (recording overhead stays well under 3 µs a chunk).
-    Nothing is fsynced: a process crash loses nothing, a power loss can lose the tail. Only a 1 MiB window
-    at the end is mapped; the file grows geometrically (its unwritten tail reads as NUL bytes) and is
-    trimmed on close; it is deleted once the cassette is saved.
+
+class Journal:
+    """Append-only JSON lines, one ``write()`` per record, so a SIGKILL loses nothing already received.
+
+    Once ``write()`` returns, the record is in the kernel's page cache and reaches the file even if the process
+    is killed the next instant. Nothing is fsynced: a process crash loses nothing, a power loss can lose the
+    tail. Writes are serialised by a lock (one journal may be shared by threads). The first failed write (disk
+    full, quota, I/O error) raises ``CASSETTE_UNWRITABLE`` naming the path and leaves the journal as it was
+    (at worst a torn last line, which ``recover`` drops); later writes do nothing, as do writes after
+    ``close``. The journal is deleted once the cassette is saved.
     """
 
-    __slots__ = ("_buffer", "_fd", "_map", "_position", "_size", "_window_end", "_window_start", "path")
+    __slots__ = ("_buffer", "_fd", "_lock", "error", "path")
 
-    def __init__(self, path: PathLike, meta: CassetteMeta) -> None:
-        self.path, self._fd = _claim_journal(Path(path))
-        self._map: mmap.mmap | None = None
-        self._size = 0
-        self._position = 0
-        self._window_start = self._window_end = 0
+    def __init__(self, path: PathLike, meta: CassetteMeta, *, cassette: PathLike | None = None) -> None:
+        """Claim a journal at ``path``; ``CASSETTE_UNWRITABLE`` if it cannot be created or its first record
+        written (then nothing is left behind)."""
+        path = Path(path)
+        with _writing(path, "journal"):
+            self.path, self._fd = _claim_journal(path, Path(cassette) if cassette else _cassette_of(path))
+        self._lock = threading.Lock()
         self._buffer = bytearray()
-        self._write(_JMeta(meta))
-
-    def _slide(self, needed: int) -> None:
-        """Map a fresh window starting at the write position; only the window counts towards memory."""
-        if self._map is not None:
-            self._map.close()
-        start = self._position - self._position % mmap.ALLOCATIONGRANULARITY
-        length = max(_JOURNAL_STEP, self._position - start + needed)
-        if start + length > self._size:
-            self._size = max(start + length, 2 * self._size)
-            os.ftruncate(self._fd, self._size)
-        self._map = mmap.mmap(self._fd, length, offset=start)
-        self._window_start, self._window_end = start, start + length
+        self.error: LlmError | None = None
+        try:
+            self._write(_JMeta(meta))
+        except LlmError:
+            self.close(remove=True)
+            raise
 
     def _write(self, record: _JRecord) -> None:
-        buffer = self._buffer
-        _journal_encoder.encode_into(record, buffer)
-        buffer.append(10)
-        end = self._position + len(buffer)
-        if end > self._window_end:
-            self._slide(len(buffer))
-        offset = self._window_start
-        self._map[self._position - offset : end - offset] = buffer  # type: ignore[index]
-        self._position = end
+        with self._lock:
+            if self._fd < 0 or self.error is not None:
+                return
+            buffer = self._buffer
+            _journal_encoder.encode_into(record, buffer)
+            buffer.append(10)
+            try:
+                written = _os_write(self._fd, buffer)
+                while written < len(buffer):  # a short write: the rest goes right after it
+                    with memoryview(buffer) as rest:
+                        more = _os_write(self._fd, rest[written:])
+                    if more <= 0:
+                        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+                    written += more
+            except OSError as exc:
+                self.error = _unwritable(self.path, exc, "journal")
+                raise self.error from exc
 
     def begin(self, id: int, request: RecordedRequest, started_at: datetime | None, attempt: int) -> None:
         self._write(_JBegin(id, request, started_at, attempt))
@@ -775,35 +889,57 @@ class Journal:
     def end(self, id: int, outcome: Outcome) -> None:
         self._write(_JEnd(id, outcome))
 
+    @property
+    def closed(self) -> bool:
+        return self._fd < 0
+
     def close(self, *, remove: bool) -> None:
-        """Trim the file to what was written; ``remove`` deletes it while still holding its lock.
+        """Close the file; ``remove`` deletes it while still holding its lock.
 
         Unlinking before closing (which drops the lock) matters: a new recorder that opened this file just
         before the unlink then either fails to lock it or, once it has the lock, sees it is no longer at the
         path (``_claim_journal`` checks) and opens a fresh one, instead of writing into a deleted file.
         """
-        if self._map is None:
+        with self._lock:
+            fd, self._fd = self._fd, -1
+        if fd < 0:
             return
-        self._map.close()
-        self._map = None
         try:
-            if remove:
-                if _still_at(self.path, self._fd):  # never delete a file someone else put at our path
-                    os.unlink(self.path)
-            else:
-                os.ftruncate(self._fd, self._position)
+            if remove and _still_at(self.path, fd):  # never delete a file someone else put at our path
+                os.unlink(self.path)
         finally:
-            os.close(self._fd)
+            os.close(fd)
+
+
+def _what_it_is(data: bytes) -> str:
+    """What a file that is not a journal holds, for the error that refuses it."""
+    if not data.strip():
+        return "an empty file" if not data else "blank"
+    for fmt in (_MSGPACK, _JSON):
+        try:
+            fmt.envelope.decode(data)
+        except Exception:  # msgspec raises DecodeError/ValidationError: not this format
+            continue
+        return f"a {fmt.name} cassette"
+    try:
+        data.decode()
+    except UnicodeDecodeError:
+        return "binary data"
+    return "text that does not start with a journal's meta record"
 
 
 def recover(path: PathLike) -> Cassette:
     """Rebuild a cassette from a journal left by a crashed recording.
 
     Every interaction without a recorded end is marked ``Cancelled`` (cut short); a torn final line is
-    dropped. Run the result through ``redaction.check`` before saving it: the journal is not redacted.
+    dropped. A file that is not a journal (a cassette, an empty file, anything else) is ``CASSETTE_CORRUPT``
+    saying what it is. Run the result through ``redaction.check`` before saving it: the journal is not redacted.
     """
     path = Path(path)
-    data = _read(path).split(b"\x00", 1)[0]  # JSON never holds a raw NUL: the rest is the unwritten tail
+    data = _read(path)
+    if not (data.startswith(_JOURNAL_HEAD) or (data and _JOURNAL_HEAD.startswith(data))):
+        raise _corrupt(path, f"this is {_what_it_is(data)}, not a chunktape journal")
+    data = data.split(b"\x00", 1)[0]  # JSON never holds a raw NUL: an old (mapped) journal's unwritten tail
     lines = data.split(b"\n")
     meta = CassetteMeta()
     begun: dict[int, _JBegin] = {}

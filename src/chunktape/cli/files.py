@@ -189,6 +189,8 @@ def recover_journal(
     """Turn the journal of an interrupted recording into a cassette; the last interaction is marked cut short.
 
     Credentials in the environment (*_API_KEY, *_TOKEN, *_SECRET) and key-shaped strings are redacted first.
+    A file that is not a journal (a cassette, an empty file) is refused and left alone; the journal is deleted
+    only once the cassette holding what it recovered is written and fsynced.
 
     Example: chunktape recover session.msgpack.journal -o session.msgpack
     """
@@ -197,15 +199,17 @@ def recover_journal(
     if output is not None:
         check_output_suffix(output, "--output")
     target = output or _default_output(journal)
+    if target.exists() and journal.exists() and target.samefile(journal):
+        raise CliError(f"{target} is the journal itself; give another --output")
     if target.exists() and not (force or append):
         raise CliError(f"{target} exists; pass --append to add to it or --force to replace it")
     secrets = list(env_secrets().values())
-    cassette = redact(recover(journal), secrets)
+    cassette = redact(recover(journal), secrets)  # CASSETTE_CORRUPT (nothing touched) if it is not a journal
     check_secrets(cassette, secrets, destination=target)
     if append and target.exists():
         existing = load(target)
         cassette = Cassette(meta=existing.meta, interactions=[*existing.interactions, *cassette.interactions])
-    save_cassette(cassette, target)
+    save_cassette(cassette, target)  # atomic and fsynced: only then may the journal go
     if not keep_journal:
         journal.unlink(missing_ok=True)
     console().print(

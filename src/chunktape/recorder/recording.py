@@ -5,13 +5,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import threading
 import warnings
 from collections import Counter
 from collections.abc import AsyncIterator, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
-from chunktape.cassettes.codec import Journal, append_interactions, journal_path, open_cassette, save_cassette
+from chunktape.cassettes.codec import (
+    Journal,
+    append_interactions,
+    fitting_name,
+    journal_path,
+    open_cassette,
+    save_cassette,
+)
 from chunktape.cassettes.model import (
     Cancelled,
     Cassette,
@@ -34,11 +42,15 @@ from chunktape.errors import ErrorCode, LlmError, ProtocolViolation
 from chunktape.protocol import Finish, GenerateOptions, LlmAdapter, ReasoningOption, StreamChunk, aclose_stream
 from chunktape.validation import StreamValidator
 
-__all__ = ["RecordingAdapter", "StreamViolationWarning"]
+__all__ = ["JournalWriteWarning", "RecordingAdapter", "StreamViolationWarning"]
 
 
 class StreamViolationWarning(UserWarning):
     """A recorded stream broke a StreamChunk rule. It is recorded as-is, so the violation can be replayed."""
+
+
+class JournalWriteWarning(UserWarning):
+    """The journal could not be written (disk full, quota, I/O error): recording goes on in memory only."""
 
 
 class _Slot:
@@ -76,7 +88,8 @@ class _Slot:
 
 def failed_path(cassette: Path) -> Path:
     """Where a recording that must not replace ``cassette`` is kept: ``<name>.failed<suffix>`` beside it."""
-    return cassette.with_name(f"{cassette.stem}.failed{cassette.suffix}")
+    stem = fitting_name(cassette.with_name(cassette.stem), len(f".failed{cassette.suffix}"))
+    return cassette.with_name(f"{stem}.failed{cassette.suffix}")
 
 
 class _ProviderClock:
@@ -124,6 +137,20 @@ class RecordingAdapter(LlmAdapter):
     ``*_SECRET`` environment values); a sequence adds more literals to redact; False redacts nothing. A
     credential still present at save raises ``SECRET_DETECTED`` unless listed in ``allow_secrets``.
     ``append`` adds to an existing cassette instead of replacing it.
+
+    **Failures of the disk.** A journal that cannot be created (no permission, a parent that is a file, a
+    read-only folder, no space, a link planted at its name) raises ``CASSETTE_UNWRITABLE`` naming the path from
+    the first ``stream()`` call, before ``inner`` is called: nothing was received, so nothing is lost. A journal
+    write that fails mid-stream (disk full, quota, I/O error) never breaks the caller's stream: every chunk still
+    reaches the caller and is kept in memory, the journal keeps what it had (it is no longer written) and a
+    ``JournalWriteWarning`` names it; the save then writes everything, or raises ``CASSETTE_UNWRITABLE`` if the
+    disk is still full, leaving the journal in place and the recording in memory (``save()`` again later).
+
+    **Threads.** One recorder may be shared by threads, each running its own event loop: journal creation,
+    interaction numbering and journal writes are locked, so every ``stream()`` call is its own interaction in
+    one journal and one cassette. A stream still running when the recorder is closed (saved) goes on for its
+    caller; its later chunks are kept in memory only (the saved cassette marks it cut short; ``save()`` again
+    writes the rest).
     """
 
     def __init__(
@@ -150,6 +177,7 @@ class RecordingAdapter(LlmAdapter):
         )
         self._use_journal = journal
         self._journal: Journal | None = None
+        self._lock = threading.Lock()
         self._slots: list[_Slot] = []
         self._attempts: Counter[str] = Counter()
         self._closed = False
@@ -177,25 +205,40 @@ class RecordingAdapter(LlmAdapter):
         """Protocol violations seen while recording, as (interaction number, violation)."""
         return [(slot.id, slot.violation) for slot in self._slots if slot.violation is not None]
 
-    def _begin(self, options: GenerateOptions) -> _Slot:
-        if self._closed:
-            raise LlmError(f"the RecordingAdapter for {self.path} is closed", ErrorCode.INVALID_CONFIG)
+    def _begin(self, options: GenerateOptions) -> tuple[_Slot, Journal | None]:
+        """Number the interaction and journal its request, under the lock (threads may share the recorder)."""
         # Redact the request before the journal sees it; chunks are redacted at save.
         request = redact_request(RecordedRequest.from_options(options), self._secrets())
-        self._attempts[request.fingerprint] += 1
-        slot = _Slot(len(self._slots), request, datetime.now(UTC), self._attempts[request.fingerprint])
-        self._slots.append(slot)
-        if self._use_journal:
-            if self._journal is None:
-                self._journal = Journal(journal_path(self.path), self.meta)
-                self.journal_path = self._journal.path  # another live recorder of this cassette may own the first
-            self._journal.begin(slot.id, request, slot.started_at, slot.attempt)
-        return slot
+        with self._lock:
+            if self._closed:
+                raise LlmError(f"the RecordingAdapter for {self.path} is closed", ErrorCode.INVALID_CONFIG)
+            journal = self._journal
+            if self._use_journal and journal is None:
+                # Raises CASSETTE_UNWRITABLE before anything is numbered or streamed.
+                journal = self._journal = Journal(journal_path(self.path), self.meta, cassette=self.path)
+                self.journal_path = journal.path  # another live recorder of this cassette may own the first
+            self._attempts[request.fingerprint] += 1
+            slot = _Slot(len(self._slots), request, datetime.now(UTC), self._attempts[request.fingerprint])
+            self._slots.append(slot)
+        if journal is not None:
+            try:
+                journal.begin(slot.id, request, slot.started_at, slot.attempt)
+            except LlmError as error:
+                self._journal_failed(error)
+                journal = None
+        return slot, journal
+
+    def _journal_failed(self, error: LlmError) -> None:
+        """A journal write failed: say so, and go on in memory (a warnings-as-errors filter must not break the
+        caller's stream; the save reports a disk still full as ``CASSETTE_UNWRITABLE``)."""
+        message = f"{error.message}; recording goes on in memory and is written when {self.path} is saved"
+        with contextlib.suppress(JournalWriteWarning):
+            warnings.warn(message, JournalWriteWarning, stacklevel=4)
 
     async def stream(self, options: GenerateOptions) -> AsyncIterator[StreamChunk]:
         clock = _ProviderClock(asyncio.get_running_loop())
-        slot = self._begin(options)
-        events, journal, ident = slot.events, self._journal, slot.id
+        slot, journal = self._begin(options)
+        events, ident = slot.events, slot.id
         validator = StreamValidator() if self.validate else None
         iterator: AsyncIterator[StreamChunk] | None = None
         outcome: Outcome | None = None
@@ -210,7 +253,11 @@ class RecordingAdapter(LlmAdapter):
                 t_ns = clock.arrived()
                 events.append(Event(t_ns=t_ns, chunk=chunk))
                 if journal is not None:
-                    journal.event(ident, t_ns, chunk)
+                    try:
+                        journal.event(ident, t_ns, chunk)
+                    except LlmError as error:
+                        self._journal_failed(error)
+                        journal = None
                 if validator is not None:
                     try:
                         validator.feed(chunk)
@@ -255,8 +302,11 @@ class RecordingAdapter(LlmAdapter):
             raise
         finally:
             slot.outcome = outcome or Cancelled(t_ns=clock.arrived(), reason="interrupted")
-            if journal is not None and self._journal is journal:
-                journal.end(ident, slot.outcome)
+            if journal is not None:
+                try:
+                    journal.end(ident, slot.outcome)
+                except LlmError as error:
+                    self._journal_failed(error)
             await aclose_stream(iterator)
         self._warn(slot, strict=True)
 
