@@ -322,9 +322,9 @@ def read_vcr(
         loaded = VcrCassette.load(path=str(path), record_mode="none", serializer=_Serializer(kind))
     except Exception as exc:
         raise LlmError(
-            f"{path}: vcrpy cannot read it with the {kind.value} serializer ({type(exc).__name__}: {exc})",
+            f"{path}: vcrpy cannot read it with the {kind.value} serializer ({type(exc).__name__}: {exc}); if it "
+            f"was written with another one, name it ({', '.join(item.value for item in VcrSerializer)})",
             ErrorCode.CASSETTE_CORRUPT,
-            hint="name the serializer it was written with (serializer=..., CLI: --serializer)",
         ) from exc
     interactions: list[Interaction] = []
     notes: list[str] = []
