@@ -209,7 +209,10 @@ def test_import_vcr_reads_a_non_streamed_completion_and_a_200_that_is_not_sse(tm
         "usage": {"prompt_tokens": 3, "completion_tokens": 2},
     }
     html = vcr_response("<html>proxy login</html>", ctype="text/html")
-    cassette = import_vcr(write_vcr(tmp_path / "c.yaml", vcr_response(json.dumps(completion)), html))
+    path = write_vcr(tmp_path / "c.yaml", vcr_response(json.dumps(completion)), html)
+    with pytest.raises(LlmError, match=r"vcr interaction #1 .*cannot be decoded"):
+        import_vcr(path)  # an undecodable answer is never imported silently
+    cassette = import_vcr(path, keep_undecodable=True)
     first, second = cassette.interactions
     assert isinstance(first.outcome, Completed)
     assert [type(c).__name__ for c in first.chunks][-2:] == ["UsageChunk", "Finish"]

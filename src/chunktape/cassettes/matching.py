@@ -1,34 +1,163 @@
 """Deciding which recorded interaction answers a request, and explaining it when none does.
 
 A matcher is any ``(live, recorded) -> bool`` over two ``RecordedRequest``; built-in ones are referred to by
-name. The ``CASSETTE_MISMATCH`` error shows the closest recorded request and a field-by-field diff, like
-vcrpy's best error message.
+name, and ``match_on`` may be a name, a comma-separated string of names (``"model,messages,tools"``, as a
+command line or an ini file gives it), a callable, or a list of these. The ``CASSETTE_MISMATCH`` error shows
+the closest recorded request, a field-by-field diff, and which matchers failed, like vcrpy's best error message.
+
+**What the default match ignores.** Frameworks (the openai SDK, pydantic-ai, langchain-openai, litellm) send
+the same request in different spellings. The built-in matchers compare what changes the answer, and treat
+documented defaults and no-ops as absent; nothing recorded is rewritten, only the comparison:
+
+- tool-call ``arguments`` in messages: as JSON values (``{"city":"Paris"}`` equals ``{"city": "Paris"}``), as
+  text when not JSON;
+- message ``content``: ``""`` equals ``null``;
+- tool ``parameters`` (a JSON schema): as JSON values, without ``additionalProperties: false`` and
+  ``required: []``; ``{}`` equals ``{"type": "object", "properties": {}}`` (a tool's ``strict`` flag never
+  reaches a recorded request);
+- generation fields that are ``null``: absent;
+- at their documented default, absent: ``n: 1``, ``temperature: 1``, ``top_p: 1``, ``frequency_penalty: 0``,
+  ``presence_penalty: 0``, ``logprobs: false``, ``parallel_tool_calls: true``, ``tool_choice: "auto"`` (and
+  ``"none"`` when there are no tools), ``stop: []``, ``response_format: {"type": "text"}``, ``logit_bias: {}``,
+  ``modalities: ["text"]``;
+- no-ops, always absent (they say who asks, or how and where to deliver, not what to generate): ``user``,
+  ``store``, ``metadata``, ``service_tier``, ``prompt_cache_key``, ``safety_identifier``, ``stream``,
+  ``stream_options``;
+- ``stop: "x"`` equals ``stop: ["x"]``.
+
+Everything else stays in the default match, so a request that could get a different answer misses:
+``model``, the messages (roles, text, tool calls and their ids, tool results), the tools, ``max_tokens``,
+``temperature``, ``top_p`` and the penalties when not their defaults, ``seed``, ``stop`` with values,
+``response_format`` (``json_object``, ``json_schema``), ``tool_choice`` other than its default,
+``parallel_tool_calls: false``, ``reasoning`` (``reasoning_effort``, DeepSeek's ``thinking``), and any other
+provider field. ``fingerprint`` is the exact match (every field, byte for byte).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeAlias
 
 import msgspec
 
 from chunktape.cassettes.model import RecordedRequest
 from chunktape.errors import ErrorCode, LlmError
+from chunktape.protocol import Message, ToolSpec
 
-__all__ = ["DEFAULT_MATCH", "MATCHERS", "MatchOn", "Matcher", "RequestMatcher", "diff_requests"]
+__all__ = ["DEFAULT_MATCH", "MATCHERS", "MatchOn", "Matcher", "RequestMatcher", "diff_requests", "parse_match_on"]
 
 Matcher: TypeAlias = Callable[[RecordedRequest, RecordedRequest], bool]
 """``matcher(live, recorded)`` is true when ``recorded`` may answer ``live``."""
 
 MatchOn: TypeAlias = str | Matcher | Sequence[str | Matcher]
 
+_NO_OPS = frozenset(
+    {"user", "store", "metadata", "service_tier", "prompt_cache_key", "safety_identifier", "stream", "stream_options"}
+)
+"""Request fields that never change the answer."""
+_DEFAULTS: Mapping[str, Any] = {
+    "n": 1,
+    "temperature": 1,
+    "top_p": 1,
+    "frequency_penalty": 0,
+    "presence_penalty": 0,
+    "logprobs": False,
+    "parallel_tool_calls": True,
+    "tool_choice": "auto",
+    "stop": [],
+    "response_format": {"type": "text"},
+    "logit_bias": {},
+    "modalities": ["text"],
+}
+"""Generation fields at their documented default (OpenAI's chat-completions reference): the same as absent."""
+_decoder = msgspec.json.Decoder()
+
+
+def _settings(fields: Mapping[str, Any], tools: Sequence[ToolSpec]) -> dict[str, Any]:
+    """Request fields that can change the answer: ``null``, defaults and no-ops left out (the docstring's table)."""
+    out: dict[str, Any] = {}
+    for key, value in fields.items():
+        if key == "stop" and isinstance(value, str):
+            value = [value]
+        elif key == "tool_choice" and value == "none" and not tools:
+            continue
+        if value is None or key in _NO_OPS or (key in _DEFAULTS and _DEFAULTS[key] == value):
+            continue
+        out[key] = value
+    return out
+
+
+def _generation(request: RecordedRequest) -> dict[str, Any]:
+    named = {"max_tokens": request.max_tokens, "temperature": request.temperature, "reasoning": request.reasoning}
+    return _settings({**request.extra, **named}, request.tools)
+
 
 def _params(live: RecordedRequest, recorded: RecordedRequest) -> bool:
-    return (
+    if (
         live.max_tokens == recorded.max_tokens
         and live.temperature == recorded.temperature
         and live.reasoning == recorded.reasoning
         and live.extra == recorded.extra
+    ):
+        return True
+    return _generation(live) == _generation(recorded)
+
+
+def _json_value(text: str) -> Any:
+    """Tool-call arguments as a JSON value, so re-serialised arguments compare equal; text when not JSON."""
+    try:
+        return ("json", _decoder.decode(text))
+    except msgspec.DecodeError:
+        return ("text", text)
+
+
+def _message_key(message: Message) -> tuple[Any, ...]:
+    calls = tuple((call.id, call.name, _json_value(call.arguments)) for call in message.tool_calls)
+    return (
+        message.role,
+        message.content or None,
+        calls,
+        message.tool_call_id,
+        message.name,
+        message.reasoning_content,
+    )
+
+
+def _same_messages(live: Sequence[Message], recorded: Sequence[Message]) -> bool:
+    if live == recorded:
+        return True
+    if len(live) != len(recorded):
+        return False
+    return all(a == b or _message_key(a) == _message_key(b) for a, b in zip(live, recorded, strict=True))
+
+
+def _schema(value: Any) -> Any:
+    """A JSON schema without the no-op keywords frameworks add (``additionalProperties: false``, ``required: []``)."""
+    if isinstance(value, dict):
+        return {
+            key: _schema(item)
+            for key, item in value.items()
+            if not ((key == "additionalProperties" and item is False) or (key == "required" and item == []))
+        }
+    if isinstance(value, list):
+        return [_schema(item) for item in value]
+    return value
+
+
+def _parameters(parameters: dict[str, Any]) -> Any:
+    """A tool's parameters schema as compared: no parameters at all is the empty object schema."""
+    return _schema(parameters) if parameters else {"type": "object", "properties": {}}
+
+
+def _same_tools(live: Sequence[ToolSpec], recorded: Sequence[ToolSpec]) -> bool:
+    if live == recorded:
+        return True
+    if len(live) != len(recorded):
+        return False
+    return all(
+        a == b
+        or (a.name, a.description, _parameters(a.parameters)) == (b.name, b.description, _parameters(b.parameters))
+        for a, b in zip(live, recorded, strict=True)
     )
 
 
@@ -40,22 +169,60 @@ def _field(name: str) -> Matcher:
     return match
 
 
+def _generation_field(name: str) -> Matcher:
+    def match(live: RecordedRequest, recorded: RecordedRequest) -> bool:
+        return _generation(live).get(name) == _generation(recorded).get(name)
+
+    match.__name__ = name
+    return match
+
+
+def _extra(live: RecordedRequest, recorded: RecordedRequest) -> bool:
+    return live.extra == recorded.extra or _settings(live.extra, live.tools) == _settings(
+        recorded.extra, recorded.tools
+    )
+
+
 MATCHERS: dict[str, Matcher] = {
     "model": _field("model"),
-    "messages": _field("messages"),
-    "tools": _field("tools"),
-    "max_tokens": _field("max_tokens"),
-    "temperature": _field("temperature"),
-    "reasoning": _field("reasoning"),
-    "extra": _field("extra"),
+    "messages": lambda live, recorded: _same_messages(live.messages, recorded.messages),
+    "tools": lambda live, recorded: _same_tools(live.tools, recorded.tools),
+    "max_tokens": _generation_field("max_tokens"),
+    "temperature": _generation_field("temperature"),
+    "reasoning": _generation_field("reasoning"),
+    "extra": _extra,
     "params": _params,
-    "last_message": lambda live, recorded: live.messages[-1:] == recorded.messages[-1:],
+    "last_message": lambda live, recorded: _same_messages(live.messages[-1:], recorded.messages[-1:]),
     "fingerprint": _field("fingerprint"),
 }
-"""Matchers by name; ``params`` is the generation parameters: max_tokens, temperature, reasoning, extra."""
+"""Matchers by name; ``params`` is the generation parameters: max_tokens, temperature, reasoning, extra.
+All but ``fingerprint`` compare as the module docstring's table says."""
 
 DEFAULT_MATCH: tuple[str, ...] = ("model", "messages", "tools", "params")
 _ADVICE = "re-record with --tape-mode new_episodes, or relax match_on"
+
+
+def parse_match_on(match_on: MatchOn) -> tuple[str | Matcher, ...]:
+    """``match_on`` as a tuple of known matcher names and callables; a string may hold several names separated
+    by commas or spaces (``"model,messages,tools"``), as a command line, an ini file or a scenario file gives it.
+    Raises ``INVALID_CONFIG`` listing the valid names for an unknown one, or for an empty ``match_on``."""
+    items: Sequence[str | Matcher] = [match_on] if isinstance(match_on, str) or callable(match_on) else match_on
+    parsed: list[str | Matcher] = []
+    for item in items:
+        if isinstance(item, str):
+            for name in item.replace(",", " ").split():
+                if name not in MATCHERS:
+                    valid = ", ".join(sorted(MATCHERS))
+                    raise LlmError(f"unknown matcher {name!r}; valid matchers: {valid}", ErrorCode.INVALID_CONFIG)
+                parsed.append(name)
+        elif callable(item):
+            parsed.append(item)
+        else:
+            raise LlmError(f"a matcher must be a name or a callable, got {item!r}", ErrorCode.INVALID_CONFIG)
+    if not parsed:
+        valid = ", ".join(sorted(MATCHERS))
+        raise LlmError(f"match_on names no matcher; valid matchers: {valid}", ErrorCode.INVALID_CONFIG)
+    return tuple(parsed)
 
 
 class RequestMatcher:
@@ -64,28 +231,22 @@ class RequestMatcher:
     __slots__ = ("_checks", "_fast")
 
     def __init__(self, match_on: MatchOn = DEFAULT_MATCH) -> None:
-        items: Sequence[str | Matcher] = [match_on] if isinstance(match_on, str) or callable(match_on) else match_on
         checks: list[tuple[str, Matcher]] = []
-        for item in items:
+        for item in parse_match_on(match_on):
             if isinstance(item, str):
-                if item not in MATCHERS:
-                    valid = ", ".join(sorted(MATCHERS))
-                    raise LlmError(f"unknown matcher {item!r}; valid matchers: {valid}", ErrorCode.INVALID_CONFIG)
                 checks.append((item, MATCHERS[item]))
-            elif callable(item):
-                checks.append((getattr(item, "__name__", repr(item)), item))
             else:
-                raise LlmError(f"a matcher must be a name or a callable, got {item!r}", ErrorCode.INVALID_CONFIG)
+                checks.append((getattr(item, "__name__", repr(item)), item))
         self._checks = tuple(checks)
-        # The default set covers every request field: compare whole requests minus the fingerprint at once.
+        # The default set covers every request field: compare them inline, without a call per matcher.
         self._fast = tuple(name for name, _ in checks) == DEFAULT_MATCH
 
     def __call__(self, live: RecordedRequest, recorded: RecordedRequest) -> bool:
         if self._fast:
             return (
                 live.model == recorded.model
-                and live.messages == recorded.messages
-                and live.tools == recorded.tools
+                and _same_messages(live.messages, recorded.messages)
+                and _same_tools(live.tools, recorded.tools)
                 and _params(live, recorded)
             )
         return all(check(live, recorded) for _, check in self._checks)

@@ -20,7 +20,7 @@ from chunktape.cassettes.model import Cassette
 from chunktape.cassettes.redaction import check_secrets, env_secrets, redact
 from chunktape.cli.common import EXIT_FAILED, CliError, check_output_suffix, console, err_console, load
 from chunktape.cli.render import summary_table
-from chunktape.http import import_vcr as convert_vcr
+from chunktape.http.vcr import VcrSerializer, read_vcr
 
 __all__ = ["check", "convert", "diff", "import_vcr", "recover_journal", "redact_cassette", "show"]
 
@@ -218,15 +218,37 @@ def recover_journal(
 
 
 def import_vcr(
-    source: Annotated[Path, typer.Argument(help="A vcrpy YAML cassette of streamed chat completions.")],
+    source: Annotated[Path, typer.Argument(help="A vcrpy cassette of chat completions (streamed or not).")],
     output: Annotated[Path, typer.Option("--output", "-o", help="The chunk cassette to write.", show_default=False)],
+    serializer: Annotated[
+        VcrSerializer,
+        typer.Option(
+            help="The serializer the cassette was written with: vcrpy's yaml or json, or parsed-body "
+            "(pydantic-ai's json_body_serializer); auto detects them.",
+        ),
+    ] = VcrSerializer.AUTO,
+    keep_undecodable: Annotated[
+        bool,
+        typer.Option(
+            "--keep-undecodable",
+            help="Import a response that cannot be decoded as a raised INVALID_RESPONSE (and skip a request "
+            "that cannot be read) instead of failing.",
+        ),
+    ] = False,
 ) -> None:
-    """Convert a vcrpy cassette of streamed OpenAI-compatible chat completions into a chunk cassette.
+    """Convert a vcrpy cassette of OpenAI-compatible chat completions into a chunk cassette.
+
+    Other traffic (/models, /embeddings...) is skipped with a note on stderr. An interaction that cannot be
+    decoded fails the import, naming it, unless --keep-undecodable.
 
     Example: chunktape import-vcr tests/cassettes/chat.yaml -o chat.msgpack
     """
     check_output_suffix(output, "--output")
-    cassette = redact(convert_vcr(source), env_secrets().values())  # skips interactions holding no secret
+    imported = read_vcr(source, serializer=serializer, keep_undecodable=keep_undecodable)
+    err = err_console()
+    for note in imported.notes:
+        err.print(note, style="dim", markup=False, soft_wrap=True)
+    cassette = redact(imported.cassette, env_secrets().values())  # skips interactions holding no secret
     save_cassette(cassette, output)
     console().print(
         f"imported {len(cassette.interactions)} interaction(s) from {source} into {output}",

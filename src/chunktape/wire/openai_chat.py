@@ -3,7 +3,9 @@
 Decoding (provider -> us): ``OpenAIChatDecoder`` turns chunk JSON into a *valid* StreamChunk sequence:
 
 - ``delta.reasoning_content`` (DeepSeek) or ``delta.reasoning`` (OpenRouter, Groq) -> a reasoning block,
-  ``delta.content`` -> a text block; empty strings, ``null`` and ``delta: {}`` are ignored.
+  ``delta.content`` -> a text block; empty strings, ``null`` and ``delta: {}`` are ignored. A ``content`` that is
+  a list of parts (Mistral) is read part by part: ``text`` as text, ``thinking`` as reasoning; any other part
+  raises ``INVALID_RESPONSE`` rather than being dropped.
 - ``delta.tool_calls[i]`` -> one tool-call block per provider ``index``. The protocol forbids interleaved
   blocks, but providers may interleave calls by index, so: the first call streams live; a delta for another
   index is buffered. The live call is closed (and the next buffered call, lowest index first, goes live with
@@ -14,8 +16,8 @@ Decoding (provider -> us): ``OpenAIChatDecoder`` turns chunk JSON into a *valid*
   different call already used starts a new call (ollama, litellm and dynamo send every parallel call as
   index 0). A delta arriving for a call already closed raises ``INVALID_RESPONSE`` unless it is empty.
 - ``usage`` (on the last content chunk as DeepSeek sends it, or in a ``choices: []`` chunk after the finish
-  chunk as OpenAI does) -> ``UsageChunk``; ``finish_reason`` -> ``Finish``. Both are held until the stream
-  ends (``[DONE]`` or end of body), so ``usage`` always precedes ``finish``.
+  chunk as OpenAI does, or in ``x_groq.usage`` as Groq does) -> ``UsageChunk``; ``finish_reason`` -> ``Finish``.
+  Both are held until the stream ends (``[DONE]`` or end of body), so ``usage`` always precedes ``finish``.
 - An in-band ``"error"`` object, or an ``event: error``, raises ``LlmError`` with the provider's message:
   ``PROVIDER_HTTP_ERROR`` with ``status`` when the payload carries an HTTP-like status (``code: 400``,
   ``status_code``), else ``STREAM_ABORTED`` (the provider gave up mid-stream; a retry may help).
@@ -114,7 +116,8 @@ class _ToolCall(msgspec.Struct):
 
 
 class _Delta(msgspec.Struct):
-    content: str | None = None
+    content: str | list[Any] | None = None
+    """A string, or (Mistral) a list of ``text`` / ``thinking`` parts."""
     reasoning_content: str | None = None
     reasoning: str | None = None
     tool_calls: list[_ToolCall] | None = None
@@ -142,14 +145,20 @@ class _Usage(msgspec.Struct):
     completion_tokens_details: _CompletionDetails | None = None
 
 
+class _Groq(msgspec.Struct):
+    usage: _Usage | None = None
+
+
 class _Chunk(msgspec.Struct):
     choices: list[_Choice] | None = None
     usage: _Usage | None = None
+    x_groq: _Groq | None = None
+    """Groq sends the stream's usage here, on the finish chunk."""
     error: Any = None
 
 
 class _Message(msgspec.Struct):
-    content: str | None = None
+    content: str | list[Any] | None = None
     reasoning_content: str | None = None
     reasoning: str | None = None
     tool_calls: list[_ToolCall] | None = None
@@ -327,8 +336,9 @@ class OpenAIChatDecoder:
         if chunk.error is not None:
             raise error_from_payload(chunk.error, what="the provider reported an error mid-stream")
         out: list[StreamChunk] = []
-        if chunk.usage is not None:
-            self._usage = usage_from_wire(chunk.usage)
+        usage = chunk.usage if chunk.usage is not None else chunk.x_groq.usage if chunk.x_groq is not None else None
+        if usage is not None:
+            self._usage = usage_from_wire(usage)
         for choice in chunk.choices or ():
             if choice.index != 0:
                 raise LlmError(
@@ -340,7 +350,11 @@ class OpenAIChatDecoder:
                 reasoning = delta.reasoning_content or delta.reasoning
                 if reasoning:
                     self._text("reasoning", reasoning, out)
-                if delta.content:
+                if isinstance(delta.content, list):
+                    for kind, text in _content_parts(delta.content):
+                        if text:
+                            self._text(kind, text, out)
+                elif delta.content:
                     self._text("text", delta.content, out)
                 for call in delta.tool_calls or ():
                     self._tool(call, out)
@@ -508,6 +522,26 @@ class OpenAIChatDecoder:
         call.state = "done"
         self._live = None
         self._pieces = []
+
+
+def _content_parts(parts: list[Any]) -> Iterator[tuple[Literal["text", "reasoning"], str]]:
+    """Mistral's content parts in order: ``text`` parts as text, ``thinking`` parts (a string or a list of text
+    parts) as reasoning. Any other part raises ``INVALID_RESPONSE`` naming it: dropping it would lose content."""
+    for part in parts:
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind == "text" and isinstance(part.get("text"), str):
+            yield "text", part["text"]
+            continue
+        thinking = part.get("thinking") if kind == "thinking" else None
+        pieces = [thinking] if isinstance(thinking, str) else thinking if isinstance(thinking, list) else [None]
+        texts = [piece.get("text") if isinstance(piece, dict) else piece for piece in pieces]
+        if not all(isinstance(text, str) for text in texts):  # an image, a reference, a malformed part
+            raise LlmError(
+                f"the provider sent a content part that is not text or thinking text: {_snippet(repr(part))}",
+                ErrorCode.INVALID_RESPONSE,
+            )
+        for text in texts:
+            yield "reasoning", str(text)
 
 
 def _complete_json(text: str) -> bool:
