@@ -30,6 +30,7 @@ from chunktape.faults import (
     Targeted,
     Truncate,
 )
+from chunktape.faults.plan import ActiveFault, FaultPlan
 from chunktape.protocol import (
     BlockStart,
     Finish,
@@ -43,7 +44,6 @@ from chunktape.protocol import (
 )
 from chunktape.providers.demo import DEMO_TURNS
 from chunktape.providers.scripted import ScriptedAdapter, ScriptedToolCall, ScriptedTurn, script_chunks
-from chunktape.faults.plan import ActiveFault, FaultPlan
 from chunktape.validation import StreamValidator, validate
 from fault_support import FaultyAdapter, first_request, from_list
 

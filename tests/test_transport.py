@@ -25,7 +25,6 @@ from chunktape import (
     validate,
 )
 from chunktape.faults import (
-    CORRUPT_KINDS,
     Chaos,
     Corrupt,
     Disconnect,

@@ -172,11 +172,6 @@ class RecordingAdapter(LlmAdapter):
         """What was recorded so far, in the order the ``stream()`` calls began (unredacted)."""
         return [slot.freeze() for slot in self._slots]
 
-    @property
-    def violations(self) -> list[tuple[int, ProtocolViolation]]:
-        """Protocol violations seen while recording, as (interaction number, violation)."""
-        return [(slot.id, slot.violation) for slot in self._slots if slot.violation is not None]
-
     def _begin(self, options: GenerateOptions) -> _Slot:
         if self._closed:
             raise LlmError(f"the RecordingAdapter for {self.path} is closed", ErrorCode.INVALID_CONFIG)
