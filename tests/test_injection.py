@@ -441,15 +441,17 @@ def test_targeted_fail_first_counts_only_selected_calls() -> None:
 
 
 def test_plan_string_ids_and_a_new_plan_starts_over() -> None:
-    faults = ["http-429", {"type": "fail-first", "n": 1, "fault": {"type": "truncate", "after_chunks": 1}}]
-    plan = FaultPlan(faults)
+    def new_plan() -> FaultPlan:
+        return FaultPlan(["http-429", {"type": "fail-first", "n": 1, "fault": {"type": "truncate", "after_chunks": 1}}])
+
+    plan = new_plan()
     first = plan.select(OPTIONS)
     assert first is not None
     assert first.fault_id == "http-429+truncate-after-1-chunks"
     second = plan.select(OPTIONS)
     assert second is not None
     assert second.fault_id == "http-429"
-    again = FaultPlan(faults).select(OPTIONS)
+    again = new_plan().select(OPTIONS)
     assert again is not None
     assert again.fault_id == first.fault_id
     assert FaultPlan().select(OPTIONS) is None

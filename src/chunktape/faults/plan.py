@@ -273,10 +273,6 @@ class Reservation(Generic[R]):
             self._release(self._held)
 
 
-def reservation(
-    active: ActiveFault | None, reserve: Callable[[], R], release: Callable[[R], None]
-) -> Reservation[R]:
+def reservation(active: ActiveFault | None, reserve: Callable[[], R], release: Callable[[R], None]) -> Reservation[R]:
     """``with reservation(active, reserve, release) as held:``: the one way a call holds a recorded interaction."""
     return Reservation(active, reserve, release)
-
-

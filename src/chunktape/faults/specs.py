@@ -74,7 +74,7 @@ CorruptKind: TypeAlias = ProtocolCorruptKind | Literal["malformed-data"]
 """The protocol kinds, plus ``malformed-data``: data a client cannot parse (before chunk 1-3, by ``seed``)."""
 CORRUPT_KINDS: tuple[ProtocolCorruptKind, ...] = get_args(ProtocolCorruptKind)
 """The kinds that break a protocol rule (each has a ``CORRUPT_RULES`` entry and a ``STANDARD_FAULTS`` entry)."""
-CORRUPT_RULES: Mapping[ProtocolCorruptKind, str] = MappingProxyType(
+CORRUPT_RULES: Mapping[CorruptKind, str] = MappingProxyType(
     {
         "unpaired-block": "block-pairs",
         "bad-index": "index-order",
@@ -85,7 +85,8 @@ CORRUPT_RULES: Mapping[ProtocolCorruptKind, str] = MappingProxyType(
         "duplicate-finish": "finish-last",
     }
 )
-"""The ``StreamValidator`` rule each corruption kind breaks (the first violation a validator reports)."""
+"""The ``StreamValidator`` rule each protocol kind breaks (the first violation a validator reports);
+``malformed-data`` breaks no rule: a client cannot even parse it."""
 
 InsideBlock: TypeAlias = BlockType
 

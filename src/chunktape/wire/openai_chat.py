@@ -178,6 +178,7 @@ def decode_chat_chunk(data: str | bytes) -> ChatChunk:
     """One ``data:`` payload as a ``ChatChunk``; raises ``msgspec.DecodeError`` when it is not one."""
     return _chunk_decoder.decode(data)
 
+
 _completion_decoder = msgspec.json.Decoder(_Completion)
 _any_decoder = msgspec.json.Decoder()
 _encoder = msgspec.json.Encoder()
