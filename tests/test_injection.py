@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import chunktape.replayer.injection as injection_module
+import chunktape.faults.plan as injection_module
 from chunktape.abort import AbortController
 from chunktape.errors import ErrorCode, LlmError, ProtocolViolation
 from chunktape.faults import (
@@ -30,6 +30,7 @@ from chunktape.faults import (
     Targeted,
     Truncate,
 )
+from chunktape.faults.plan import ActiveFault, FaultPlan
 from chunktape.protocol import (
     BlockStart,
     Finish,
@@ -43,7 +44,6 @@ from chunktape.protocol import (
 )
 from chunktape.providers.demo import DEMO_TURNS
 from chunktape.providers.scripted import ScriptedAdapter, ScriptedToolCall, ScriptedTurn, script_chunks
-from chunktape.replayer.injection import INJECTED_ERROR_CODES, ActiveFault, FaultPlan
 from chunktape.validation import StreamValidator, validate
 from fault_support import FaultyAdapter, first_request, from_list
 
@@ -440,16 +440,18 @@ def test_targeted_fail_first_counts_only_selected_calls() -> None:
     assert picks == [None, "m2-outage", None, None]
 
 
-def test_plan_reset_and_string_ids() -> None:
-    plan = FaultPlan(["http-429", {"type": "fail-first", "n": 1, "fault": {"type": "truncate", "after_chunks": 1}}])
+def test_plan_string_ids_and_a_new_plan_starts_over() -> None:
+    def new_plan() -> FaultPlan:
+        return FaultPlan(["http-429", {"type": "fail-first", "n": 1, "fault": {"type": "truncate", "after_chunks": 1}}])
+
+    plan = new_plan()
     first = plan.select(OPTIONS)
     assert first is not None
     assert first.fault_id == "http-429+truncate-after-1-chunks"
     second = plan.select(OPTIONS)
     assert second is not None
     assert second.fault_id == "http-429"
-    plan.reset()
-    again = plan.select(OPTIONS)
+    again = new_plan().select(OPTIONS)
     assert again is not None
     assert again.fault_id == first.fault_id
     assert FaultPlan().select(OPTIONS) is None
@@ -571,7 +573,8 @@ def test_any_fault_over_any_valid_stream_raises_only_documented_codes(
     finally:
         loop.close()
     if error is not None:
-        assert error.code in INJECTED_ERROR_CODES
+        # The only codes injection raises (CANCELLED when the signal aborts a stall or delay).
+        assert error.code in (ErrorCode.PROVIDER_HTTP_ERROR, ErrorCode.STREAM_ABORTED, ErrorCode.CANCELLED)
         assert any(f"{item.fault_id} (seed {item.seed})" in str(error) for item in active.fired)
     if not any(isinstance(fault, Corrupt) for fault in faults):
         # Without Corrupt, the output is a clean prefix of the stream: a validator only misses the end.
@@ -597,7 +600,6 @@ async def test_a_stall_abandoned_by_the_consumer_does_not_consume_the_interactio
     served = activate(Stall(after_chunks=1, seconds=30))
     out, _ = await drain(served.wrap(from_list(CHUNKS), None))
     assert out == CHUNKS
-    assert served.served
     assert served.consumes_interaction
 
     abandoned = activate(Stall(after_chunks=1, seconds=30))
@@ -606,7 +608,6 @@ async def test_a_stall_abandoned_by_the_consumer_does_not_consume_the_interactio
     with pytest.raises(TimeoutError):
         await consume_with_idle_timeout(abandoned.wrap(from_list(CHUNKS), None), 5, received)
     assert len(received) == 1
-    assert not abandoned.served
     assert not abandoned.consumes_interaction
 
 

@@ -240,7 +240,6 @@ async def test_validate_false_records_without_warning(tmp_path: Path) -> None:
     broken = [BlockStart(index=3, block_type="text")]
     async with RecordingAdapter(PacedAdapter(paced(broken)), tmp_path / "c.msgpack", validate=False) as recorder:
         assert await collect(recorder.stream(options())) == broken
-    assert recorder.violations == []
 
 
 # -- files ---------------------------------------------------------------------------------------------

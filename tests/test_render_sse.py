@@ -150,11 +150,12 @@ def test_error_headers_skip_a_retry_after_that_is_not_a_finite_non_negative_numb
 
 
 def test_error_headers_cap_a_huge_retry_after_and_the_body_carries_it() -> None:
-    from chunktape.http.render import MAX_RETRY_AFTER_S, error_body, error_headers
+    from chunktape.http.render import error_body, error_headers
+    from chunktape.wire.http_errors import MAX_RETRY_AFTER
 
     assert error_headers(1e300) == {
-        "retry-after": str(int(MAX_RETRY_AFTER_S)),
-        "retry-after-ms": str(int(MAX_RETRY_AFTER_S * 1000)),
+        "retry-after": str(int(MAX_RETRY_AFTER)),
+        "retry-after-ms": str(int(MAX_RETRY_AFTER * 1000)),
     }
     assert error_headers(1.5) == {"retry-after": "2", "retry-after-ms": "1500"}
     assert error_body("slow down", status=429, retry_after=1.5)["error"]["retry_after"] == 1.5

@@ -11,7 +11,7 @@ import pytest
 import chunktape.scenarios as scenarios_module
 from chunktape.errors import ErrorCode, LlmError
 from chunktape.faults import STANDARD_FAULTS, Disconnect, FailFirst, HttpError, Stall
-from chunktape.replayer.injection import FaultPlan
+from chunktape.faults.plan import FaultPlan
 from chunktape.scenarios import Scenario, ScenarioTiming, load_scenarios, parse_scenarios
 from fault_support import first_request
 

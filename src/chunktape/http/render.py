@@ -19,7 +19,7 @@ from typing import Any
 from chunktape.cassettes.model import Cancelled, Completed, Interaction, Outcome, Raised
 from chunktape.errors import ErrorCode, LlmError
 from chunktape.protocol import BlockEnd, Finish, ReasoningBlock, StreamChunk, TextBlock, ToolCallBlock, UsageChunk
-from chunktape.wire.http_errors import MAX_RETRY_AFTER, clamp_retry_after
+from chunktape.wire.http_errors import clamp_retry_after
 from chunktape.wire.openai_chat import (
     DONE_EVENT,
     OpenAIChatEncoder,
@@ -30,13 +30,11 @@ from chunktape.wire.openai_chat import (
 
 __all__ = [
     "MALFORMED_EVENT",
-    "MAX_RETRY_AFTER_S",
     "SseRenderer",
     "completion_from_chunks",
     "error_body",
     "error_headers",
     "render_sse",
-    "retry_after_seconds",
 ]
 
 
@@ -62,15 +60,6 @@ def error_type(status: int | None) -> str:
     return _ERROR_TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
 
 
-MAX_RETRY_AFTER_S = MAX_RETRY_AFTER
-"""The longest ``Retry-After`` written (a day): larger recorded values are capped, not sent as they are."""
-
-
-def retry_after_seconds(retry_after: float | None) -> float | None:
-    """``retry_after`` as a value safe to send: None unless finite and non-negative, capped at a day."""
-    return clamp_retry_after(retry_after)
-
-
 def error_body(
     message: str, *, status: int | None, code: str | None = None, retry_after: float | None = None
 ) -> dict[str, Any]:
@@ -78,7 +67,7 @@ def error_body(
 
     ``code`` is the HTTP status (as OpenRouter sends it in-band) when there is one, so clients that read an
     in-band error recover the status; otherwise the chunktape error code. A usable ``retry_after`` (see
-    ``retry_after_seconds``) is also carried as ``error.retry_after`` (seconds), for clients that read the body.
+    ``clamp_retry_after``) is also carried as ``error.retry_after`` (seconds), for clients that read the body.
     """
     error: dict[str, Any] = {
         "message": message,
@@ -86,7 +75,7 @@ def error_body(
         "param": None,
         "code": status if status is not None else code,
     }
-    seconds = retry_after_seconds(retry_after)
+    seconds = clamp_retry_after(retry_after)
     if seconds is not None:
         error["retry_after"] = seconds
     return {"error": error}
@@ -97,7 +86,7 @@ def error_headers(retry_after: float | None) -> dict[str, str]:
 
     Nothing for a value that is not finite or is negative (NaN, infinity); values above a day are capped.
     """
-    seconds = retry_after_seconds(retry_after)
+    seconds = clamp_retry_after(retry_after)
     if seconds is None:
         return {}
     return {"retry-after": str(math.ceil(seconds)), "retry-after-ms": str(round(seconds * 1000))}

@@ -200,11 +200,6 @@ class RecordingAdapter(LlmAdapter):
         """What was recorded so far, in the order the ``stream()`` calls began (unredacted)."""
         return [slot.freeze() for slot in self._slots]
 
-    @property
-    def violations(self) -> list[tuple[int, ProtocolViolation]]:
-        """Protocol violations seen while recording, as (interaction number, violation)."""
-        return [(slot.id, slot.violation) for slot in self._slots if slot.violation is not None]
-
     def _begin(self, options: GenerateOptions) -> tuple[_Slot, Journal | None]:
         """Number the interaction and journal its request, under the lock (threads may share the recorder)."""
         # Redact the request before the journal sees it; chunks are redacted at save.

@@ -1,6 +1,6 @@
 """Replay: an adapter that plays recorded interactions back, with the chosen timing and faults."""
 
-from chunktape.replayer.injection import ActiveFault, FaultPlan
+from chunktape.faults.plan import ActiveFault, FaultPlan
 from chunktape.replayer.replaying import ReplayAdapter
 from chunktape.replayer.timing import Timing
 

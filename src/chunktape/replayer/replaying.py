@@ -14,8 +14,8 @@ from chunktape.cassettes.model import Cancelled, Cassette, Interaction, Raised, 
 from chunktape.cassettes.redaction import redact_request, secrets_to_redact
 from chunktape.errors import ErrorCode, LlmError
 from chunktape.faults import Fault
+from chunktape.faults.plan import ActiveFault, FaultPlan, reservation
 from chunktape.protocol import GenerateOptions, LlmAdapter, ReasoningOption, StreamChunk
-from chunktape.replayer.injection import ActiveFault, FaultPlan
 from chunktape.replayer.timing import Timing
 
 __all__ = ["ReplayAdapter", "ReplayCall"]
@@ -173,38 +173,41 @@ class ReplayAdapter(LlmAdapter):
     async def _play(self, options: GenerateOptions, fault: ActiveFault | None) -> AsyncIterator[StreamChunk]:
         signal = options.signal
         request = self._recorded_form(options)
-        if fault is not None:
-            # An injected HTTP error fails the call before matching: the provider never got that far.
-            fault.before_stream()
+        with reservation(fault, lambda: self.reserve(request), self.release) as index:
+            interaction = self.source.interaction(index)
+            if fault is None and self.timing.is_instant:
+                # The hot path: no sleeps, no wrapping.
+                if signal is None:
+                    for event in interaction.events:
+                        yield event.chunk
+                else:
+                    for event in interaction.events:
+                        if signal.aborted:
+                            raise signal.error()
+                        yield event.chunk
+                self._end(interaction, index)
+                return
+            # Delays a fault injects (a stall, latency) shift the rest of the recorded schedule, not vanish into it.
+            shift = (lambda: fault.delayed_s) if fault is not None else None
+            chunks = self.timed(interaction, index, signal, shift)
+            if fault is not None:
+                chunks = fault.wrap(chunks, signal)
+            try:
+                async for chunk in chunks:
+                    yield chunk
+            finally:
+                await chunks.aclose()  # type: ignore[attr-defined]
+
+    def reserve(self, request: RecordedRequest) -> int:
+        """Hold the interaction that answers ``request`` now, so concurrent calls with the same request get the
+        next one; raises like ``select``."""
         index = self.select(request)
-        # Reserve the interaction now, so concurrent calls with the same request get the next one.
         self.play_counts[index] += 1
-        interaction = self.source.interaction(index)
-        if fault is None and self.timing.is_instant:
-            # The hot path: no sleeps, no wrapping.
-            if signal is None:
-                for event in interaction.events:
-                    yield event.chunk
-            else:
-                for event in interaction.events:
-                    if signal.aborted:
-                        raise signal.error()
-                    yield event.chunk
-            self._end(interaction, index)
-            return
-        # Delays a fault injects (a stall, latency) shift the rest of the recorded schedule, not vanish into it.
-        shift = (lambda: fault.delayed_s) if fault is not None else None
-        chunks = self.timed(interaction, index, signal, shift)
-        if fault is not None:
-            chunks = fault.wrap(chunks, signal)
-        try:
-            async for chunk in chunks:
-                yield chunk
-        finally:
-            await chunks.aclose()  # type: ignore[attr-defined]
-            if fault is not None and not fault.consumes_interaction:
-                # An injected failure never uses up the recording: the retry replays it.
-                self.play_counts[index] -= 1
+        return index
+
+    def release(self, index: int) -> None:
+        """Give back an interaction a call held without using it up (an injected failure): a retry replays it."""
+        self.play_counts[index] -= 1
 
     async def timed(
         self,

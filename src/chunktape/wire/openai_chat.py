@@ -65,6 +65,7 @@ from chunktape.wire.http_errors import error_from_payload
 from chunktape.wire.sse import SseComment, SseItem, SseParser
 
 __all__ = [
+    "ChatChunk",
     "DEEPSEEK_REASONING",
     "DONE",
     "DONE_EVENT",
@@ -75,6 +76,7 @@ __all__ = [
     "chunks_to_openai_dicts",
     "chunks_to_openai_events",
     "data_event",
+    "decode_chat_chunk",
     "decode_openai_completion",
     "decode_openai_sse",
     "error_from_payload",
@@ -176,6 +178,16 @@ class _Completion(msgspec.Struct):
 
 
 _chunk_decoder = msgspec.json.Decoder(_Chunk)
+
+ChatChunk = _Chunk
+"""One ``chat.completion.chunk`` JSON object, typed and lenient, for code that inspects events as they pass."""
+
+
+def decode_chat_chunk(data: str | bytes) -> ChatChunk:
+    """One ``data:`` payload as a ``ChatChunk``; raises ``msgspec.DecodeError`` when it is not one."""
+    return _chunk_decoder.decode(data)
+
+
 _completion_decoder = msgspec.json.Decoder(_Completion)
 _any_decoder = msgspec.json.Decoder()
 _encoder = msgspec.json.Encoder()

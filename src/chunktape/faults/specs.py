@@ -2,8 +2,8 @@
 
 Every fault is a frozen msgspec Struct tagged on ``type`` so it encodes into cassettes, pytest markers
 and scenario files (``{"type": "http-error", "status": 429, "retry_after": 2.0}``). This module only
-describes faults; ``chunktape.replayer.injection`` applies them to a chunk stream and
-``chunktape.http.transport`` to HTTP traffic.
+describes faults; ``chunktape.faults.plan`` chooses them per call and ``chunktape.faults.transforms``
+applies them, to a chunk stream or (through ``chunktape.http.transport``) to an HTTP body.
 
 Stream faults act on one ``stream()`` call:
 
@@ -13,7 +13,8 @@ Stream faults act on one ``stream()`` call:
 ``Stall``       the stream goes silent for S seconds before chunk N, then continues
 ``Latency``     extra delay before the first chunk and between chunks (seeded jitter)
 ``Truncate``    the stream ends silently after at most N chunks, never with usage or finish
-``Corrupt``     the stream breaks one protocol rule (``CORRUPT_RULES`` says which)
+``Corrupt``     the stream breaks one protocol rule (``CORRUPT_RULES`` says which), or, with
+                ``kind="malformed-data"``, carries data a client cannot parse (``INVALID_RESPONSE``)
 
 Selectors decide which calls a fault hits: a bare fault hits every call; ``FailFirst(n, fault)`` the first
 n calls it sees; ``Chaos(rate, faults, seed)`` a reproducible random draw per call; ``Targeted(fault,
@@ -21,16 +22,18 @@ calls=..., model=..., match=...)`` only calls selected by number or by request.
 
 Every fault has a stable ``fault_id`` (its ``id`` field, or one derived from its fields) that failure
 messages quote together with the seed. ``STANDARD_FAULTS`` is the ordered catalogue the pytest fault matrix
-runs. Invalid specs raise ``LlmError(INVALID_CONFIG)`` naming the field.
+runs. Invalid specs raise ``LlmError(INVALID_CONFIG)`` naming the field: each field constraint is stated
+once, in its type (``msgspec.Meta``), which msgspec checks on decode and ``_FaultBase`` on construction.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Iterable, Mapping
-from types import MappingProxyType
-from typing import Annotated, Any, Literal, TypeAlias, assert_never, cast, get_args
+from types import MappingProxyType, NoneType, UnionType
+from typing import Annotated, Any, Literal, TypeAlias, Union, assert_never, cast, get_args, get_origin, get_type_hints
 
 import msgspec
 
@@ -58,7 +61,7 @@ __all__ = [
     "parse_faults",
 ]
 
-CorruptKind: TypeAlias = Literal[
+ProtocolCorruptKind: TypeAlias = Literal[
     "unpaired-block",
     "bad-index",
     "interleaved",
@@ -67,7 +70,10 @@ CorruptKind: TypeAlias = Literal[
     "usage-after-finish",
     "duplicate-finish",
 ]
-CORRUPT_KINDS: tuple[CorruptKind, ...] = get_args(CorruptKind)
+CorruptKind: TypeAlias = ProtocolCorruptKind | Literal["malformed-data"]
+"""The protocol kinds, plus ``malformed-data``: data a client cannot parse (before chunk 1-3, by ``seed``)."""
+CORRUPT_KINDS: tuple[ProtocolCorruptKind, ...] = get_args(ProtocolCorruptKind)
+"""The kinds that break a protocol rule (each has a ``CORRUPT_RULES`` entry and a ``STANDARD_FAULTS`` entry)."""
 CORRUPT_RULES: Mapping[CorruptKind, str] = MappingProxyType(
     {
         "unpaired-block": "block-pairs",
@@ -79,7 +85,8 @@ CORRUPT_RULES: Mapping[CorruptKind, str] = MappingProxyType(
         "duplicate-finish": "finish-last",
     }
 )
-"""The ``StreamValidator`` rule each corruption kind breaks (the first violation a validator reports)."""
+"""The ``StreamValidator`` rule each protocol kind breaks (the first violation a validator reports);
+``malformed-data`` breaks no rule: a client cannot even parse it."""
 
 InsideBlock: TypeAlias = BlockType
 
@@ -94,6 +101,33 @@ def _invalid(cls: type, field: str, problem: str) -> LlmError:
     return LlmError(f"invalid fault spec: {cls.__name__}.{field} {problem}", ErrorCode.INVALID_CONFIG)
 
 
+@functools.cache
+def _field_types(cls: type[msgspec.Struct]) -> tuple[tuple[str, Any], ...]:
+    hints = get_type_hints(cls, include_extras=True)
+    return tuple((name, hints[name]) for name in cls.__struct_fields__)
+
+
+def _literal_values(annotation: Any) -> tuple[str, ...]:
+    """The values of a ``Literal`` field (optional or not), or () for any other type."""
+    if get_origin(annotation) in (Union, UnionType):
+        return tuple(value for arg in get_args(annotation) if arg is not NoneType for value in _literal_values(arg))
+    return get_args(annotation) if get_origin(annotation) is Literal else ()
+
+
+def _check_field(cls: type[msgspec.Struct], name: str, annotation: Any, value: Any) -> None:
+    """Check one field against its declared type and ``Meta`` constraints, with msgspec itself."""
+    try:
+        msgspec.convert(value, annotation)
+    except msgspec.ValidationError as exc:
+        values = _literal_values(annotation)
+        if values:
+            raise _invalid(cls, name, f"{value!r} is unknown; valid {name}s: {', '.join(values)}") from None
+        problem, _, at = str(exc).partition(" - at `$")
+        raise _invalid(cls, name + at.rstrip("`"), f"{problem[:1].lower()}{problem[1:]}, got {value!r}") from None
+    if isinstance(value, float) and not math.isfinite(value):
+        raise _invalid(cls, name, f"must be a finite number, got {value!r}")
+
+
 class _FaultBase(
     msgspec.Struct, frozen=True, kw_only=True, tag_field="type", omit_defaults=True, forbid_unknown_fields=True
 ):
@@ -101,19 +135,15 @@ class _FaultBase(
 
     id: str | None = None
 
+    def __post_init__(self) -> None:
+        # msgspec enforces the Meta constraints only when decoding; a fault built in Python is checked here.
+        cls = type(self)
+        for name, annotation in _field_types(cls):
+            _check_field(cls, name, annotation, getattr(self, name))
+
     @property
     def fault_id(self) -> str:
         return fault_id(cast("Fault", self))
-
-    def _check_count(self, field: str, value: int | None, minimum: int = 0) -> None:
-        if value is not None and (type(value) is not int or value < minimum):
-            raise _invalid(type(self), field, f"must be an integer >= {minimum}, got {value!r}")
-
-    def _check_seconds(self, field: str, value: float | None) -> None:
-        if value is not None and (
-            not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value) or value < 0
-        ):
-            raise _invalid(type(self), field, f"must be a finite number of seconds >= 0, got {value!r}")
 
 
 class HttpError(_FaultBase, frozen=True, tag="http-error"):
@@ -122,11 +152,6 @@ class HttpError(_FaultBase, frozen=True, tag="http-error"):
     status: Status
     retry_after: NonNegFloat | None = None
     message: str | None = None
-
-    def __post_init__(self) -> None:
-        if type(self.status) is not int or not 100 <= self.status <= 599:
-            raise _invalid(HttpError, "status", f"must be an HTTP status between 100 and 599, got {self.status!r}")
-        self._check_seconds("retry_after", self.retry_after)
 
 
 class Disconnect(_FaultBase, frozen=True, tag="disconnect"):
@@ -149,15 +174,11 @@ class Disconnect(_FaultBase, frozen=True, tag="disconnect"):
     after_bytes: NonNegInt | None = None
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         names = ("after_chunks", "after_s", "inside", "after_bytes")
         given = [name for name in names if getattr(self, name) is not None]
         if len(given) != 1:
             raise _invalid(Disconnect, "after_chunks", f"exactly one of {', '.join(names)} must be set, got {given}")
-        self._check_count("after_chunks", self.after_chunks)
-        self._check_count("after_bytes", self.after_bytes)
-        self._check_seconds("after_s", self.after_s)
-        if self.inside is not None and self.inside not in get_args(BlockType):
-            raise _invalid(Disconnect, "inside", f"must be one of text, tool-call, reasoning, got {self.inside!r}")
 
 
 class Stall(_FaultBase, frozen=True, tag="stall"):
@@ -169,10 +190,6 @@ class Stall(_FaultBase, frozen=True, tag="stall"):
     after_chunks: NonNegInt
     seconds: NonNegFloat
 
-    def __post_init__(self) -> None:
-        self._check_count("after_chunks", self.after_chunks)
-        self._check_seconds("seconds", self.seconds)
-
 
 class Latency(_FaultBase, frozen=True, tag="latency"):
     """Extra delay before the first chunk and before each later one, plus uniform jitter drawn from ``seed``."""
@@ -182,18 +199,11 @@ class Latency(_FaultBase, frozen=True, tag="latency"):
     jitter_s: NonNegFloat = 0.0
     seed: int = 0
 
-    def __post_init__(self) -> None:
-        for name in ("first_chunk_s", "between_s", "jitter_s"):
-            self._check_seconds(name, getattr(self, name))
-
 
 class Truncate(_FaultBase, frozen=True, tag="truncate"):
     """The stream ends silently after at most ``after_chunks`` chunks, and never yields usage or finish."""
 
     after_chunks: NonNegInt
-
-    def __post_init__(self) -> None:
-        self._check_count("after_chunks", self.after_chunks)
 
 
 class Corrupt(_FaultBase, frozen=True, tag="corrupt"):
@@ -201,10 +211,6 @@ class Corrupt(_FaultBase, frozen=True, tag="corrupt"):
 
     kind: CorruptKind
     seed: int = 0
-
-    def __post_init__(self) -> None:
-        if self.kind not in CORRUPT_KINDS:
-            raise _invalid(Corrupt, "kind", f"unknown kind {self.kind!r}; valid kinds: {', '.join(CORRUPT_KINDS)}")
 
 
 StreamFault: TypeAlias = HttpError | Disconnect | Stall | Latency | Truncate | Corrupt
@@ -219,27 +225,13 @@ class FailFirst(_FaultBase, frozen=True, tag="fail-first"):
     n: NonNegInt
     fault: StreamFault
 
-    def __post_init__(self) -> None:
-        self._check_count("n", self.n)
-        if not isinstance(self.fault, _STREAM_FAULT_TYPES):
-            raise _invalid(FailFirst, "fault", f"must be a stream fault, got {type(self.fault).__name__}")
-
 
 class Chaos(_FaultBase, frozen=True, tag="chaos"):
     """Each call gets one of ``faults`` with probability ``rate``, drawn reproducibly from ``seed``."""
 
     rate: Rate
-    faults: list[StreamFault]
+    faults: Annotated[list[StreamFault], msgspec.Meta(min_length=1)]
     seed: int = 0
-
-    def __post_init__(self) -> None:
-        if isinstance(self.rate, bool) or not isinstance(self.rate, int | float) or not 0 <= self.rate <= 1:
-            raise _invalid(Chaos, "rate", f"must be a probability in [0, 1], got {self.rate!r}")
-        if not self.faults:
-            raise _invalid(Chaos, "faults", "must list at least one fault")
-        for position, fault in enumerate(self.faults):
-            if not isinstance(fault, _STREAM_FAULT_TYPES):
-                raise _invalid(Chaos, f"faults[{position}]", f"must be a stream fault, got {type(fault).__name__}")
 
 
 class Targeted(_FaultBase, frozen=True, tag="targeted"):
@@ -256,19 +248,14 @@ class Targeted(_FaultBase, frozen=True, tag="targeted"):
     match: str | None = None
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if self.calls is None and self.model is None and self.match is None:
             raise _invalid(Targeted, "calls", "give at least one selector: calls, model or match")
-        if self.calls is not None:
-            for position, number in enumerate(self.calls):
-                if type(number) is not int or number < 1:
-                    raise _invalid(Targeted, f"calls[{position}]", f"must be a call number >= 1, got {number!r}")
         if self.match is not None:
             try:
                 re.compile(self.match)
             except re.error as exc:
                 raise _invalid(Targeted, "match", f"is not a valid regular expression ({exc})") from None
-        if not isinstance(self.fault, (*_STREAM_FAULT_TYPES, FailFirst, Chaos)):
-            raise _invalid(Targeted, "fault", f"must be a stream fault, FailFirst or Chaos, got {type(self.fault)}")
 
 
 Fault: TypeAlias = HttpError | Disconnect | Stall | Latency | Truncate | Corrupt | FailFirst | Chaos | Targeted

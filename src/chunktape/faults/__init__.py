@@ -1,0 +1,47 @@
+"""Faults, end to end: the specs (``specs``), their choice per call (``plan``) and the one set of stream
+transforms (``transforms``) that chunk streams (``chunks``) and HTTP bodies (``chunktape.http.transport``) share.
+
+The public face is the specs: every fault Struct, ``STANDARD_FAULTS`` and the parsers.
+"""
+
+from chunktape.faults.specs import (
+    CORRUPT_KINDS,
+    CORRUPT_RULES,
+    STANDARD_FAULTS,
+    Chaos,
+    Corrupt,
+    CorruptKind,
+    Disconnect,
+    FailFirst,
+    Fault,
+    HttpError,
+    Latency,
+    Stall,
+    StreamFault,
+    Targeted,
+    Truncate,
+    fault_id,
+    parse_fault,
+    parse_faults,
+)
+
+__all__ = [
+    "CORRUPT_KINDS",
+    "CORRUPT_RULES",
+    "Chaos",
+    "Corrupt",
+    "CorruptKind",
+    "Disconnect",
+    "FailFirst",
+    "Fault",
+    "HttpError",
+    "Latency",
+    "STANDARD_FAULTS",
+    "Stall",
+    "StreamFault",
+    "Targeted",
+    "Truncate",
+    "fault_id",
+    "parse_fault",
+    "parse_faults",
+]
