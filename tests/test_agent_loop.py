@@ -12,6 +12,7 @@ import pytest
 
 from chunktape import RecordingAdapter, ReplayAdapter, Timing
 from chunktape.abort import AbortController
+from chunktape.cli.demo import demo_agent
 from chunktape.errors import ErrorCode, LlmError
 from chunktape.harness import (
     DoneEvent,
@@ -39,6 +40,7 @@ from chunktape.protocol import (
     TokenUsage,
     ToolSpec,
 )
+from chunktape.providers.demo import DEMO_AGENT_TURNS, DEMO_FILES, demo_adapter
 from chunktape.providers.scripted import ScriptedAdapter, ScriptedError, ScriptedToolCall, ScriptedTurn
 
 SPECS = [ToolSpec(name="read_file"), ToolSpec(name="list_files")]
@@ -466,3 +468,22 @@ async def test_the_offered_efforts_with_off_travel_through_record_and_replay(tmp
     assert error.code is ErrorCode.UNSUPPORTED_OPTION
     assert fresh.calls == 0  # rejected before the replay's stream() was called
     assert replay.cassette.interactions[0].request.reasoning == "off"
+
+
+# -- the demo ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.looptime
+async def test_the_demo_agent_feeds_the_failed_read_back_and_asks_again() -> None:
+    transcript = await demo_agent(demo_adapter(turns=DEMO_AGENT_TURNS))
+    assert transcript.done is not None
+    assert transcript.done.reason == "stop"
+    assert len(transcript.turns) == len(DEMO_AGENT_TURNS)
+    assert [(r.name, r.is_error) for r in transcript.tool_results] == [
+        ("list_files", False),
+        ("read_file", False),
+        ("read_file", True),
+        ("read_file", False),
+    ]
+    assert transcript.tool_results[2].result["message"] == "read timed out: src/app/main.py"
+    assert transcript.tool_results[3].content == DEMO_FILES["src/app/main.py"]
