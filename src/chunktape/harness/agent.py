@@ -61,7 +61,8 @@ def run_agent(
 
     ``tools`` maps tool names to callables (or is a ``ToolRunner``); ``options.tools`` are the specs the
     model sees. ``metrics`` (optional) adds up over the turns as the run goes; the final ``DoneEvent`` carries
-    it, and its ``usage`` is the sum over the turns.
+    it, and its ``usage`` is the sum over the turns. ``on_event`` observes each turn's ``stream_with_retry``
+    (so ``llm/stream/end`` fires once per turn).
     """
     if type(max_turns) is not int or max_turns < 1:
         raise LlmError(f"max_turns must be an integer >= 1, got {max_turns!r}", ErrorCode.INVALID_CONFIG)

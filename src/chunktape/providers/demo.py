@@ -64,6 +64,13 @@ DEMO_FILES: dict[str, str] = {
 }
 """The project the demo's tools look at."""
 
+DEMO_TOOL_RESULTS: dict[str, str] = {
+    "call_ls_1": '["src/app/__init__.py", "src/app/main.py"]',
+    "call_read_2": DEMO_FILES["src/app/__init__.py"],
+    "call_read_3": DEMO_FILES["src/app/main.py"],
+}
+"""Canned results by tool call id, for the example cassettes (``scripts/make_example_cassettes.py``)."""
+
 
 def demo_tools() -> dict[str, Callable[..., Any]]:
     """Fresh demo tools: ``list_files`` and ``read_file`` over ``DEMO_FILES``; the first read of main.py fails."""
