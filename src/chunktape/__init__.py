@@ -41,6 +41,8 @@ from chunktape.protocol import (
     ReasoningBlock,
     ReasoningDelta,
     ReasoningOption,
+    Reply,
+    ReplyBuilder,
     Role,
     StreamChunk,
     TextBlock,
@@ -51,6 +53,7 @@ from chunktape.protocol import (
     ToolSpec,
     UsageChunk,
     attribution_headers,
+    check_reasoning,
 )
 from chunktape.recorder import RecordingAdapter, StreamViolationWarning
 from chunktape.replayer import ReplayAdapter, Timing
@@ -97,6 +100,8 @@ __all__ = [
     "RecordedRequest",
     "RecordingAdapter",
     "ReplayAdapter",
+    "Reply",
+    "ReplyBuilder",
     "Role",
     "SessionCall",
     "StreamChunk",
@@ -112,6 +117,7 @@ __all__ = [
     "UsageChunk",
     "__version__",
     "attribution_headers",
+    "check_reasoning",
     "load_cassette",
     "open_cassette",
     "recover",

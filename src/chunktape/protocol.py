@@ -8,12 +8,13 @@ protocol's documentation. Every chunk is frozen and tagged on ``type``.
 from __future__ import annotations
 
 import abc
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
 from typing import Any, Literal, NewType, Self, TypeAlias
 
 import msgspec
 
 from chunktape.abort import AbortController, AbortSignal
+from chunktape.errors import ErrorCode, LlmError
 
 __all__ = [
     "AbortController",
@@ -33,6 +34,8 @@ __all__ = [
     "ReasoningBlock",
     "ReasoningDelta",
     "ReasoningOption",
+    "Reply",
+    "ReplyBuilder",
     "Role",
     "StreamChunk",
     "TextBlock",
@@ -44,6 +47,7 @@ __all__ = [
     "UsageChunk",
     "aclose_stream",
     "attribution_headers",
+    "check_reasoning",
 ]
 
 PROTOCOL = "dsh-stream/1"
@@ -183,6 +187,85 @@ class ReasoningOption(_Wire, frozen=True, kw_only=True):
     default: bool = False
 
 
+# -- completed replies -------------------------------------------------------------------------
+
+
+class Reply(_Wire, frozen=True, kw_only=True):
+    """One completed generation, as ``LlmAdapter.complete()`` returns it: what the chunks of a stream add up to."""
+
+    text: str = ""
+    reasoning: str = ""
+    tool_calls: list[ToolCallBlock] = []
+    usage: TokenUsage | None = None
+    finish: FinishReason
+
+    def message(self) -> Message:
+        """The assistant turn to append to the history (tool calls and reasoning included, as providers expect)."""
+        return Message(
+            role="assistant",
+            content=self.text or None,
+            tool_calls=list(self.tool_calls),
+            reasoning_content=self.reasoning or None,
+        )
+
+
+class ReplyBuilder:
+    """The protocol-level fold of a chunk stream into a ``Reply``: ``feed`` each chunk, then ``reply()``.
+
+    It reads the complete blocks of the block-ends (the protocol's own totals), the usage and the finish;
+    it does not validate the stream (``StreamValidator`` does that).
+    """
+
+    __slots__ = ("_finish", "_reasoning", "_text", "_tool_calls", "_usage", "chunks")
+
+    def __init__(self) -> None:
+        self._text: list[str] = []
+        self._reasoning: list[str] = []
+        self._tool_calls: list[ToolCallBlock] = []
+        self._usage: TokenUsage | None = None
+        self._finish: FinishReason | None = None
+        self.chunks = 0
+
+    def feed(self, chunk: StreamChunk) -> None:
+        self.chunks += 1
+        match chunk:
+            case BlockEnd(block=TextBlock() as block):
+                self._text.append(block.text)
+            case BlockEnd(block=ReasoningBlock() as block):
+                self._reasoning.append(block.text)
+            case BlockEnd(block=ToolCallBlock() as block):
+                self._tool_calls.append(block)
+            case UsageChunk():
+                self._usage = chunk.usage
+            case Finish():
+                self._finish = chunk.reason
+            case _:
+                pass
+
+    def reply(self) -> Reply:
+        """The reply; raises ``STREAM_ABORTED`` when the stream ended without its finish chunk (cut off)."""
+        if self._finish is None:
+            raise LlmError(
+                f"the stream ended after {self.chunks} chunk(s) without a finish chunk (cut off)",
+                ErrorCode.STREAM_ABORTED,
+            )
+        return Reply(
+            text="".join(self._text),
+            reasoning="".join(self._reasoning),
+            tool_calls=list(self._tool_calls),
+            usage=self._usage,
+            finish=self._finish,
+        )
+
+    @classmethod
+    def fold(cls, chunks: Iterable[StreamChunk]) -> Reply:
+        """The reply of a complete chunk sequence (e.g. a recorded interaction's chunks)."""
+        builder = cls()
+        for chunk in chunks:
+            builder.feed(chunk)
+        return builder.reply()
+
+
 # -- adapters ----------------------------------------------------------------------------------
 
 
@@ -200,6 +283,22 @@ def attribution_headers() -> dict[str, str]:
     return {"User-Agent": f"chunktape/{__version__}", "X-Title": "chunktape"}
 
 
+def check_reasoning(adapter: LlmAdapter, options: GenerateOptions) -> None:
+    """The service-side check before ``stream()``: an explicit reasoning effort must be one the adapter offers.
+
+    Raises ``UNSUPPORTED_OPTION`` naming the offered ids; an adapter that offers none accepts none, and
+    ``reasoning=None`` (the model's default) always passes.
+    """
+    if options.reasoning is None:
+        return
+    offered = [option.id for option in adapter.reasoning_options()]
+    if options.reasoning not in offered:
+        raise LlmError(
+            f"reasoning effort {options.reasoning!r} is not offered (offered: {offered or 'none'})",
+            ErrorCode.UNSUPPORTED_OPTION,
+        )
+
+
 class LlmAdapter(abc.ABC):
     """Streams one generation as StreamChunks. Implement ``stream`` as an async generator.
 
@@ -215,6 +314,22 @@ class LlmAdapter(abc.ABC):
     @abc.abstractmethod
     def stream(self, options: GenerateOptions) -> AsyncIterator[StreamChunk]:
         """Yield the chunks of one generation."""
+
+    async def complete(self, options: GenerateOptions) -> Reply:
+        """One generation as a completed ``Reply``; by default the fold of ``stream(options)``, so it is one call.
+
+        Override it for a provider's non-streaming endpoint. Because the default goes through ``stream()``,
+        a ``RecordingAdapter`` records a ``complete()`` call as one interaction and a ``ReplayAdapter``
+        answers it from one. Errors the stream raises propagate unchanged.
+        """
+        builder = ReplyBuilder()
+        stream = self.stream(options)
+        try:
+            async for chunk in stream:
+                builder.feed(chunk)
+        finally:
+            await aclose_stream(stream)
+        return builder.reply()
 
     @property
     def secrets(self) -> Sequence[str]:

@@ -1,4 +1,5 @@
-"""``chunktape demo``: the whole loop offline — record an agent session, show it, replay it, run the fault matrix.
+"""``chunktape demo``: the whole loop offline — record an agent session (``run_agent`` with a tool that fails once),
+show it, replay it, run the fault matrix.
 
 Recording and the fault matrix run on an event loop with a virtual clock (sleeps complete at once, the loop's
 time jumps ahead), so the scripted pacing, a 429's Retry-After and a 30 s stall are all recorded and honoured
@@ -29,14 +30,24 @@ from chunktape.cli.common import EXIT_USAGE, CliError, console
 from chunktape.cli.play import replay_to_console
 from chunktape.cli.render import summary_table
 from chunktape.faults import STANDARD_FAULTS, FailFirst
-from chunktape.harness import RetryPolicy, Transcript, collect, stream_with_retry
-from chunktape.protocol import CallId, GenerateOptions, LlmAdapter, Message, ToolCallBlock
-from chunktape.providers.demo import DEMO_PROMPT, DEMO_TOOL_RESULTS, DEMO_TOOLS, demo_adapter
+from chunktape.harness import (
+    ErrorEvent,
+    RetryPolicy,
+    TextEvent,
+    ToolCallEvent,
+    ToolResultEvent,
+    Transcript,
+    TurnEvent,
+    collect,
+    run_agent,
+)
+from chunktape.protocol import GenerateOptions, LlmAdapter, Message
+from chunktape.providers.demo import DEMO_AGENT_TURNS, DEMO_PROMPT, DEMO_TOOLS, demo_adapter, demo_tools
 from chunktape.recorder.recording import RecordingAdapter
 from chunktape.replayer.replaying import ReplayAdapter
 from chunktape.replayer.timing import Timing
 
-__all__ = ["demo", "run_agent"]
+__all__ = ["demo", "demo_agent"]
 
 _T = TypeVar("_T")
 MODEL = "deepseek-chat"
@@ -56,39 +67,50 @@ def run_virtual(coro: Coroutine[Any, Any, _T]) -> _T:
 # -- the agent -----------------------------------------------------------------------------------
 
 
-async def run_agent(adapter: LlmAdapter, policy: RetryPolicy = POLICY, max_turns: int = 6) -> list[Transcript]:
-    """The demo agent: ask, run the requested tools (canned results), send the results back, until it answers."""
-    messages = [Message(role="user", content=DEMO_PROMPT)]
-    transcripts: list[Transcript] = []
-    for _ in range(max_turns):
-        options = GenerateOptions(model=MODEL, messages=messages, tools=list(DEMO_TOOLS), max_tokens=1024)
-        transcript = await collect(stream_with_retry(adapter, options, policy))
-        transcripts.append(transcript)
-        if transcript.done is None or transcript.done.reason != "tool_use":
-            break
-        calls = [
-            ToolCallBlock(id=CallId(call.id), name=call.name, arguments=call.raw_arguments)
-            for call in transcript.tool_calls
-        ]
-        messages = [
-            *messages,
-            Message(
-                role="assistant",
-                content=transcript.text or None,
-                tool_calls=calls,
-                reasoning_content=transcript.reasoning or None,
-            ),
-            *(Message(role="tool", tool_call_id=call.id, content=DEMO_TOOL_RESULTS.get(call.id, "")) for call in calls),
-        ]
-    return transcripts
+async def demo_agent(adapter: LlmAdapter, policy: RetryPolicy = POLICY, max_turns: int = 6) -> Transcript:
+    """The demo agent: ``run_agent`` with the demo's tools (fresh, so the one flaky read fails again)."""
+    options = GenerateOptions(
+        model=MODEL, messages=[Message(role="user", content=DEMO_PROMPT)], tools=list(DEMO_TOOLS), max_tokens=1024
+    )
+    return await collect(run_agent(adapter, options, demo_tools(), policy=policy, max_turns=max_turns))
 
 
-async def _record(path: Path) -> list[Transcript]:
-    recorder = RecordingAdapter(demo_adapter(), path)
+async def _record(path: Path) -> Transcript:
+    recorder = RecordingAdapter(demo_adapter(turns=DEMO_AGENT_TURNS), path)
     try:
-        return await run_agent(recorder)
+        return await demo_agent(recorder)
     finally:
         await recorder.aclose()
+
+
+def _turn_lines(transcript: Transcript) -> list[str]:
+    """One line per model turn: what it said or called, and how its tool calls went."""
+    lines: list[str] = []
+    text: list[str] = []
+    calls: list[str] = []
+    for event in transcript.events:
+        match event:
+            case TextEvent():
+                text.append(event.text)
+            case ErrorEvent() if event.will_retry:
+                text.clear()
+            case ToolCallEvent():
+                calls.append(event.name)
+            case TurnEvent():
+                said = "".join(text)
+                if not calls:
+                    lines.append(f"turn {event.turn}: answered: {said!r}")
+                else:
+                    prefix = f"said {said!r}; " if said else ""
+                    lines.append(f"turn {event.turn}: {prefix}called {', '.join(calls)}")
+                text, calls = [], []
+            case ToolResultEvent(is_error=True):
+                lines.append(f"  {event.name}: error {event.result['message']!r}, fed back with is_error")
+            case ToolResultEvent():
+                lines.append(f"  {event.name}: ok, {len(event.content)} characters fed back")
+            case _:
+                pass
+    return lines
 
 
 class FaultRow(msgspec.Struct, frozen=True, kw_only=True):
@@ -106,13 +128,14 @@ async def _under_fault(cassette: Cassette, fault_id: str) -> FaultRow:
     adapter = ReplayAdapter(cassette, timing=Timing.recorded(), faults=[FailFirst(n=1, fault=fault)])
     loop = asyncio.get_running_loop()
     start = loop.time()
-    transcripts = await run_agent(adapter)
+    transcript = await demo_agent(adapter)
     seconds = loop.time() - start
-    errors = [event.error for transcript in transcripts for event in transcript.errors]
-    retries = sum(t.done.metrics.retry_count for t in transcripts if t.done is not None and t.done.metrics)
-    attempts = sum(t.done.metrics.attempts for t in transcripts if t.done is not None and t.done.metrics)
-    last = transcripts[-1].done
-    completed = last is not None and last.reason == "stop" and len(transcripts) == len(cassette.interactions)
+    errors = [event.error for event in transcript.errors]
+    last = transcript.done
+    metrics = last.metrics if last is not None else None
+    retries = metrics.retry_count if metrics is not None else 0
+    attempts = metrics.attempts if metrics is not None else 0
+    completed = last is not None and last.reason == "stop" and len(transcript.turns) == len(cassette.interactions)
     first = "-"
     if errors:
         first = f"HTTP {errors[0].status}" if errors[0].status is not None else errors[0].code.value
@@ -139,7 +162,7 @@ async def _fault_matrix(cassette: Cassette) -> list[FaultRow]:
 
 def _fault_table(rows: list[FaultRow]) -> Table:
     table = Table(
-        title="the reference harness (stream_with_retry) under each standard fault, injected into the first call",
+        title="the agent loop (run_agent) under each standard fault, injected into the first call",
         title_justify="left",
         caption="retry policy: the seed's table, idle timeout 10 s; times are virtual",
         caption_justify="left",
@@ -196,12 +219,10 @@ def demo(
     began = time.perf_counter()
     with _folder(out_dir) as folder:
         path = folder / "demo-session.msgpack"
-        _step(out, 1, "record: an agent asks, calls tools, gets results back, answers (ScriptedAdapter)")
-        transcripts = run_virtual(_record(path))
-        for number, transcript in enumerate(transcripts, 1):
-            tools = ", ".join(call.name for call in transcript.tool_calls)
-            what = f"called {tools}; results fed back" if tools else f"answered: {transcript.text!r}"
-            out.print(f"turn {number}: {what}", markup=False, soft_wrap=True)
+        _step(out, 1, "record: an agent asks, runs tools (one fails once), feeds results back, answers (run_agent)")
+        transcript = run_virtual(_record(path))
+        for line in _turn_lines(transcript):
+            out.print(line, markup=False, soft_wrap=True)
         kept = "" if out_dir is not None else " (a temp folder; keep it with --out DIR)"
         out.print(f"wrote {path}{kept}", markup=False, soft_wrap=True)
 
@@ -213,7 +234,7 @@ def demo(
         _step(out, 3, f"play: replay with the recorded timing at {speed:g}x")
         asyncio.run(replay_to_console(cassette, out, timing=Timing.recorded(speed=speed)))
 
-        _step(out, 4, "faults: the reference harness against STANDARD_FAULTS")
+        _step(out, 4, "faults: the agent loop against STANDARD_FAULTS")
         rows = run_virtual(_fault_matrix(cassette))
         out.print(_fault_table(rows))
 

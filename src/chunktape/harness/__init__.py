@@ -1,5 +1,6 @@
-"""The reference consumer: ``stream_with_retry`` and the events, retry policy and metrics around it."""
+"""The reference consumer: ``stream_with_retry``, the agent loop ``run_agent``, and their events, policy and metrics."""
 
+from chunktape.harness.agent import run_agent
 from chunktape.harness.events import (
     DoneEvent,
     DoneReason,
@@ -8,7 +9,9 @@ from chunktape.harness.events import (
     ReasoningEvent,
     TextEvent,
     ToolCallEvent,
+    ToolResultEvent,
     Transcript,
+    TurnEvent,
     collect,
 )
 from chunktape.harness.metrics import (
@@ -19,8 +22,10 @@ from chunktape.harness.metrics import (
     StreamMetrics,
     StreamObserver,
     StreamStart,
+    add_usage,
 )
 from chunktape.harness.retry import ErrorClass, RetryPolicy, RetryRule, stream_with_retry
+from chunktape.harness.tools import Tool, ToolRunner, tool_content
 
 __all__ = [
     "DoneEvent",
@@ -39,8 +44,15 @@ __all__ = [
     "StreamObserver",
     "StreamStart",
     "TextEvent",
+    "Tool",
     "ToolCallEvent",
+    "ToolResultEvent",
+    "ToolRunner",
     "Transcript",
+    "TurnEvent",
+    "add_usage",
     "collect",
+    "run_agent",
     "stream_with_retry",
+    "tool_content",
 ]

@@ -9,12 +9,16 @@ some text. Its ``ErrorEvent`` then has ``will_retry=True`` and ``partial=True``:
 attempt yielded is superseded, and the next attempt's events start the answer over from its beginning
 (each event carries its ``attempt`` number). ``collect()`` applies this rule, so its text never holds a
 duplicate.
+
+**Agent runs.** ``run_agent`` adds ``ToolResultEvent`` (one per executed tool call, in call order) and
+``TurnEvent`` (the end of each model turn, with that turn's own ``DoneEvent``) and still ends with exactly
+one ``DoneEvent`` for the whole run. A retry then supersedes only the output of its own turn.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterable
-from typing import Any, Literal, TypeAlias
+from typing import Any, Literal, TypeAlias, assert_never
 
 import msgspec
 
@@ -30,7 +34,9 @@ __all__ = [
     "ReasoningEvent",
     "TextEvent",
     "ToolCallEvent",
+    "ToolResultEvent",
     "Transcript",
+    "TurnEvent",
     "collect",
 ]
 
@@ -91,7 +97,31 @@ class DoneEvent(_Event, frozen=True, kw_only=True, tag="done"):
     metrics: StreamMetrics | None = None
 
 
-HarnessEvent: TypeAlias = TextEvent | ReasoningEvent | ToolCallEvent | ErrorEvent | DoneEvent
+class ToolResultEvent(_Event, frozen=True, kw_only=True, tag="tool_result"):
+    """The outcome of one tool call, fed back to the model as a ``tool`` message.
+
+    A tool that raised, or an unknown tool name, gives ``is_error=True`` with ``result`` the seed's
+    ``{"error": true, "message": ...}``; ``content`` is exactly what the model receives (``result`` itself
+    when it is a str, else its JSON).
+    """
+
+    tool_call_id: str
+    name: str
+    result: Any
+    is_error: bool = False
+    content: str
+
+
+class TurnEvent(_Event, frozen=True, kw_only=True, tag="turn"):
+    """Model turn ``turn`` (1-based) of an agent run ended; ``done`` is that turn's own end and metrics."""
+
+    turn: int
+    done: DoneEvent
+
+
+HarnessEvent: TypeAlias = (
+    TextEvent | ReasoningEvent | ToolCallEvent | ToolResultEvent | TurnEvent | ErrorEvent | DoneEvent
+)
 
 
 class Transcript(msgspec.Struct, kw_only=True):
@@ -100,16 +130,19 @@ class Transcript(msgspec.Struct, kw_only=True):
     text: str = ""
     reasoning: str = ""
     tool_calls: list[ToolCallEvent] = []
+    tool_results: list[ToolResultEvent] = []
+    turns: list[TurnEvent] = []
     errors: list[ErrorEvent] = []
     done: DoneEvent | None = None
     events: list[HarnessEvent] = []
 
 
 async def collect(events: AsyncIterable[HarnessEvent]) -> Transcript:
-    """Consume a harness stream; text of an attempt that was retried is dropped, never duplicated."""
+    """Consume a harness stream or an agent run; text of an attempt that was retried is dropped, never duplicated."""
     transcript = Transcript()
     text: list[str] = []
     reasoning: list[str] = []
+    kept = (0, 0, 0)  # text, reasoning and tool calls of finished turns, which no later retry supersedes
     async for event in events:
         transcript.events.append(event)
         match event:
@@ -119,14 +152,19 @@ async def collect(events: AsyncIterable[HarnessEvent]) -> Transcript:
                 reasoning.append(event.text)
             case ToolCallEvent():
                 transcript.tool_calls.append(event)
+            case ToolResultEvent():
+                transcript.tool_results.append(event)
+            case TurnEvent():
+                transcript.turns.append(event)
+                kept = (len(text), len(reasoning), len(transcript.tool_calls))
             case ErrorEvent():
                 transcript.errors.append(event)
                 if event.will_retry:
-                    text.clear()
-                    reasoning.clear()
-                    transcript.tool_calls.clear()
+                    del text[kept[0] :], reasoning[kept[1] :], transcript.tool_calls[kept[2] :]
             case DoneEvent():
                 transcript.done = event
+            case _:
+                assert_never(event)
     transcript.text = "".join(text)
     transcript.reasoning = "".join(reasoning)
     return transcript

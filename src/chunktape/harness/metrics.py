@@ -23,6 +23,7 @@ __all__ = [
     "StreamMetrics",
     "StreamObserver",
     "StreamStart",
+    "add_usage",
     "logger",
 ]
 
@@ -64,4 +65,35 @@ class StreamMetrics(msgspec.Struct, kw_only=True):
     retry_count: int = 0
     attempts: int = 0
     token_usage: TokenUsage | None = None
-    """The usage reported by the attempt that completed."""
+    """The usage reported by the attempt that completed (in an agent run: summed over its turns)."""
+
+    def add_turn(self, turn: StreamMetrics) -> None:
+        """Add one turn of an agent run: counts and usage add up, ``ttfb`` stays the first turn's.
+
+        ``total_duration`` is the run's own, so the caller sets it.
+        """
+        if self.attempts == 0:
+            self.ttfb = turn.ttfb
+        self.chunk_count += turn.chunk_count
+        self.tool_call_count += turn.tool_call_count
+        self.retry_count += turn.retry_count
+        self.attempts += turn.attempts
+        self.token_usage = add_usage(self.token_usage, turn.token_usage)
+
+
+def add_usage(total: TokenUsage | None, more: TokenUsage | None) -> TokenUsage | None:
+    """The sum of two usages; an optional count stays None only when neither side reported it."""
+    if total is None or more is None:
+        return total or more
+    return TokenUsage(
+        input_tokens=total.input_tokens + more.input_tokens,
+        output_tokens=total.output_tokens + more.output_tokens,
+        cached_input_tokens=_add(total.cached_input_tokens, more.cached_input_tokens),
+        reasoning_tokens=_add(total.reasoning_tokens, more.reasoning_tokens),
+    )
+
+
+def _add(left: int | None, right: int | None) -> int | None:
+    if left is None and right is None:
+        return None
+    return (left or 0) + (right or 0)

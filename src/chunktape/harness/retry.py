@@ -19,7 +19,8 @@ time under ``looptime``) and end early when the request's abort signal fires.
 How a call ends:
 
 * the stream finished cleanly: ``DoneEvent(stop | tool_use | length)`` with the usage;
-* a non-recoverable error (401, 400, a protocol violation, unparseable tool arguments), or retries
+* a non-recoverable error (401, 400, a protocol violation, unparseable tool arguments, a reasoning effort
+  the adapter does not offer -- ``UNSUPPORTED_OPTION``, checked before ``stream()`` is called), or retries
   exhausted: an ``ErrorEvent`` then ``DoneEvent(reason="error", error=...)``;
 * the abort signal fired: ``DoneEvent(reason="cancel")``, promptly, also in the middle of a delay;
 * the consuming task was cancelled or the generator closed: observers get ``DoneEvent(reason="cancel")`` on
@@ -74,17 +75,17 @@ from chunktape.harness.metrics import (
 )
 from chunktape.protocol import (
     BlockEnd,
-    Finish,
     FinishKind,
     GenerateOptions,
     LlmAdapter,
     ReasoningDelta,
+    ReplyBuilder,
     StreamChunk,
     TextDelta,
     TokenUsage,
     ToolCallBlock,
-    UsageChunk,
     aclose_stream,
+    check_reasoning,
 )
 from chunktape.validation import StreamValidator
 
@@ -338,28 +339,27 @@ class _Run:
         logger.info("stream started: model=%s, attempt=%d", options.model, attempt)
         self._notify(STREAM_START, start)
         validator = StreamValidator()
+        fold = ReplyBuilder()
         pending: list[ToolCallEvent] = []
-        usage: TokenUsage | None = None
-        finish: Finish | None = None
-        received = 0
         stream: AsyncIterator[StreamChunk] | None = None
         try:
             try:
                 if self.signal is not None:
                     self.signal.throw_if_aborted()
+                check_reasoning(self.adapter, options)
                 stream = self.adapter.stream(options)
                 while True:
                     try:
                         chunk = await self._next(stream)
                     except StopAsyncIteration:
                         break
-                    received += 1
                     self.metrics.chunk_count += 1
                     if self.metrics.ttfb is None:
                         self.metrics.ttfb = self._now() - self.started
                     logger.debug("chunk: type=%s", type(chunk).__name__)
                     self._notify(STREAM_CHUNK, chunk)
                     validator.feed(chunk)
+                    fold.feed(chunk)
                     match chunk:
                         case TextDelta():
                             yield TextEvent(text=chunk.text, index=chunk.index, attempt=attempt)
@@ -367,19 +367,11 @@ class _Run:
                             yield ReasoningEvent(text=chunk.text, index=chunk.index, attempt=attempt)
                         case BlockEnd(block=ToolCallBlock() as block):
                             pending.append(_tool_call(block, chunk.index, attempt))
-                        case UsageChunk():
-                            usage = chunk.usage
-                        case Finish():
-                            finish = chunk
                         case _:
                             pass
                     if self.signal is not None:
                         self.signal.throw_if_aborted()
-                if finish is None:
-                    raise LlmError(
-                        f"the stream ended after {received} chunk(s) without a finish chunk (cut off)",
-                        ErrorCode.STREAM_ABORTED,
-                    )
+                reply = fold.reply()  # raises STREAM_ABORTED when the finish chunk never came
                 validator.close()
             except LlmError as failure:
                 raise _AttemptFailed(failure) from None
@@ -394,12 +386,12 @@ class _Run:
         for event in pending:
             self.metrics.tool_call_count += 1
             yield event
-        reason = _DONE_REASONS[finish.reason.kind]
+        reason = _DONE_REASONS[reply.finish.kind]
         finish_error = None
         if reason == "error":
-            detail = finish.reason.detail or "no detail"
+            detail = reply.finish.detail or "no detail"
             finish_error = LlmError(f"the provider finished with an error ({detail})", ErrorCode.INVALID_RESPONSE)
-        yield self._done(reason, usage=usage, error=finish_error, finish=finish.reason.kind)
+        yield self._done(reason, usage=reply.usage, error=finish_error, finish=reply.finish.kind)
 
 
 def _tool_call(block: ToolCallBlock, index: int, attempt: int) -> ToolCallEvent:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from chunktape.protocol import TokenUsage, ToolSpec
 from chunktape.providers.scripted import ScriptedAdapter, ScriptedToolCall, ScriptedTurn
 
@@ -47,14 +50,48 @@ DEMO_TOOLS: tuple[ToolSpec, ...] = (
 )
 """The tools the demo session offers."""
 
+DEMO_RETRY_TURN = ScriptedTurn(
+    text="Reading main.py timed out; let me try again.",
+    tool_calls=[ScriptedToolCall(id="call_read_4", name="read_file", arguments={"path": "src/app/main.py"})],
+    usage=TokenUsage(input_tokens=688, output_tokens=31, cached_input_tokens=512),
+)
+DEMO_AGENT_TURNS: tuple[ScriptedTurn, ...] = (DEMO_TURNS[0], DEMO_TURNS[1], DEMO_RETRY_TURN, DEMO_TURNS[2])
+"""The demo session as the agent loop plays it: the one read that fails is asked for again."""
+
+DEMO_FILES: dict[str, str] = {
+    "src/app/__init__.py": "",
+    "src/app/main.py": "import http.server\n\nhttp.server.test(port=8080)\n",
+}
+"""The project the demo's tools look at."""
+
 DEMO_TOOL_RESULTS: dict[str, str] = {
     "call_ls_1": '["src/app/__init__.py", "src/app/main.py"]',
-    "call_read_2": "",
-    "call_read_3": "import http.server\n\nhttp.server.test(port=8080)\n",
+    "call_read_2": DEMO_FILES["src/app/__init__.py"],
+    "call_read_3": DEMO_FILES["src/app/main.py"],
 }
-"""What the demo's tools return, by tool call id (fed back to the model as ``tool`` messages)."""
+"""Canned results by tool call id, for the example cassettes (``scripts/make_example_cassettes.py``)."""
 
 
-def demo_adapter(*, first_chunk_s: float = 0.4, between_s: float = 0.03) -> ScriptedAdapter:
+def demo_tools() -> dict[str, Callable[..., Any]]:
+    """Fresh demo tools: ``list_files`` and ``read_file`` over ``DEMO_FILES``; the first read of main.py fails."""
+    failed: set[str] = set()
+
+    def list_files(path: str, depth: int = 1) -> list[str]:
+        return sorted(name for name in DEMO_FILES if name.startswith(path))
+
+    def read_file(path: str) -> str:
+        if path.endswith("main.py") and path not in failed:
+            failed.add(path)
+            raise TimeoutError(f"read timed out: {path}")
+        if path not in DEMO_FILES:
+            raise FileNotFoundError(f"no such file: {path}")
+        return DEMO_FILES[path]
+
+    return {"list_files": list_files, "read_file": read_file}
+
+
+def demo_adapter(
+    *, first_chunk_s: float = 0.4, between_s: float = 0.03, turns: tuple[ScriptedTurn, ...] = DEMO_TURNS
+) -> ScriptedAdapter:
     """The demo script with realistic pacing (first chunk after 0.4 s, then every 30 ms)."""
-    return ScriptedAdapter(list(DEMO_TURNS), first_chunk_s=first_chunk_s, between_s=between_s)
+    return ScriptedAdapter(list(turns), first_chunk_s=first_chunk_s, between_s=between_s)

@@ -29,6 +29,7 @@ from chunktape.protocol import (
     ToolCallBlock,
     ToolCallDelta,
     UsageChunk,
+    check_reasoning,
 )
 
 __all__ = ["ScriptedAdapter", "ScriptedError", "ScriptedToolCall", "ScriptedTurn", "script_chunks"]
@@ -152,13 +153,7 @@ class ScriptedAdapter(LlmAdapter):
                 f"ScriptedAdapter does not understand extra fields {sorted(options.extra)}",
                 ErrorCode.UNSUPPORTED_OPTION,
             )
-        if options.reasoning is not None:
-            offered = [option.id for option in self._reasoning_options]
-            if options.reasoning not in offered:
-                raise LlmError(
-                    f"reasoning effort {options.reasoning!r} is not offered (offered: {offered or 'none'})",
-                    ErrorCode.UNSUPPORTED_OPTION,
-                )
+        check_reasoning(self, options)
 
     def _next_turn(self, options: GenerateOptions) -> ScriptedTurn:
         number = self.calls
