@@ -15,10 +15,10 @@ import msgspec
 from chunktape.cassettes.codec import PathLike, as_cassette, load_cassette
 from chunktape.cassettes.matching import diff_requests
 from chunktape.cassettes.model import (
+    MAX_GAP_NS,
     Cancelled,
     Cassette,
     Completed,
-    MAX_GAP_NS,
     Interaction,
     Outcome,
     Raised,
