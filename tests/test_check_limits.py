@@ -6,7 +6,6 @@ import asyncio
 import warnings
 from pathlib import Path
 
-import msgspec
 import pytest
 
 from chunktape import (
@@ -27,7 +26,7 @@ from chunktape import (
 from chunktape.cassettes import MAX_GAP_NS
 from chunktape.cassettes.analysis import check_cassette
 from chunktape.replayer import SleepCappedWarning
-from helpers import PacedAdapter, collect, collect_until_error, options, text_stream
+from helpers import PacedAdapter, cassette_with_raised_status, collect, collect_until_error, options, text_stream
 
 BAD_STATUSES = [1, 99, 100, 101, 200, 302, 600, 999, 1000, -1, 2**31]
 
@@ -45,31 +44,12 @@ def _interaction(*, shift_ns: int = 0, outcome_ns: int = 10 * MS, content: str =
     )
 
 
-def _raised_cassette(tmp_path: Path, status: int) -> Path:
-    """A JSON cassette whose Raised outcome holds ``status``, as an old or hand-edited file could."""
-    good = Cassette(
-        interactions=[
-            Interaction(
-                request=RecordedRequest.from_options(options()),
-                events=[],
-                outcome=Raised(t_ns=7, code="PROVIDER_HTTP_ERROR", message="slow down", status=429),
-            )
-        ]
-    )
-    path = tmp_path / "bad-status.json"
-    save_cassette(good, path)
-    document = msgspec.json.decode(path.read_bytes())
-    document["interactions"][0]["outcome"]["status"] = status
-    path.write_bytes(msgspec.json.encode(document))
-    return path
-
-
 # -- Raised.status -------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("status", BAD_STATUSES)
 def test_check_rejects_a_raised_status_outside_400_to_599(tmp_path: Path, status: int) -> None:
-    path = _raised_cassette(tmp_path, status)
+    path = cassette_with_raised_status(tmp_path, status)
     (problem,) = check_cassette(path)
     assert problem.rule == "CASSETTE_CORRUPT"
     assert "outcome.status" in problem.detail
@@ -80,7 +60,7 @@ def test_check_rejects_a_raised_status_outside_400_to_599(tmp_path: Path, status
 
 @pytest.mark.parametrize("status", [400, 429, 599])
 def test_error_statuses_pass_check(tmp_path: Path, status: int) -> None:
-    assert check_cassette(_raised_cassette(tmp_path, status)) == []
+    assert check_cassette(cassette_with_raised_status(tmp_path, status)) == []
 
 
 @pytest.mark.parametrize("status", BAD_STATUSES)

@@ -26,7 +26,6 @@ from chunktape import (
     Event,
     Interaction,
     LlmError,
-    Raised,
     RecordedRequest,
     save_cassette,
 )
@@ -40,7 +39,7 @@ from chunktape.http.server import MAX_NESTING, bind_address, decode_chat_request
 from chunktape.replayer import Timing
 from chunktape.scenarios import Scenario
 from chunktape.wire.openai_chat import options_to_openai_request
-from helpers import options, text_stream
+from helpers import cassette_with_raised_status, options, text_stream
 
 INSTANT = Timing.instant()
 WAIT_S = 10.0
@@ -186,25 +185,9 @@ async def test_an_error_status_that_is_not_an_http_error_is_a_502_not_a_dropped_
         assert f"status {status}, which is not an HTTP error status" in _json_error(response)
 
 
-def _with_outcome_status(tmp_path: Path, status: int) -> Path:
-    good = Cassette(
-        interactions=[
-            Interaction(
-                request=RecordedRequest.from_options(options()),
-                events=[],
-                outcome=Raised(t_ns=1, code="PROVIDER_HTTP_ERROR", message="boom", status=500),
-            )
-        ]
-    )
-    path = tmp_path / "odd.json"
-    save_cassette(good, path)
-    path.write_bytes(path.read_bytes().replace(b'"status": 500', f'"status": {status}'.encode()))
-    return path
-
-
 def test_a_cassette_with_an_impossible_status_is_refused_when_the_server_starts(tmp_path: Path) -> None:
     with pytest.raises(LlmError, match=r"outcome\.status") as caught:
-        ReplayServer(_with_outcome_status(tmp_path, 999), timing=INSTANT)
+        ReplayServer(cassette_with_raised_status(tmp_path, 999), timing=INSTANT)
     assert caught.value.code is ErrorCode.CASSETTE_CORRUPT
 
 
