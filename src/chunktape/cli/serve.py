@@ -8,9 +8,9 @@ from typing import Annotated
 import typer
 
 from chunktape.cli.common import EXIT_USAGE, CliError, console, err_console, parse_fault_option, timing_option
-from chunktape.http import ReplayServer
+from chunktape.http import ReplayServer, ServerLimits
 from chunktape.http import serve as serve_http
-from chunktape.http.limits import MAX_BODY_BYTES, ServerLimits
+from chunktape.http.limits import MAX_BODY_BYTES
 from chunktape.replayer.timing import Timing
 
 __all__ = ["serve"]
