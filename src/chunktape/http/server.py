@@ -626,9 +626,12 @@ async def _internal_error(request: Request, exc: Exception) -> Response:
     return _problem(500, f"chunktape's replay server failed: {type(exc).__name__}: {exc}", "INTERNAL_ERROR")
 
 
+_HEADER_SAFE = "".join(chr(c) for c in range(0x20, 0x7F) if chr(c) != "%")
+
+
 def _header_text(text: str) -> str:
     """``text`` as a header value: printable ASCII as is, anything else (and ``%``) percent-encoded as UTF-8."""
-    return quote(text, safe="".join(chr(c) for c in range(0x20, 0x7F) if chr(c) != "%"))
+    return quote(text, safe=_HEADER_SAFE)
 
 
 def _problem(status: int, message: str, code: str, *, headers: Mapping[str, str] | None = None) -> JSONResponse:
