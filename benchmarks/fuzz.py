@@ -5,7 +5,9 @@ Targets, picked by the first input byte:
 0. the msgpack cassette decoder (``load_cassette`` and ``open_cassette`` + every interaction played);
 1. the JSON cassette decoder (same, including the lazy sliced open);
 2. the crash-journal reader (``recover``), then the validator over each recovered interaction;
-3. the wire: the SSE parser and the OpenAI chunk decoder over a body split at random points.
+3. the wire: the SSE parser and the OpenAI chunk decoder over a body split at random points;
+4. the replay server's request decoding (``decode_chat_request``: body bytes to ``GenerateOptions``), then the
+   request as a replay matches it (``RecordedRequest.from_options``: its fingerprint).
 
 The promise under test: only an ``LlmError`` with a documented code comes out, never another exception
 (a crash), and nothing hangs (libFuzzer's ``-timeout``). The seed corpus is built from the example
@@ -22,6 +24,7 @@ import tempfile
 from pathlib import Path
 
 import atheris
+import msgspec
 
 with atheris.instrument_imports():
     from chunktape import (
@@ -34,7 +37,9 @@ with atheris.instrument_imports():
         validate,
     )
     from chunktape.cassettes.codec import Journal, encode_cassette
-    from chunktape.wire.openai_chat import OpenAIChatDecoder, chunks_to_openai_events
+    from chunktape.cassettes.model import RecordedRequest
+    from chunktape.http.server import decode_chat_request
+    from chunktape.wire.openai_chat import OpenAIChatDecoder, chunks_to_openai_events, options_to_openai_request
     from chunktape.wire.sse import SseParser
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -76,6 +81,17 @@ def _wire(data: bytes) -> None:
             raise AssertionError(f"wire target: {error}") from error
 
 
+def _request(data: bytes) -> None:
+    """A request body as the replay server reads it: decoded, or refused with ``UNSUPPORTED_OPTION`` (a 400)."""
+    try:
+        request = decode_chat_request(data)
+    except LlmError as error:
+        if error.code is not ErrorCode.UNSUPPORTED_OPTION:
+            raise AssertionError(f"request target: {error}") from error
+        return
+    RecordedRequest.from_options(request.options)
+
+
 def _cassette(data: bytes, suffix: str) -> None:
     path = WORK / f"input{suffix}"
     path.write_bytes(data)
@@ -100,7 +116,7 @@ def _journal(data: bytes) -> None:
 def test_one_input(raw: bytes) -> None:
     if not raw:
         return
-    target, data = raw[0] % 4, raw[1:]
+    target, data = raw[0] % 5, raw[1:]
     try:
         if target == 0:
             _cassette(data, ".msgpack")
@@ -108,8 +124,10 @@ def test_one_input(raw: bytes) -> None:
             _cassette(data, ".json")
         elif target == 2:
             _journal(data)
-        else:
+        elif target == 3:
             _wire(data)
+        else:
+            _request(data)
     except LlmError as error:
         if error.code not in ALLOWED:
             raise
@@ -134,6 +152,8 @@ def build_corpus(folder: Path) -> None:
         for ident, interaction in enumerate(cassette.interactions):  # the provider body of each interaction
             body = b"".join(chunks_to_openai_events(interaction.chunks, model=interaction.request.model))
             (folder / f"{number}-{ident}-wire").write_bytes(b"\x03" + bytes([ident * 7 % 32]) + body)
+            request = options_to_openai_request(interaction.request.to_options())
+            (folder / f"{number}-{ident}-request").write_bytes(b"\x04" + msgspec.json.encode(request))
     (folder / "sse").write_bytes(
         b'\x03data: {"choices":[{"delta":{"content":"hi"}}]}\n\n: keep-alive\n\ndata: [DONE]\n\n'
     )
@@ -151,7 +171,7 @@ def main() -> None:
         corpus = WORK / "corpus"
         build_corpus(corpus)
         extra.append(str(corpus))
-    print("chunktape fuzz: targets msgpack, json, journal, wire (SSE parser + OpenAI chunk decoder)")
+    print("chunktape fuzz: targets msgpack, json, journal, wire (SSE parser + OpenAI chunk decoder), server request")
     atheris.Setup(args + extra, test_one_input)
     atheris.Fuzz()
 

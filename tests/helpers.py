@@ -4,17 +4,24 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable, Sequence
+from pathlib import Path
+
+import msgspec
 
 from chunktape import (
     BlockEnd,
     BlockStart,
     CallId,
+    Cassette,
     Finish,
     FinishReason,
     GenerateOptions,
+    Interaction,
     LlmAdapter,
     LlmError,
     Message,
+    Raised,
+    RecordedRequest,
     StreamChunk,
     TextBlock,
     TextDelta,
@@ -23,6 +30,7 @@ from chunktape import (
     ToolCallDelta,
     UsageChunk,
     abort,
+    save_cassette,
 )
 
 Step = tuple[float, StreamChunk]
@@ -133,3 +141,23 @@ async def collect_until_error(stream: AsyncIterator[StreamChunk]) -> tuple[list[
     except LlmError as error:
         return got, error
     raise AssertionError("the stream ended without raising LlmError")
+
+
+def cassette_with_raised_status(folder: Path, status: int) -> Path:
+    """A JSON cassette whose one ``Raised`` outcome holds ``status``, as an old or hand-edited file could
+    (the model refuses to build one outside 400-599, so the file is edited after it is written)."""
+    good = Cassette(
+        interactions=[
+            Interaction(
+                request=RecordedRequest.from_options(options()),
+                events=[],
+                outcome=Raised(t_ns=7, code="PROVIDER_HTTP_ERROR", message="slow down", status=429),
+            )
+        ]
+    )
+    path = folder / "raised-status.json"
+    save_cassette(good, path)
+    document = msgspec.json.decode(path.read_bytes())
+    document["interactions"][0]["outcome"]["status"] = status
+    path.write_bytes(msgspec.json.encode(document))
+    return path

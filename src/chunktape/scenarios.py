@@ -23,6 +23,9 @@ A fault is a table with a ``type`` (see ``chunktape.faults``) or the id of a ``S
 ``each`` (a list of faults, or ``"standard"``) expands a scenario into one scenario per entry, named
 ``<name>[<fault id>]``, each with the shared ``faults`` plus that one. The JSON form is the same document
 (``{"scenarios": [...]}``). Every error is ``LlmError(INVALID_CONFIG)`` naming the scenario and the field.
+
+A scenario name becomes a URL path segment and a response header, so it may not contain ``/``, ``..`` or
+non-printable characters (control characters, line breaks); any other text, ``测试`` included, is fine.
 """
 
 from __future__ import annotations
@@ -62,11 +65,35 @@ class Scenario(msgspec.Struct, frozen=True, kw_only=True):
     """One named replay: a cassette, the faults applied to it, and the timing."""
 
     name: str
+    """Its route is ``/scenarios/<name>/...``: no ``/``, ``..`` or non-printable characters (see ``_name_problem``)."""
     cassette: str
     """The cassette path; ``load_scenarios`` resolves relative paths against the scenario file's folder."""
     faults: tuple[Fault, ...] = ()
     timing: ScenarioTiming = ScenarioTiming()
     description: str = ""
+
+    def __post_init__(self) -> None:
+        problem = _name_problem(self.name)
+        if problem is not None:
+            raise _config_error(f"scenario {self.name!r}: field `name`: {problem}")
+
+
+def _name_problem(name: str) -> str | None:
+    """Why ``name`` cannot name a scenario route, or None when it can.
+
+    A ``/`` or ``..`` would change the route's path; a non-printable character (a control character, CR/LF,
+    a Unicode line separator) cannot go in a URL or a header.
+    """
+    if not name:
+        return "a scenario name cannot be empty"
+    if "/" in name or "\\" in name:
+        return "a scenario name cannot contain '/' or '\\' (it is one segment of the route's path)"
+    if ".." in name:
+        return "a scenario name cannot contain '..'"
+    if not name.isprintable():
+        bad = next(char for char in name if not char.isprintable())
+        return f"a scenario name cannot contain the non-printable character {bad!r}"
+    return None
 
 
 class _ScenarioSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -137,6 +164,9 @@ def parse_scenarios(document: object) -> list[Scenario]:
             spec = msgspec.convert(raw, _ScenarioSpec)
         except msgspec.ValidationError as exc:
             raise _config_error(f"{label}: {exc}") from None
+        problem = _name_problem(spec.name)
+        if problem is not None:
+            raise _config_error(f"{label}: field `name`: {problem}")
         shared = tuple(_fault(label, "faults", index, item) for index, item in enumerate(spec.faults))
         expanded: list[tuple[str, tuple[Fault, ...]]]
         if spec.each is None:

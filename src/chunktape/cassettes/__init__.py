@@ -12,6 +12,7 @@ from chunktape.cassettes.codec import (
 from chunktape.cassettes.matching import DEFAULT_MATCH, MATCHERS, Matcher, MatchOn, RequestMatcher
 from chunktape.cassettes.model import (
     FORMAT_VERSION,
+    MAX_GAP_NS,
     Cancelled,
     Cassette,
     CassetteMeta,
@@ -35,6 +36,7 @@ __all__ = [
     "Interaction",
     "LazyCassette",
     "MATCHERS",
+    "MAX_GAP_NS",
     "MIGRATIONS",
     "MatchOn",
     "Matcher",

@@ -15,6 +15,7 @@ import msgspec
 from chunktape.cassettes.codec import PathLike, as_cassette, load_cassette
 from chunktape.cassettes.matching import diff_requests
 from chunktape.cassettes.model import (
+    MAX_GAP_NS,
     Cancelled,
     Cassette,
     Completed,
@@ -168,6 +169,9 @@ def _check_interaction(path: str, index: int, interaction: Interaction) -> list[
                 detail=f"the stream ends ({interaction.outcome.t_ns} ns) before its last chunk ({previous} ns)",
             )
         )
+    late = _beyond_bound(interaction)
+    if late is not None:
+        problems.append(CheckProblem(path=path, interaction=index, rule="timing", detail=late))
     request = interaction.request
     if request.fingerprint and request.fingerprint != request_fingerprint(request):
         problems.append(
@@ -178,8 +182,33 @@ def _check_interaction(path: str, index: int, interaction: Interaction) -> list[
     return problems
 
 
+def _beyond_bound(interaction: Interaction) -> str | None:
+    """What is recorded later than ``MAX_GAP_NS`` (one hour) after the call, if anything: no real stream waits
+    that long, and a recorded-timing replay would sleep it (it caps the sleep and warns)."""
+    offsets = [(f"chunk #{position}", event.t_ns) for position, event in enumerate(interaction.events)]
+    offsets.append(("the end of the stream", interaction.outcome.t_ns))
+    for what, t_ns in offsets:
+        if t_ns > MAX_GAP_NS:
+            return (
+                f"{what} is recorded {_duration(t_ns)} after the call, beyond the "
+                f"{_duration(MAX_GAP_NS)} bound (MAX_GAP_NS); fix or re-record its timing"
+            )
+    return None
+
+
+def _duration(t_ns: int) -> str:
+    seconds = t_ns / 1e9
+    if seconds < 2 * 86_400:
+        return f"{seconds / 3600:.3g} h"
+    return f"{seconds / 86_400:.3g} days" if seconds < 2 * 31_557_600 else f"{seconds / 31_557_600:.3g} years"
+
+
 def check_cassette(path: PathLike) -> list[CheckProblem]:
     """Every problem with the cassette at ``path``: decoding, version, timing, and the StreamChunk rules.
+
+    Timing problems: an event earlier than the one before, an end before the last event, and anything
+    recorded more than ``MAX_GAP_NS`` (one hour) after the call. A ``Raised`` status outside 400-599 fails to
+    decode (``CASSETTE_CORRUPT`` naming the field).
 
     A recording that raised or was cut short may stop mid-block; what it holds must still follow the rules.
     An empty list means the file passes.

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 from datetime import UTC, datetime
-from typing import Any, TypeAlias
+from typing import Annotated, Any, TypeAlias
 
 import msgspec
 
@@ -17,7 +17,9 @@ from chunktape.errors import ErrorCode, LlmError
 from chunktape.protocol import PROTOCOL, GenerateOptions, Message, ReasoningOption, StreamChunk, ToolSpec
 
 __all__ = [
+    "ERROR_STATUSES",
     "FORMAT_VERSION",
+    "MAX_GAP_NS",
     "Cancelled",
     "Cassette",
     "CassetteMeta",
@@ -32,6 +34,11 @@ __all__ = [
 
 FORMAT_VERSION = 1
 """The cassette format this library writes; older files are migrated on load, newer ones refused."""
+
+MAX_GAP_NS = 3_600 * 10**9
+"""The longest plausible wait in a recording: one hour. ``chunktape check`` flags an event or an end recorded
+later than this after the call (a clock gone wrong, a hand edit), and a recorded-timing replay never sleeps
+longer than this at once (it warns with ``SleepCappedWarning`` instead)."""
 
 
 class _Wire(msgspec.Struct, frozen=True, kw_only=True, rename="camel", omit_defaults=True):
@@ -51,16 +58,42 @@ class Completed(_Wire, frozen=True, kw_only=True, tag_field="type", tag="complet
     t_ns: int
 
 
+ERROR_STATUSES = range(400, 600)
+"""The HTTP statuses a ``Raised`` outcome may carry: an error answer (4xx/5xx), which a replay server can send."""
+
+_ErrorStatus = Annotated[int, msgspec.Meta(ge=ERROR_STATUSES.start, le=ERROR_STATUSES.stop - 1)]
+
+
 class Raised(_Wire, frozen=True, kw_only=True, tag_field="type", tag="raised"):
     """The stream raised an ``LlmError`` (or another exception, recorded as ``INVALID_RESPONSE``)."""
 
     t_ns: int
     code: str
     message: str
-    status: int | None = None
+    status: _ErrorStatus | None = None
+    """The HTTP error status (400-599), or None for an error that had none (a reset, a timeout...).
+
+    Any other status is refused when built and when decoded (a file holding one is ``CASSETTE_CORRUPT``)."""
     retry_after: float | None = None
     exception_type: str | None = None
     """The original exception class when it was not an ``LlmError``."""
+
+    def __post_init__(self) -> None:
+        if self.status is not None and (type(self.status) is not int or self.status not in ERROR_STATUSES):
+            raise LlmError(
+                f"Raised.status must be an HTTP error status (400-599) or None, got {self.status!r}",
+                ErrorCode.INVALID_CONFIG,
+            )
+
+    @classmethod
+    def from_error(cls, error: LlmError, *, t_ns: int) -> Raised:
+        """``error`` as recorded. A status that is not an HTTP error (a 3xx a client did not follow) is kept
+        in the message only, so the cassette stays one a replay can serve."""
+        status = error.status if error.status in ERROR_STATUSES else None
+        message = error.message
+        if error.status is not None and status is None and str(error.status) not in message:
+            message = f"{message} (HTTP {error.status})"
+        return cls(t_ns=t_ns, code=error.code.value, message=message, status=status, retry_after=error.retry_after)
 
 
 class Cancelled(_Wire, frozen=True, kw_only=True, tag_field="type", tag="cancelled"):

@@ -7,9 +7,10 @@ from typing import Annotated
 
 import typer
 
-from chunktape.cli.common import EXIT_USAGE, CliError, console, parse_fault_option, timing_option
-from chunktape.http import ReplayServer
+from chunktape.cli.common import EXIT_USAGE, CliError, console, err_console, parse_fault_option, timing_option
+from chunktape.http import ReplayServer, ServerLimits
 from chunktape.http import serve as serve_http
+from chunktape.http.limits import MAX_BODY_BYTES
 from chunktape.replayer.timing import Timing
 
 __all__ = ["serve"]
@@ -40,6 +41,10 @@ def serve(
     allow_remote: Annotated[
         bool, typer.Option("--allow-remote", help="Allow a non-loopback --host (only on a trusted network).")
     ] = False,
+    max_body: Annotated[
+        int,
+        typer.Option("--max-body", min=1, help="The largest request body in bytes; a larger one is answered 413."),
+    ] = MAX_BODY_BYTES,
 ) -> None:
     """Serve cassettes as an OpenAI-compatible chat-completions API on a loopback address, until Ctrl-C.
 
@@ -60,6 +65,8 @@ def serve(
     out = console()
 
     def announce(server: ReplayServer) -> None:
+        if server.remote_warning is not None:
+            err_console().print(server.remote_warning, markup=False, soft_wrap=True, style="yellow")
         out.print(f"serving on {server.url}  (OpenAI base URL: {server.url}/v1)", markup=False, soft_wrap=True)
         for name in server.scenarios:
             out.print(f"  scenario {name}: {server.url}/scenarios/{name}/v1", markup=False, soft_wrap=True)
@@ -74,5 +81,6 @@ def serve(
         scenarios=scenarios,
         allow_repeats=repeat,
         allow_remote=allow_remote,
+        limits=ServerLimits(max_body=max_body),
         on_ready=announce,
     )

@@ -4,7 +4,8 @@
   responses, for testing HTTP adapters and SDKs.
 - ``render_sse(interaction)``: a recorded interaction as an OpenAI-compatible SSE body.
 - ``ReplayServer`` (tests: ``with``/``async with``, ``.url``) and ``serve`` (foreground, until Ctrl-C): replay
-  cassettes and fault scenarios over HTTP on 127.0.0.1 (routes in ``chunktape.http.server``).
+  cassettes and fault scenarios over HTTP on 127.0.0.1 (routes in ``chunktape.http.server``); ``ServerLimits``
+  bounds what a client may send (body size, read deadlines).
 - ``vcr_config()`` / ``import_vcr(path)``: safe vcrpy settings, and vcrpy cassettes as chunk cassettes.
 
 **The openai SDK.** openai 3.x is built on ``httpx2`` (a fork of httpx), yet its clients accept a plain
@@ -24,6 +25,7 @@ a reset mid-body as ``openai.APIConnectionError``. Pass ``max_retries=0`` unless
 subject of the test.
 """
 
+from chunktape.http.limits import ServerLimits
 from chunktape.http.render import render_sse
 from chunktape.http.server import SCENARIO_HEADER, ReplayServer, serve
 from chunktape.http.transport import FaultTransport
@@ -34,6 +36,7 @@ __all__ = [
     "ReplayServer",
     "SCENARIO_HEADER",
     "SECRET_HEADERS",
+    "ServerLimits",
     "import_vcr",
     "render_sse",
     "serve",

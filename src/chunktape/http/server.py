@@ -9,8 +9,15 @@ Routes (``base`` is ``ReplayServer.url``; OpenAI SDKs take ``base_url=f"{base}/v
 - ``GET /scenarios``: the scenarios as JSON (name, description, cassette, fault ids, timing, path, calls).
 - ``POST /reset``: forget what was played and every fault's call count, as if the server had just started.
 
-Each request body is decoded into ``GenerateOptions`` (``options_from_openai_request``) and answered by a
-``ReplayAdapter``, so matching, faults and timing are exactly the library's. How outcomes reach the wire:
+Each request body is decoded into ``GenerateOptions`` (``decode_chat_request``) and answered by a
+``ReplayAdapter``, so matching, faults and timing are exactly the library's. A body that is not a request
+(not JSON, nested too deeply, a field of the wrong type) is ``400`` with an OpenAI-style JSON error naming the
+problem (code ``INVALID_REQUEST``); one over ``ServerLimits.max_body`` (32 MiB) is ``413`` as soon as that is
+known, and the rest is discarded as it comes, never kept. A request head or body that does not arrive in time
+(``ServerLimits``) closes the connection.
+Response headers carry only ASCII: a scenario name or fault id beyond it is percent-encoded (UTF-8), and an
+``X-Chunktape-Scenario`` request header is percent-decoded.
+How outcomes reach the wire:
 
 - before any chunk: a recorded or injected ``PROVIDER_HTTP_ERROR`` is that HTTP status with an OpenAI-style
   JSON error body and ``Retry-After``/``retry-after-ms``; no matching interaction is ``404`` (and all matching
@@ -24,10 +31,14 @@ Each request body is decoded into ``GenerateOptions`` (``options_from_openai_req
 - the usage-only ``choices: []`` chunk is sent only when the request asks for it with
   ``stream_options.include_usage: true`` (as OpenAI does); otherwise the stream carries no usage;
 - ``"stream": false`` gets one JSON ``chat.completion`` assembled from the chunks (errors as JSON with the
-  status; 502 when the stream broke: a violation, a missing finish, a reset, with the fault id if injected).
+  status; 502 when the stream broke: a violation, a missing finish, a reset, with the fault id if injected);
+- recorded data the server cannot serve (a cassette that fails to decode, an error status outside 400-599)
+  is a ``502`` JSON error naming the problem before any chunk, an in-band error event after: never a dropped
+  connection.
 
 Response headers go out with the first chunk, so a recorded time to first chunk is a time to first byte.
-The server binds 127.0.0.1 (or another loopback address) only, unless ``allow_remote=True``.
+The server binds 127.0.0.1 (or another loopback address) only, unless ``allow_remote=True``. A host name
+(``localhost``) is resolved first and its loopback address is bound, never another one it may map to.
 """
 
 from __future__ import annotations
@@ -44,21 +55,23 @@ import weakref
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any, TypeAlias
+from typing import Any, NamedTuple, TypeAlias
+from urllib.parse import quote, unquote
 
 import anyio
 import msgspec
 import uvicorn
 from starlette.applications import Starlette
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from chunktape.cassettes.codec import LazyCassette, as_cassette, as_lazy
 from chunktape.cassettes.matching import DEFAULT_MATCH, MatchOn
-from chunktape.cassettes.model import Cassette
+from chunktape.cassettes.model import ERROR_STATUSES, Cassette
 from chunktape.errors import ErrorCode, LlmError
 from chunktape.faults import Fault, fault_id
+from chunktape.http.limits import ServerLimits, read_body
 from chunktape.http.render import (
     MALFORMED_EVENT,
     SseRenderer,
@@ -66,22 +79,80 @@ from chunktape.http.render import (
     error_body,
     error_headers,
 )
-from chunktape.protocol import StreamChunk
+from chunktape.protocol import GenerateOptions, StreamChunk
 from chunktape.replayer import ReplayAdapter, Timing
 from chunktape.scenarios import Scenario, ScenarioTiming, load_scenarios
 from chunktape.validation import StreamValidator
 from chunktape.wire.openai_chat import REASONING_FIELDS, options_from_openai_request
 
-__all__ = ["SCENARIO_HEADER", "CassetteSource", "ReplayServer", "serve"]
+__all__ = ["SCENARIO_HEADER", "CassetteSource", "ChatRequest", "ReplayServer", "decode_chat_request", "serve"]
 
 CassetteSource: TypeAlias = Cassette | LazyCassette | str | os.PathLike[str]
 """A cassette, an opened cassette or a path."""
+
+IPAddress: TypeAlias = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 SCENARIO_HEADER = "X-Chunktape-Scenario"
 """The request header that picks a scenario on the plain ``/v1/chat/completions`` route."""
 
 _decoder = msgspec.json.Decoder()
 _SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
+
+MAX_NESTING = 100
+"""The deepest a request body may nest lists and objects: well below what the JSON codec (bound by Python's
+recursion limit) can encode again when the request is matched or its tool arguments are re-encoded."""
+
+
+class ChatRequest(NamedTuple):
+    """A decoded chat-completions request: what to generate, and how to deliver it."""
+
+    options: GenerateOptions
+    streaming: bool
+    include_usage: bool
+
+
+def decode_chat_request(raw: bytes) -> ChatRequest:
+    """A chat-completions request body as ``GenerateOptions`` and its delivery flags (``stream``,
+    ``stream_options.include_usage``).
+
+    Anything that is not such a request (not JSON, nested too deeply, a field of the wrong type) raises
+    ``LlmError(UNSUPPORTED_OPTION)`` naming the problem; nothing else escapes (``benchmarks/fuzz.py`` checks).
+    """
+    try:
+        body: Any = _decoder.decode(raw)
+    except msgspec.DecodeError as exc:
+        raise _bad_request(f"the request body is not JSON ({exc})") from None
+    except RecursionError:
+        raise _bad_request("the request body nests too deeply to decode") from None
+    deep = _too_deep(body, MAX_NESTING)
+    if deep is not None:
+        raise _bad_request(f"field `{deep}` nests deeper than {MAX_NESTING} levels")
+    options = options_from_openai_request(body, reasoning=REASONING_FIELDS)
+    streaming = body.get("stream") is True
+    stream_options = body.get("stream_options") if streaming else None
+    include_usage = isinstance(stream_options, dict) and stream_options.get("include_usage") is True
+    return ChatRequest(options, streaming, include_usage)
+
+
+def _bad_request(message: str) -> LlmError:
+    return LlmError(message, ErrorCode.UNSUPPORTED_OPTION)
+
+
+def _too_deep(body: object, limit: int) -> str | None:
+    """The top-level field of ``body`` that nests lists/objects more than ``limit`` deep, if any (iterative: no
+    recursion to run out of)."""
+    if not isinstance(body, dict):
+        return None
+    stack: list[tuple[object, int, str]] = [(value, 2, str(key)) for key, value in body.items()]
+    while stack:
+        item, depth, field = stack.pop()
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
+        if children is None:
+            continue
+        if depth > limit:
+            return field
+        stack.extend((child, depth + 1, field) for child in children if isinstance(child, dict | list))
+    return None
 
 
 class _Reset(Exception):
@@ -156,6 +227,49 @@ def _merge(sources: Sequence[CassetteSource]) -> Cassette | LazyCassette | str |
     return Cassette(meta=cassettes[0].meta, interactions=[i for c in cassettes for i in c.interactions])
 
 
+Resolver: TypeAlias = Callable[[str], Sequence[str]]
+"""Turns a host name into its addresses (text), in preference order."""
+
+
+def _resolve(host: str) -> list[str]:
+    infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+    return list(dict.fromkeys(str(info[4][0]) for info in infos))
+
+
+def bind_address(host: str, *, allow_remote: bool, resolve: Resolver | None = None) -> IPAddress:
+    """The address to bind for ``host``: an address as given; a name (``localhost``) resolved first, then its
+    first loopback address, so a name that also (or only) maps elsewhere never binds a non-loopback address.
+
+    With ``allow_remote`` the first address is bound, whatever it is; without, a host with no loopback address
+    is ``LlmError(INVALID_CONFIG)``.
+    """
+    try:
+        candidates = [ipaddress.ip_address(host)]
+    except ValueError:
+        try:
+            resolved = (resolve or _resolve)(host)
+        except (OSError, UnicodeError) as exc:
+            raise LlmError(
+                f"cannot listen on {host!r}: the name does not resolve ({exc})",
+                ErrorCode.INVALID_CONFIG,
+                hint="give an address such as 127.0.0.1 or ::1",
+            ) from None
+        candidates = [ipaddress.ip_address(address.split("%")[0]) for address in resolved]
+    if candidates and allow_remote:
+        return candidates[0]
+    loopback = [address for address in candidates if address.is_loopback]
+    if loopback:
+        return loopback[0]
+    resolved_to = ", ".join(str(address) for address in candidates if str(address) != host)
+    shown = f" (it resolves to {resolved_to or 'nothing'})" if resolved_to or not candidates else ""
+    raise LlmError(
+        f"refusing to serve cassettes on {host!r}{shown}: only loopback addresses (127.0.0.1, ::1, localhost) are "
+        "allowed unless allow_remote=True (--allow-remote)",
+        ErrorCode.INVALID_CONFIG,
+        hint="bind 127.0.0.1, or pass allow_remote=True (chunktape serve --allow-remote) if the network is trusted",
+    )
+
+
 def _bind(host: str, port: int, allow_remote: bool) -> socket.socket:
     if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
         raise LlmError(
@@ -163,24 +277,13 @@ def _bind(host: str, port: int, allow_remote: bool) -> socket.socket:
             ErrorCode.INVALID_CONFIG,
             hint="choose a port from 1 to 65535, or 0 for a free one",
         )
-    try:
-        address = ipaddress.ip_address(host)
-    except ValueError:
-        address = None
-    loopback = host == "localhost" if address is None else address.is_loopback
-    if not loopback and not allow_remote:
-        raise LlmError(
-            f"refusing to serve cassettes on {host!r}: only loopback addresses (127.0.0.1, ::1, localhost) are "
-            "allowed unless allow_remote=True (--allow-remote)",
-            ErrorCode.INVALID_CONFIG,
-            hint="bind 127.0.0.1, or pass allow_remote=True (chunktape serve --allow-remote) if the network is trusted",
-        )
-    family = socket.AF_INET6 if address is not None and address.version == 6 else socket.AF_INET
+    address = bind_address(host, allow_remote=allow_remote)
+    family = socket.AF_INET6 if address.version == 6 else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     try:
         if sys.platform != "win32":
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host, port))
+        sock.bind((str(address), port))
         sock.listen(128)
     except OSError as exc:
         sock.close()
@@ -270,6 +373,7 @@ class ReplayServer:
         match_on: MatchOn = DEFAULT_MATCH,
         allow_repeats: bool = False,
         allow_remote: bool = False,
+        limits: ServerLimits = ServerLimits(),  # noqa: B008 - ServerLimits is frozen
     ) -> None:
         sources: list[CassetteSource] = (
             [cassettes] if isinstance(cassettes, Cassette | LazyCassette | str | os.PathLike) else list(cassettes)
@@ -301,9 +405,17 @@ class ReplayServer:
             )
         if self._default is None and not self.scenarios:
             raise LlmError("nothing to serve: give a cassette or a scenario file", ErrorCode.INVALID_CONFIG)
+        self.limits = limits
+        """What a client may send and how long it may take (request size and read deadlines)."""
         self.app = self._build_app()
         config = uvicorn.Config(
-            self.app, log_config=None, log_level="warning", access_log=False, lifespan="off", ws="none", http="h11"
+            self.app,
+            log_config=None,
+            log_level="warning",
+            access_log=False,
+            lifespan="off",
+            ws="none",
+            **limits.uvicorn_settings(),
         )
         config.timeout_graceful_shutdown = 1
         self._server = uvicorn.Server(config)
@@ -320,6 +432,16 @@ class ReplayServer:
         self.host: str = bound_host
         self.url = f"http://{shown}:{self.port}"
         """The base URL, without ``/v1`` (OpenAI SDKs want ``url + "/v1"``)."""
+
+    @property
+    def remote_warning(self) -> str | None:
+        """What to tell the person running a server that listens beyond loopback (``allow_remote``), else None."""
+        if ipaddress.ip_address(self.host.split("%")[0]).is_loopback:
+            return None
+        return (
+            f"warning: serving cassettes on {self.host}, which is not a loopback address: anyone who can reach "
+            "this port can read the recorded conversations"
+        )
 
     # -- running -------------------------------------------------------------------------------
 
@@ -406,6 +528,7 @@ class ReplayServer:
 
     def _build_app(self) -> Starlette:
         return Starlette(
+            exception_handlers={Exception: _internal_error},
             routes=[
                 Route("/chat/completions", self._completions, methods=["POST"]),
                 Route("/v1/chat/completions", self._completions, methods=["POST"]),
@@ -413,7 +536,7 @@ class ReplayServer:
                 Route("/scenarios/{scenario}/v1/chat/completions", self._completions, methods=["POST"]),
                 Route("/scenarios", self._list_scenarios, methods=["GET"]),
                 Route("/reset", self._reset, methods=["POST"]),
-            ]
+            ],
         )
 
     async def _list_scenarios(self, request: Request) -> Response:
@@ -424,7 +547,8 @@ class ReplayServer:
         return JSONResponse({"reset": True})
 
     def _target(self, request: Request) -> _Target | Response:
-        name = request.path_params.get("scenario") or request.headers.get(SCENARIO_HEADER)
+        header = request.headers.get(SCENARIO_HEADER)
+        name = request.path_params.get("scenario") or (unquote(header) if header is not None else None)
         if name is None:
             if self._default is None:
                 names = ", ".join(self.scenarios)
@@ -445,27 +569,31 @@ class ReplayServer:
         target = self._target(request)
         if isinstance(target, Response):
             return target
-        raw = await request.body()
         try:
-            body: Any = _decoder.decode(raw)
-        except msgspec.DecodeError as exc:
-            return _problem(400, f"the request body is not JSON ({exc})", "INVALID_REQUEST")
+            raw = await read_body(request, self.limits.max_body)
+        except ClientDisconnect:
+            return Response(status_code=400)  # nobody reads it: the client left (or its body was too slow)
+        if raw is None:
+            message = (
+                f"the request body is larger than this server reads ({self.limits.max_body} bytes; "
+                "ServerLimits.max_body, chunktape serve --max-body)"
+            )
+            # Answered at once; uvicorn discards the rest of the body as it comes (a client still writing it reads
+            # the 413 rather than a reset), for at most ServerLimits.body_timeout.
+            return _problem(413, message, "INVALID_REQUEST")
         try:
-            options = options_from_openai_request(body, reasoning=REASONING_FIELDS)
+            options, streaming, include_usage = decode_chat_request(raw)
         except LlmError as exc:
-            return _problem(400, exc.message, exc.code.value)
-        streaming = isinstance(body, dict) and body.get("stream") is True
-        stream_options = body.get("stream_options") if streaming else None
-        include_usage = isinstance(stream_options, dict) and stream_options.get("include_usage") is True
+            return _problem(400, exc.message, "INVALID_REQUEST")
         # The call's number and fault are chosen now, before any await: the headers describe THIS call even
         # when concurrent requests interleave.
         call = target.adapter.open(options)
         chunks = call.chunks
         headers = {"x-chunktape-call": str(call.call)}
         if call.fault_id is not None:
-            headers["x-chunktape-fault"] = call.fault_id
+            headers["x-chunktape-fault"] = _header_text(call.fault_id)
         if target.name is not None:
-            headers["x-chunktape-scenario"] = target.name
+            headers["x-chunktape-scenario"] = _header_text(target.name)
         first: StreamChunk | None = None
         try:
             first = await anext(chunks, None)
@@ -493,16 +621,33 @@ class ReplayServer:
         )
 
 
+async def _internal_error(request: Request, exc: Exception) -> Response:
+    """A bug still answers JSON, naming the exception (uvicorn logs the traceback), not a text/plain 500."""
+    return _problem(500, f"chunktape's replay server failed: {type(exc).__name__}: {exc}", "INTERNAL_ERROR")
+
+
+_HEADER_SAFE = "".join(chr(c) for c in range(0x20, 0x7F) if chr(c) != "%")
+
+
+def _header_text(text: str) -> str:
+    """``text`` as a header value: printable ASCII as is, anything else (and ``%``) percent-encoded as UTF-8."""
+    return quote(text, safe=_HEADER_SAFE)
+
+
 def _problem(status: int, message: str, code: str, *, headers: Mapping[str, str] | None = None) -> JSONResponse:
     return JSONResponse(error_body(message, status=None, code=code), status_code=status, headers=dict(headers or {}))
 
 
 def _provider_error(exc: LlmError, headers: Mapping[str, str]) -> JSONResponse:
     """A recorded or injected provider error as the provider answered it (its status, else 502), ``Retry-After``
-    included."""
-    status = exc.status if exc.code is ErrorCode.PROVIDER_HTTP_ERROR and exc.status is not None else None
+    included. A status that is not an HTTP error (400-599) cannot be sent as one: a 502 naming it."""
+    status = exc.status if exc.code is ErrorCode.PROVIDER_HTTP_ERROR else None
+    message = exc.message
+    if status is not None and status not in ERROR_STATUSES:
+        message = f"{message} [the error carries status {status}, which is not an HTTP error status (400-599)]"
+        status = None
     return JSONResponse(
-        error_body(exc.message, status=status, code=exc.code.value, retry_after=exc.retry_after),
+        error_body(message, status=status, code=exc.code.value, retry_after=exc.retry_after),
         status_code=status or 502,
         headers={**headers, **error_headers(exc.retry_after)},
     )
@@ -513,7 +658,11 @@ _EARLY_STATUS = {
     ErrorCode.CASSETTE_NOT_FOUND: 404,
     ErrorCode.CASSETTE_EXHAUSTED: 409,
     ErrorCode.UNSUPPORTED_OPTION: 400,
+    ErrorCode.CASSETTE_CORRUPT: 502,
+    ErrorCode.CASSETTE_VERSION: 502,
 }
+_DATA_CODES = frozenset({ErrorCode.CASSETTE_CORRUPT, ErrorCode.CASSETTE_VERSION})
+"""The recorded data cannot be served: a well-formed error (502, or an in-band event), never a reset."""
 
 
 def _early_error(exc: LlmError, headers: dict[str, str]) -> Response | None:
@@ -528,7 +677,7 @@ def _early_error(exc: LlmError, headers: dict[str, str]) -> Response | None:
 
 def _in_body(exc: LlmError, renderer: SseRenderer) -> bytes:
     """How an error that happens once the body started reaches the wire; raises ``_Reset`` for a broken one."""
-    if exc.code is ErrorCode.PROVIDER_HTTP_ERROR:
+    if exc.code is ErrorCode.PROVIDER_HTTP_ERROR or exc.code in _DATA_CODES:
         return renderer.end(done=False) + renderer.error(exc)
     if exc.code in (ErrorCode.INVALID_RESPONSE, ErrorCode.PROTOCOL_VIOLATION):
         return MALFORMED_EVENT
@@ -617,6 +766,8 @@ async def _complete(
 
 
 def _announce(server: ReplayServer) -> None:
+    if server.remote_warning is not None:
+        print(server.remote_warning, file=sys.stderr, flush=True)
     lines = [f"chunktape: replaying on {server.url} (OpenAI base_url {server.url}/v1); Ctrl-C to stop"]
     lines.extend(f"  scenario {name}: {server.url}/scenarios/{name}/v1/chat/completions" for name in server.scenarios)
     print("\n".join(lines), flush=True)
@@ -633,6 +784,7 @@ def serve(
     match_on: MatchOn = DEFAULT_MATCH,
     allow_repeats: bool = False,
     allow_remote: bool = False,
+    limits: ServerLimits = ServerLimits(),  # noqa: B008 - ServerLimits is frozen
     on_ready: Callable[[ReplayServer], None] | None = None,
 ) -> None:
     """Run the replay server in the foreground until Ctrl-C (what ``chunktape serve`` does).
@@ -651,6 +803,7 @@ def serve(
         match_on=match_on,
         allow_repeats=allow_repeats,
         allow_remote=allow_remote,
+        limits=limits,
     )
     (on_ready or _announce)(server)
     server.run()

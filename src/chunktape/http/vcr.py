@@ -131,9 +131,7 @@ def _decompress(body: bytes, encoding: str | None) -> bytes:
 
 
 def _raised(error: LlmError) -> Raised:
-    return Raised(
-        t_ns=0, code=error.code.value, message=error.message, status=error.status, retry_after=error.retry_after
-    )
+    return Raised.from_error(error, t_ns=0)
 
 
 def _stream(body: bytes, content_type: str | None) -> tuple[list[StreamChunk], Outcome]:

@@ -266,13 +266,7 @@ class RecordingAdapter(LlmAdapter):
             if error.code is ErrorCode.CANCELLED and signal is not None and signal.aborted:
                 outcome = Cancelled(t_ns=clock.arrived(), reason="abort signal")
             else:
-                outcome = Raised(
-                    t_ns=clock.arrived(),
-                    code=error.code.value,
-                    message=error.message,
-                    status=error.status,
-                    retry_after=error.retry_after,
-                )
+                outcome = Raised.from_error(error, t_ns=clock.arrived())
             self._warn(slot)
             raise
         except GeneratorExit:

@@ -2,14 +2,24 @@
 
 from __future__ import annotations
 
+import warnings
 from typing import Literal
 
 import msgspec
 
-from chunktape.cassettes.model import Interaction
+from chunktape.cassettes.model import MAX_GAP_NS, Interaction
 from chunktape.errors import ErrorCode, LlmError
 
-__all__ = ["Timing"]
+__all__ = ["SleepCappedWarning", "Timing"]
+
+_MAX_SLEEP_S = MAX_GAP_NS / 1e9
+
+
+class SleepCappedWarning(UserWarning):
+    """A recorded-timing replay met a wait longer than ``MAX_GAP_NS`` (one hour) and slept that bound instead.
+
+    Such a gap is not a real stream's (``chunktape check`` flags it): sleeping it would hang the replay.
+    """
 
 
 class Timing(msgspec.Struct, frozen=True, kw_only=True):
@@ -56,9 +66,35 @@ class Timing(msgspec.Struct, frozen=True, kw_only=True):
             scale = 1e-9 / self.speed
             due = [event.t_ns * scale for event in events]
             due.append(max(interaction.outcome.t_ns * scale, due[-1] if due else 0.0))
-            return due
+            return _capped(due)
         if self.kind == "fixed":
             due = [self.first_chunk_s + position * self.between_s for position in range(len(events))]
             due.append(due[-1] if due else 0.0)
             return due
         return [0.0] * (len(events) + 1)
+
+
+def _capped(due: list[float]) -> list[float]:
+    """``due`` with no single wait (from the call or from the latest offset reached) over ``MAX_GAP_NS``: each
+    longer wait is shortened to it, and everything after moves earlier by as much. Warns once per call."""
+    if not due or max(due) <= _MAX_SLEEP_S:
+        return due
+    capped: list[float] = []
+    reached = cut = longest = 0.0
+    shortened = 0
+    for offset in due:
+        wait = offset - reached
+        if wait > _MAX_SLEEP_S:
+            shortened += 1
+            longest = max(longest, wait)
+            cut += wait - _MAX_SLEEP_S
+        capped.append(offset - cut)
+        reached = max(reached, offset)
+    if shortened:
+        warnings.warn(
+            f"the recording waits {longest:.3g} s at once ({shortened} wait(s) over the {_MAX_SLEEP_S:.0f} s "
+            f"bound); each was replayed as {_MAX_SLEEP_S:.0f} s. `chunktape check` flags such a cassette",
+            SleepCappedWarning,
+            stacklevel=3,
+        )
+    return capped

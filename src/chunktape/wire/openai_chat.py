@@ -842,7 +842,10 @@ def message_from_openai(wire: Any, where: str = "messages[0]") -> Message:
     if role is None:
         raise _bad_request(f"{where}: unknown role {wire.get('role')!r} (valid: {', '.join(_ROLES)})")
     calls: list[ToolCallBlock] = []
-    for position, call in enumerate(wire.get("tool_calls") or ()):
+    listed = wire.get("tool_calls")
+    if listed is not None and not isinstance(listed, list):
+        raise _bad_request(f"{where}.tool_calls must be a list, got {type(listed).__name__}")
+    for position, call in enumerate(listed or ()):
         function = call.get("function") if isinstance(call, dict) else None
         if not isinstance(function, dict) or not isinstance(function.get("name"), str):
             raise _bad_request(f"{where}.tool_calls[{position}] needs function.name")
@@ -886,7 +889,10 @@ def options_from_openai_request(
     if not isinstance(messages, list):
         raise _bad_request("`messages` must be a list")
     tools: list[ToolSpec] = []
-    for position, tool in enumerate(rest.pop("tools", None) or ()):
+    listed = rest.pop("tools", None)
+    if listed is not None and not isinstance(listed, list):
+        raise _bad_request(f"`tools` must be a list of function tools, got {type(listed).__name__}")
+    for position, tool in enumerate(listed or ()):
         function = tool.get("function") if isinstance(tool, dict) else None
         if not isinstance(function, dict) or not isinstance(function.get("name"), str):
             raise _bad_request(f"tools[{position}] must be a function tool with a name")

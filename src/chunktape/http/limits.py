@@ -1,0 +1,138 @@
+"""What the replay server accepts from a client, and for how long it waits: sizes and deadlines.
+
+``ServerLimits`` is the typed configuration; ``DeadlineProtocol`` enforces the read deadlines in uvicorn's
+own HTTP protocol; ``read_body`` enforces the size. uvicorn 0.54 closes an idle keep-alive connection
+(``timeout_keep_alive``) and caps a request head's size (``h11_max_incomplete_event_size``), but has no
+deadline for reading a request's head or body: a slowloris client, or one that sends less body than its
+``Content-Length``, would hold a connection (and a file descriptor) for good. ``DeadlineProtocol`` is uvicorn's
+h11 protocol plus those two deadlines.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Annotated, Any, ClassVar, Literal
+
+import h11
+import msgspec
+from starlette.requests import Request
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from chunktape.errors import ErrorCode, LlmError
+
+__all__ = ["MAX_BODY_BYTES", "DeadlineProtocol", "ServerLimits", "read_body"]
+
+MAX_BODY_BYTES = 32 * 1024 * 1024
+"""The default largest request body the replay server reads (32 MiB); a larger one is answered 413."""
+
+_Positive = Annotated[float, msgspec.Meta(gt=0)]
+
+
+class ServerLimits(msgspec.Struct, frozen=True, kw_only=True):
+    """How much a client may send the replay server, and how long it may take (seconds)."""
+
+    max_body: int = MAX_BODY_BYTES
+    """The largest request body, in bytes; past it the answer is ``413`` and the rest is discarded, not kept."""
+    max_head: int = 64 * 1024
+    """The largest request line plus headers, in bytes (uvicorn's ``h11_max_incomplete_event_size``)."""
+    header_timeout: _Positive = 10.0
+    """From the connection (or the previous response) to the end of the request's headers."""
+    body_timeout: _Positive = 30.0
+    """From the end of the headers to the end of the body (a body shorter than its Content-Length)."""
+    keep_alive: _Positive = 5.0
+    """How long an idle keep-alive connection stays open (uvicorn's ``timeout_keep_alive``)."""
+
+    def __post_init__(self) -> None:
+        for name in ("max_body", "max_head"):
+            value = getattr(self, name)
+            if type(value) is not int or value < 1:
+                raise LlmError(
+                    f"ServerLimits.{name} must be a whole number of bytes >= 1, got {value!r}", ErrorCode.INVALID_CONFIG
+                )
+        for name in ("header_timeout", "body_timeout", "keep_alive"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+                raise LlmError(
+                    f"ServerLimits.{name} must be a number of seconds > 0, got {value!r}", ErrorCode.INVALID_CONFIG
+                )
+
+    def uvicorn_settings(self) -> dict[str, Any]:
+        """The ``uvicorn.Config`` keywords that enforce these limits."""
+        return {
+            "http": DeadlineProtocol.bound(self),
+            "h11_max_incomplete_event_size": self.max_head,
+            "timeout_keep_alive": self.keep_alive,
+        }
+
+
+class DeadlineProtocol(H11Protocol):
+    """uvicorn's h11 protocol that closes a connection whose request head or body does not arrive in time.
+
+    Build one per server with ``bound(limits)``. The phase is read from h11's view of the client: ``IDLE``
+    (waiting for a head) arms ``header_timeout``, ``SEND_BODY`` arms ``body_timeout``; anything else (the
+    request is in, a response is being written) disarms them.
+    """
+
+    limits: ClassVar[ServerLimits] = ServerLimits()
+    _phase: Literal["head", "body"] | None = None
+    _deadline: asyncio.TimerHandle | None = None
+
+    @classmethod
+    def bound(cls, limits: ServerLimits) -> type[DeadlineProtocol]:
+        return type("DeadlineProtocol", (cls,), {"limits": limits})
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)  # type: ignore[arg-type]
+        self._watch()
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        self._watch()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        self._watch()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)
+
+    def _watch(self) -> None:
+        state = self.conn.their_state
+        phase: Literal["head", "body"] | None = (
+            "head" if state is h11.IDLE else "body" if state is h11.SEND_BODY else None
+        )
+        if phase == self._phase:
+            return
+        self._disarm()
+        self._phase = phase
+        if phase is not None and not self.transport.is_closing():
+            timeout = self.limits.header_timeout if phase == "head" else self.limits.body_timeout
+            self._deadline = self.loop.call_later(timeout, self._expire)
+
+    def _disarm(self) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
+        self._phase = None
+
+    def _expire(self) -> None:
+        self._deadline = None
+        if not self.transport.is_closing():
+            self.transport.close()
+
+
+async def read_body(request: Request, limit: int) -> bytes | None:
+    """The request body, or None as soon as it is known to be larger than ``limit`` bytes (from its
+    ``Content-Length``, or once that many bytes came): the rest is not read."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        return None
+    parts: list[bytes] = []
+    size = 0
+    async for part in request.stream():
+        size += len(part)
+        if size > limit:
+            return None
+        parts.append(part)
+    return b"".join(parts)
