@@ -6,6 +6,7 @@ Driven through ``pytester`` subprocesses on small projects, reusing the project 
 from __future__ import annotations
 
 import stat
+
 import pytest
 
 from test_pytest_plugin import project, questions, run

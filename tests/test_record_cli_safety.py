@@ -101,7 +101,9 @@ def test_a_secret_in_the_prompt_keeps_the_recording_redacted_and_allow_secret_ac
     assert PROMPT_KEY not in result.output
 
     fake_provider.enqueue(_reply("Noted."))
-    accepted = record(runner, fake_provider.url, out, "-p", f"my test key is {PROMPT_KEY}", "--allow-secret", PROMPT_KEY)
+    accepted = record(
+        runner, fake_provider.url, out, "-p", f"my test key is {PROMPT_KEY}", "--allow-secret", PROMPT_KEY
+    )
     assert accepted.exit_code == 0, accepted.output
     assert load_cassette(out).interactions[0].request.messages[0].content == f"my test key is {PROMPT_KEY}"
     assert not failed.exists()

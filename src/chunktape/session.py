@@ -145,9 +145,7 @@ class CassetteSession(LlmAdapter):
             # replaces, but only once per run: later writers of the same run (tagged with it) add to it.
             append = self.mode in (RecordMode.NEW_EPISODES, RecordMode.ONCE)
             tags = {RUN_TAG: self._run_id} if self.mode is RecordMode.ALL and self._run_id is not None else {}
-            self._recorder = RecordingAdapter(
-                self._live, self.path, append=append, tags=tags, **self._record_options
-            )
+            self._recorder = RecordingAdapter(self._live, self.path, append=append, tags=tags, **self._record_options)
         return self._recorder
 
     def _route(self, options: GenerateOptions) -> tuple[LlmAdapter, bool]:
@@ -228,7 +226,7 @@ class CassetteSession(LlmAdapter):
                 await live.aclose()
 
     def close(self, *, failed: bool | None = None, secret_advice: str = LIBRARY_SECRET_ADVICE) -> Path | None:
-        """``save(failed=..., secret_advice=...)``, then close a live adapter the factory built, where no event loop is running.
+        """``save(...)``, then close a live adapter the factory built, where no event loop is running.
 
         For sync teardown (a pytest fixture used by async tests): saving needs no loop, and the live adapter's
         ``aclose()`` runs on a private loop that is closed afterwards; the thread's current loop is not touched.
