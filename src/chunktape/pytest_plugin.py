@@ -10,7 +10,10 @@ first match wins:
 
 Saving happens at teardown, once the test's outcome is known (a sync fixture, so it works the same under
 pytest-asyncio and anyio): a test that did not pass never replaces its cassette, its recording is kept beside
-it as ``<name>.failed.msgpack``. ``@pytest.mark.tape_fault_matrix`` runs a test once fault-free (``[no-fault]``,
+it as ``<name>.failed.msgpack``; so is a recording that still holds a credential, with every credential
+replaced (``allow_secrets=[...]`` on the marker accepts a value that only looks like one). Workers of one run
+(pytest-xdist) share its run id, so ``all`` replaces a shared cassette once and keeps the run's union.
+``@pytest.mark.tape_fault_matrix`` runs a test once fault-free (``[no-fault]``,
 which records when the mode says so) and once per fault, replaying that cassette with the fault injected.
 """
 
