@@ -515,10 +515,11 @@ def test_record_keeps_a_provider_error_and_exits_3(
     out = tmp_path / "denied.msgpack"
     result = run(runner, "record", "--base-url", fake_provider.url, "--api-key-env", api_key, "-p", "hi", "-o", out)
     assert result.exit_code == 3
-    saved, error = result.stderr.strip().splitlines()
-    assert saved.startswith("saved 1 interaction(s)")
-    assert error.startswith("chunktape: error: [PROVIDER_HTTP_ERROR]")
-    assert load_cassette(out).interactions[0].outcome.code == "PROVIDER_HTTP_ERROR"  # type: ignore[union-attr]
+    (error,) = result.stderr.strip().splitlines()
+    assert error.startswith("chunktape: error: no call completed: [PROVIDER_HTTP_ERROR]")
+    assert not out.exists()  # the failure is kept, but never as the cassette
+    failed = tmp_path / "denied.failed.msgpack"
+    assert load_cassette(failed).interactions[0].outcome.code == "PROVIDER_HTTP_ERROR"  # type: ignore[union-attr]
 
 
 def test_record_messages_in_openai_format_with_a_tool_call_and_its_reply(
@@ -594,9 +595,9 @@ def test_record_that_streamed_nothing_keeps_the_cassette_and_hides_the_key(
     result = run(runner, *args)
     assert result.exit_code == 3
     assert out.read_bytes() == DEMO.read_bytes()
-    note, error = result.stderr.strip().splitlines()
-    assert f"kept the failed recording in {failed}" in note
-    assert error.startswith("chunktape: error: [PROVIDER_HTTP_ERROR] ")
+    (error,) = result.stderr.strip().splitlines()
+    assert f"kept the failed recording in {failed}, {out} was left as it was" in error
+    assert error.startswith("chunktape: error: no call completed: [PROVIDER_HTTP_ERROR] ")
     assert "Incorrect API key provided: [REDACTED] (also [REDACTED])" in error
     assert DUMMY_KEY not in result.output
     assert "tok-other-credential-123" not in result.output

@@ -116,7 +116,7 @@ def test_records_once_then_replays_offline_without_building_the_live_adapter(
     result.assert_outcomes(passed=4)
     folder = pytester.path / "cassettes" / "test_agent"
     names = sorted(path.name for path in folder.iterdir())
-    assert names[:2] == ["TestGroup.test_param[a].msgpack", "TestGroup.test_param[b_c].msgpack"]
+    assert names[:2] == ["TestGroup.test_param[a].msgpack", "TestGroup.test_param[b%2Fc].msgpack"]
     assert re.fullmatch(r"TestGroup\.test_param\[[long]+-[0-9a-f]{12}\.msgpack", names[2])
     assert len(names[2]) == 100 + len(".msgpack")
     assert names[3] == "test_hello.msgpack"
@@ -379,11 +379,11 @@ def test_precedence_is_command_line_then_marker_then_ini_then_default(pytester: 
         return (pytester.path / "plain.txt").read_text(), (pytester.path / "marked.txt").read_text()
 
     default = seen()
-    assert default == ("none cassettes/test_modes/test_plain.msgpack", "all custom_name.msgpack")
+    assert default == ("none cassettes/test_modes/test_plain.msgpack", "all custom%20name.msgpack")
     pytester.makefile(".ini", pytest=INI.format(asyncio_mode="auto", extra="tape_mode = once\ntape_dir = ini-tapes"))
-    assert seen() == ("once ini-tapes/test_modes/test_plain.msgpack", "all custom_name.msgpack")
+    assert seen() == ("once ini-tapes/test_modes/test_plain.msgpack", "all custom%20name.msgpack")
     cli = seen("--tape-mode", "new_episodes", "--tape-dir", "cli-tapes")
-    assert cli == ("new_episodes cli-tapes/test_modes/test_plain.msgpack", "new_episodes custom_name.msgpack")
+    assert cli == ("new_episodes cli-tapes/test_modes/test_plain.msgpack", "new_episodes custom%20name.msgpack")
 
     pytester.makefile(".ini", pytest=INI.format(asyncio_mode="auto", extra="tape_mode = sometimes"))
     bad = run(pytester)
@@ -451,7 +451,7 @@ def test_markers_are_registered_with_their_signature(pytester: pytest.Pytester) 
     result = run(pytester, "--markers")
     result.stdout.fnmatch_lines(
         [
-            "@pytest.mark.tape(name=None, mode=None, faults=(), timing=None, match_on=None):*",
+            "@pytest.mark.tape(name=None, mode=None, faults=(), timing=None, match_on=None, allow_secrets=()):*",
             "@pytest.mark.tape_fault_matrix(faults=STANDARD_FAULTS):*",
         ]
     )

@@ -214,7 +214,9 @@ async def test_a_key_is_refused_before_disk_and_the_cassette_on_disk_is_unchange
     assert caught.value.code is ErrorCode.SECRET_DETECTED
     assert secret not in str(caught.value)
     assert path.read_bytes() == before
-    assert sorted(os.listdir(tmp_path)) == ["c.msgpack"]  # no journal, no temp file
+    # no journal, no temp file; the recording is kept aside, redacted
+    assert sorted(os.listdir(tmp_path)) == ["c.failed.msgpack", "c.msgpack"]
+    assert secret.encode() not in (tmp_path / "c.failed.msgpack").read_bytes()
 
 
 @pytest.mark.parametrize("where", WHERE)

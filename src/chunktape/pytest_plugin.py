@@ -10,7 +10,10 @@ first match wins:
 
 Saving happens at teardown, once the test's outcome is known (a sync fixture, so it works the same under
 pytest-asyncio and anyio): a test that did not pass never replaces its cassette, its recording is kept beside
-it as ``<name>.failed.msgpack``. ``@pytest.mark.tape_fault_matrix`` runs a test once fault-free (``[no-fault]``,
+it as ``<name>.failed.msgpack``; so is a recording that still holds a credential, with every credential
+replaced (``allow_secrets=[...]`` on the marker accepts a value that only looks like one). Workers of one run
+(pytest-xdist) share its run id, so ``all`` replaces a shared cassette once and keeps the run's union.
+``@pytest.mark.tape_fault_matrix`` runs a test once fault-free (``[no-fault]``,
 which records when the mode says so) and once per fault, replaying that cassette with the fault injected.
 """
 
@@ -19,6 +22,8 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import re
+import urllib.parse
+import uuid
 from collections.abc import AsyncIterator, Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -42,13 +47,18 @@ LiveAdapter = LlmAdapter | Callable[[], LlmAdapter]
 """What a ``tape_live_adapter`` fixture returns: a factory (called only to record) or an adapter."""
 
 _MODES = [mode.value for mode in RecordMode]
-_TAPE_ARGS = ("name", "mode", "faults", "timing", "match_on")
+_TAPE_ARGS = ("name", "mode", "faults", "timing", "match_on", "allow_secrets")
 _CASSETTE_CODES = frozenset({ErrorCode.CASSETTE_NOT_FOUND, ErrorCode.CASSETTE_MISMATCH, ErrorCode.CASSETTE_EXHAUSTED})
-_UNSAFE = re.compile(r"[^A-Za-z0-9._\-\[\]]+")
+_BAD_NAME = re.compile(r"[/\\\x00-\x1f\x7f]")
+"""What a ``name=`` may not hold: a path separator would leave the cassette folder, a control character the
+terminal; ``.``/``..`` and empty names are refused separately."""
 _MAX_NAME = 100
 _PROPERTY = "chunktape"
 
+_SECRET_ADVICE = "list its value in @pytest.mark.tape(allow_secrets=[...])"
+
 _tape_key = pytest.StashKey["Tape"]()
+_run_key = pytest.StashKey[str]()
 _reports_key = pytest.StashKey[dict[str, pytest.TestReport]]()
 
 
@@ -88,8 +98,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
-        "tape(name=None, mode=None, faults=(), timing=None, match_on=None): the tape fixture's cassette: its file "
-        "name, record mode (--tape-mode wins), faults injected on replay, replay Timing and request matchers.",
+        "tape(name=None, mode=None, faults=(), timing=None, match_on=None, allow_secrets=()): the tape fixture's "
+        "cassette: its file name, record mode (--tape-mode wins), faults injected on replay, replay Timing, request "
+        "matchers, and values that may stay in the cassette although they look like credentials.",
     )
     config.addinivalue_line(
         "markers",
@@ -100,6 +111,11 @@ def pytest_configure(config: pytest.Config) -> None:
     if ini_mode and ini_mode not in _MODES:
         raise pytest.UsageError(f"ini option tape_mode = {ini_mode!r} is not a record mode; valid: {', '.join(_MODES)}")
     config.pluginmanager.register(_Summary(config), "chunktape-summary")
+    # One id for the whole run, shared by the pytest-xdist workers: --tape-mode all replaces a shared cassette
+    # once per run and adds every later writer's recording to it.
+    workerinput = getattr(config, "workerinput", None)
+    run = workerinput.get("testrunuid") if isinstance(workerinput, dict) else None
+    config.stash[_run_key] = str(run) if run else uuid.uuid4().hex
 
 
 def _record_mode(config: pytest.Config, marker_mode: object) -> RecordMode:
@@ -327,15 +343,41 @@ def tape_dir(request: pytest.FixtureRequest) -> Path:
 
 
 def _file_name(name: str) -> str:
-    """A safe file name: unsafe characters replaced, long names shortened with a hash; ``.msgpack`` by default."""
+    """A safe file name, ``.msgpack`` by default: other characters percent-encoded, long names shortened.
+
+    Percent-encoding (``%`` included) keeps distinct names distinct (``a/b`` and ``a_b``, ``.x`` and ``x`` never
+    share a file) and readable; a leading dot is encoded too, so no cassette is a hidden file.
+    """
     if not name.endswith((".msgpack", ".json")):
         name += ".msgpack"
     stem, dot, suffix = name.rpartition(".")
-    safe = _UNSAFE.sub("_", stem).strip("_.") or "cassette"
+    safe = urllib.parse.quote(stem, safe="[]")
+    if safe.startswith("."):
+        safe = "%2E" + safe[1:]
     if len(safe) > _MAX_NAME:
         digest = hashlib.sha256(stem.encode()).hexdigest()[:12]
         safe = f"{safe[: _MAX_NAME - 13]}-{digest}"
     return f"{safe}{dot}{suffix}"
+
+
+def _check_name(name: object) -> str:
+    """The marker's ``name=``, refused (failing only this test) if it could not name a file in the folder."""
+    if not isinstance(name, str):
+        raise LlmError(f"name= takes a str, got {type(name).__name__}", ErrorCode.INVALID_CONFIG)
+    stem = name.rpartition(".")[0] if name.endswith((".msgpack", ".json")) else name
+    problem = None
+    if not stem.strip():
+        problem = "is empty"
+    elif stem.strip(".") == "":
+        problem = "is only dots"
+    elif _BAD_NAME.search(name):
+        problem = "holds a path separator or a control character"
+    if problem is not None:
+        raise LlmError(
+            f"name={name!r} {problem}; give a plain file name such as name='shared' (the cassette goes in tape_dir)",
+            ErrorCode.INVALID_CONFIG,
+        )
+    return name
 
 
 def _test_name(item: pytest.Item, matrix_id: str | None) -> str:
@@ -388,15 +430,18 @@ def tape(
         matrix_id = _tape_fault.ident  # the id the test was parametrized with, which names may override
     elif item.get_closest_marker("tape_fault_matrix") is not None:
         matrix_id = BASELINE_ID
-    name = options.get("name") or _test_name(item, matrix_id)
-    path = tape_dir / _file_name(str(name))
     try:
+        name = _check_name(options["name"]) if options.get("name") is not None else _test_name(item, matrix_id)
+        allow_secrets = options.get("allow_secrets", ())
+        if isinstance(allow_secrets, str) or not all(isinstance(value, str) for value in allow_secrets):
+            raise LlmError("allow_secrets= takes a list of str", ErrorCode.INVALID_CONFIG)
         faults = parse_faults(options.get("faults", ()))
         timing = options.get("timing") or Timing.instant()
         if not isinstance(timing, Timing):
             raise LlmError("@pytest.mark.tape(timing=...) takes a Timing", ErrorCode.INVALID_CONFIG)
     except LlmError as error:
         raise pytest.fail.Exception(f"@pytest.mark.tape: {error.message}", pytrace=False) from None
+    path = tape_dir / _file_name(name)
     if _tape_fault is not None:
         # A recording made under an injected fault would record the fault, not the provider: replay only.
         mode = RecordMode.NONE
@@ -418,6 +463,8 @@ def tape(
             timing=timing,
             faults=faults,
             match_on=options.get("match_on") or DEFAULT_MATCH,
+            allow_secrets=list(allow_secrets),
+            run_id=request.config.stash[_run_key],
         )
     except LlmError as error:  # an unreadable cassette, a bad matcher: the message says what to do
         raise pytest.fail.Exception(f"{_show(request.config, path)}: {error}", pytrace=False) from None
@@ -428,8 +475,12 @@ def tape(
     call = reports.get("call")
     passed = call is not None and call.passed and not hasattr(call, "wasxfail")
     try:
-        written = session.close(failed=not passed)
-    except LlmError as error:  # a secret left in the recording: nothing was written
+        written = session.close(failed=not passed, secret_advice=_SECRET_ADVICE)
+    except LlmError as error:  # a secret left in the recording: kept aside, redacted
+        if session.written is not None:
+            recorded = sum(1 for made in session.calls if made.recorded)
+            kept = {"path": _show(request.config, session.written), "interactions": recorded, "failed": True}
+            item.user_properties.append((_PROPERTY, kept))
         raise pytest.fail.Exception(f"{_show(request.config, path)}: {error}", pytrace=False) from None
     if written is not None:
         recorded = sum(1 for made in session.calls if made.recorded)
@@ -512,8 +563,8 @@ class _Summary:
             if name == _PROPERTY and isinstance(value, dict):
                 if value["failed"]:
                     self.failed[value["path"]] = (value["interactions"], report.nodeid)
-                else:
-                    self.written[value["path"]] = value["interactions"]
+                else:  # writers of a shared cassette report what it held after their save: the last holds most
+                    self.written[value["path"]] = max(value["interactions"], self.written.get(value["path"], 0))
 
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
         if not self.written and not self.failed:

@@ -16,7 +16,7 @@ from chunktape.cassettes.matching import DEFAULT_MATCH, MatchOn
 from chunktape.cassettes.model import Cassette, RecordedRequest
 from chunktape.errors import ErrorCode, LlmError
 from chunktape.protocol import GenerateOptions, LlmAdapter, ReasoningOption, StreamChunk
-from chunktape.recorder.recording import RecordingAdapter, failed_path
+from chunktape.recorder.recording import LIBRARY_SECRET_ADVICE, RUN_TAG, RecordingAdapter, all_raised, failed_path
 from chunktape.replayer.replaying import ReplayAdapter
 from chunktape.replayer.timing import Timing
 
@@ -29,11 +29,12 @@ class RecordMode(StrEnum):
     NONE = "none"
     """Replay only; a request without a recording raises, the live adapter is never built."""
     ONCE = "once"
-    """Record if the cassette does not exist yet, else replay only."""
+    """Record if the cassette does not exist yet, else replay only. If another writer creates it meanwhile
+    (a pytest-xdist worker recording the same cassette), this session's recording is added to it."""
     NEW_EPISODES = "new_episodes"
     """Replay what matches, record (and append) what does not."""
     ALL = "all"
-    """Always record, replacing the cassette."""
+    """Always record, replacing the cassette; sessions given one ``run_id`` replace it once, together."""
 
     @classmethod
     def parse(cls, value: str | RecordMode) -> RecordMode:
@@ -67,6 +68,7 @@ class CassetteSession(LlmAdapter):
         mode: str | RecordMode,
         replay_options: Mapping[str, Any],
         record_options: Mapping[str, Any],
+        run_id: str | None = None,
     ) -> None:
         self.path = Path(path)
         self.mode = RecordMode.parse(mode)
@@ -74,6 +76,7 @@ class CassetteSession(LlmAdapter):
         self._live_factory = live
         self._live: LlmAdapter | None = None
         self._record_options = dict(record_options)
+        self._run_id = run_id
         self._recorder: RecordingAdapter | None = None
         self._replayer: ReplayAdapter | None = None
         self._saved: Cassette | None = None
@@ -137,10 +140,12 @@ class CassetteSession(LlmAdapter):
                     ErrorCode.INVALID_CONFIG,
                 )
             self._live = self._live_factory()
-            # new_episodes always appends (under the cassette lock, re-reading the file): another process may
-            # create the cassette between now and our save, and replacing it would lose its interactions.
-            append = self.mode is RecordMode.NEW_EPISODES
-            self._recorder = RecordingAdapter(self._live, self.path, append=append, **self._record_options)
+            # new_episodes and once append (under the cassette lock, re-reading the file): another process may
+            # create the cassette between now and our save, and replacing it would lose its interactions. all
+            # replaces, but only once per run: later writers of the same run (tagged with it) add to it.
+            append = self.mode in (RecordMode.NEW_EPISODES, RecordMode.ONCE)
+            tags = {RUN_TAG: self._run_id} if self.mode is RecordMode.ALL and self._run_id is not None else {}
+            self._recorder = RecordingAdapter(self._live, self.path, append=append, tags=tags, **self._record_options)
         return self._recorder
 
     def _route(self, options: GenerateOptions) -> tuple[LlmAdapter, bool]:
@@ -170,12 +175,16 @@ class CassetteSession(LlmAdapter):
         """Where ``save(failed=True)`` keeps a recording: ``<name>.failed<suffix>`` beside the cassette."""
         return failed_path(self.path)
 
-    def save(self, *, failed: bool = False) -> Path | None:
+    def save(self, *, failed: bool | None = None, secret_advice: str = LIBRARY_SECRET_ADVICE) -> Path | None:
         """Write what was recorded (once; no event loop needed) and return the file written, None if nothing was.
 
         ``failed=True`` is for a recording whose test failed: it goes to ``failed_path``, for inspection, and the
         cassette is left as it was, so a failed run never replaces a good cassette. Only the interactions this
-        session recorded are kept there (in ``new_episodes`` mode, not the replayed ones).
+        session recorded are kept there (in ``new_episodes`` mode, not the replayed ones). ``failed=None``
+        decides by the recording itself: if every recorded call raised (a down server, a wrong URL or key),
+        it is kept aside too, since replaying it would replay the failure rather than the provider; pass
+        ``failed=False`` to keep such a recording as the cassette. A credential left in the recording raises
+        ``SECRET_DETECTED`` and the recording is kept in ``failed_path``, redacted (see ``RecordingAdapter.save``).
         """
         if self._save_done:
             return self.written
@@ -183,7 +192,14 @@ class CassetteSession(LlmAdapter):
         recorder = self._recorder
         if recorder is None:
             return None
-        saved = recorder.save(failed=failed)
+        if failed is None:
+            failed = all_raised(recorder.interactions)
+        try:
+            saved = recorder.save(failed=failed, secret_advice=secret_advice)
+        except LlmError as error:
+            if error.code is ErrorCode.SECRET_DETECTED:
+                self.written = self.failed_path
+            raise
         if saved is not None:
             self.written = self.failed_path if failed else self.path
             if not failed:
@@ -192,18 +208,25 @@ class CassetteSession(LlmAdapter):
 
     async def aclose(self) -> None:
         """Save what was recorded and close the live adapter (once)."""
+        await self._finish(failed=None)
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        """Leaving ``async with`` on an exception keeps the recording aside, as a failed test's is."""
+        await self._finish(failed=True if exc_info and exc_info[0] is not None else None)
+
+    async def _finish(self, *, failed: bool | None) -> None:
         if self._closed:
             return
         self._closed = True
         try:
-            self.save()
+            self.save(failed=failed)
         finally:
             live, self._live = self._live, None
             if live is not None:
                 await live.aclose()
 
-    def close(self, *, failed: bool = False) -> Path | None:
-        """``save(failed=...)``, then close a live adapter the factory built, where no event loop is running.
+    def close(self, *, failed: bool | None = None, secret_advice: str = LIBRARY_SECRET_ADVICE) -> Path | None:
+        """``save(...)``, then close a live adapter the factory built, where no event loop is running.
 
         For sync teardown (a pytest fixture used by async tests): saving needs no loop, and the live adapter's
         ``aclose()`` runs on a private loop that is closed afterwards; the thread's current loop is not touched.
@@ -222,7 +245,7 @@ class CassetteSession(LlmAdapter):
             return self.written
         self._closed = True
         try:
-            return self.save(failed=failed)
+            return self.save(failed=failed, secret_advice=secret_advice)
         finally:
             live, self._live = self._live, None
             if live is not None:
@@ -245,11 +268,14 @@ def use_cassette(
     redact: bool | Sequence[str] = True,
     allow_secrets: Sequence[str] = (),
     validate: bool = True,
+    run_id: str | None = None,
 ) -> CassetteSession:
     """An adapter that replays ``path`` or records into it with ``live()``, per ``mode`` (vcrpy semantics).
 
     ``live`` is a factory, called only when something is actually recorded, so a real adapter and its API key
     are never needed to replay. Use it as ``async with use_cassette(...) as adapter:``; it saves on exit.
+    ``run_id`` names the run in ``all`` mode: sessions sharing it (pytest-xdist workers of one run) together
+    replace the cassette once, each adding its recording, instead of the last one replacing the others'.
     """
     return CassetteSession(
         path,
@@ -264,4 +290,5 @@ def use_cassette(
             "allow_secrets": allow_secrets,
         },
         record_options={"redact": redact, "allow_secrets": allow_secrets, "validate": validate},
+        run_id=run_id,
     )

@@ -648,17 +648,34 @@ def save_cassette(cassette: Cassette, path: PathLike) -> None:
         _write_atomic(path, data)
 
 
-def append_interactions(path: PathLike, interactions: Sequence[Interaction], meta: CassetteMeta) -> Cassette:
+def append_interactions(
+    path: PathLike,
+    interactions: Sequence[Interaction],
+    meta: CassetteMeta,
+    *,
+    join: Callable[[CassetteMeta], bool] | None = None,
+) -> Cassette:
     """Add interactions to the cassette at ``path`` (created if missing) under the lock; returns what was written.
 
     Re-reading under the lock means two processes appending to one cassette both keep their interactions.
+    ``join`` decides, under the same lock, from the existing file's meta, whether to add to it (True) or to
+    replace it with ``meta`` and ``interactions`` (False): how a re-recording's first writer is told apart
+    from later writers of the same run. An unreadable file is then replaced, not joined.
     """
     path = Path(path)
     with _writing(path), cassette_lock(path):
         if path.is_dir():
             raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
+        existing = None
         if path.exists():
-            existing = load_cassette(path)
+            if join is None:
+                existing = load_cassette(path)
+            else:
+                with contextlib.suppress(LlmError):
+                    existing = load_cassette(path)
+                if existing is not None and not join(existing.meta):
+                    existing = None
+        if existing is not None:
             cassette = Cassette(meta=existing.meta, interactions=[*existing.interactions, *interactions])
         else:
             cassette = Cassette(meta=meta, interactions=list(interactions))

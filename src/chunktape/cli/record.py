@@ -19,12 +19,13 @@ from chunktape.cli.render import ChunkPrinter
 from chunktape.errors import LlmError
 from chunktape.protocol import GenerateOptions, Message, ToolSpec
 from chunktape.providers.openai_compat import DEEPSEEK_BASE_URL, OpenAICompatAdapter
-from chunktape.recorder.recording import RecordingAdapter
+from chunktape.recorder.recording import RecordingAdapter, all_raised
 from chunktape.wire.openai_chat import message_from_openai, options_from_openai_request, options_to_openai_request
 
 __all__ = ["record"]
 
 _EXIT_WORDS = ("/exit", "/quit")
+_SECRET_ADVICE = "add --allow-secret VALUE (its value) to this chunktape record command"
 
 
 def _read_json(path: Path, what: str) -> Any:
@@ -155,8 +156,16 @@ def record(
     temperature: Annotated[float | None, typer.Option("--temperature", help="Sampling temperature.")] = None,
     append: Annotated[bool, typer.Option("--append", help="Add to the cassette instead of replacing it.")] = False,
     force: Annotated[
-        bool, typer.Option("--force", help="Write the cassette even when nothing was streamed (every call failed).")
+        bool, typer.Option("--force", help="Write the cassette even when no call completed (every call failed).")
     ] = False,
+    allow_secret: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--allow-secret",
+            metavar="VALUE",
+            help="A value that looks like a credential but may stay in the cassette (repeatable).",
+        ),
+    ] = None,
 ) -> None:
     """Record a live session against an OpenAI-compatible provider, streaming it to the terminal.
 
@@ -164,8 +173,10 @@ def record(
     Give the input with --prompt, --messages FILE.json (and --tools FILE.json), or --chat for a multi-turn
     session on stdin (each turn is another interaction of the same cassette). Ctrl-C stops and keeps what was
     recorded. The API key is read from --api-key-env and never written to the cassette or printed.
-    A run that streamed nothing (every call failed) does not replace an existing cassette unless --force:
-    it is kept beside it as <name>.failed.<suffix>.
+    A run in which no call completed (every call failed: a down server, a wrong URL or key) writes no
+    cassette unless --force: it is kept beside it as <name>.failed.<suffix>, and the exit code is 3. So is a
+    recording that still holds a credential, with every credential replaced; --allow-secret VALUE keeps a
+    value that only looks like one.
 
     Example: chunktape record --prompt "Say hello" -o hello.msgpack
     """
@@ -195,7 +206,7 @@ def record(
         raise CliError(f"{where}cannot be sent: {error.message}") from None
     out = console()
     adapter = OpenAICompatAdapter(base_url=base_url, api_key=api_key, model=model)
-    recorder = RecordingAdapter(adapter, output, append=append)
+    recorder = RecordingAdapter(adapter, output, append=append, allow_secrets=allow_secret or ())
     secrets = [api_key, *env_secrets().values()]
     session = _Session(recorder, out, options, secrets)
     failure: LlmError | None = None
@@ -213,30 +224,28 @@ def record(
                 if not line.strip():
                     continue
                 session.add(Message(role="user", content=line))
-                if runner.run(session.turn()) is not None:
+                turn_failure = runner.run(session.turn())
+                if turn_failure is not None:
+                    failure = turn_failure
                     session.drop_last()  # the user can try again; the failure stays recorded
         except KeyboardInterrupt:
             interrupted = True
         finally:
-            # A wrong --base-url or key must not replace a good cassette with a lone failure.
-            aside = not force and output.exists() and not any(item.events for item in recorder.interactions)
+            # A down server, a wrong --base-url or key: the recording is the failure, not the provider's answer.
+            aside = not force and all_raised(recorder.interactions)
             try:
-                written = recorder.save(failed=aside)
+                written = recorder.save(failed=aside, secret_advice=_SECRET_ADVICE)
             finally:
                 runner.run(adapter.aclose())
-    count = 0 if written is None else len(written.interactions)
-    err = err_console()
     if aside:
-        if written is not None:
-            err.print(
-                f"nothing was streamed; kept the failed recording in {recorder.failed_path} and left {output} as it "
-                "was (--force replaces it)",
-                style="yellow",
-                markup=False,
-                soft_wrap=True,
-            )
-    else:
-        note = "interrupted; kept" if interrupted else "saved"
-        err.print(f"{note} {count} interaction(s) in {output}", style="dim", markup=False, soft_wrap=True)
+        state = "was left as it was" if output.exists() else "was not written"
+        reason = f": {failure}" if failure is not None else ""
+        raise CliError(
+            f"no call completed{reason}; kept the failed recording in {recorder.failed_path}, {output} {state} "
+            "(--force writes it)"
+        )
+    count = 0 if written is None else len(written.interactions)
+    note = "interrupted; kept" if interrupted else "saved"
+    err_console().print(f"{note} {count} interaction(s) in {output}", style="dim", markup=False, soft_wrap=True)
     if failure is not None and not chat:
         raise CliError(str(failure))

@@ -32,8 +32,10 @@ from chunktape.cassettes.model import (
     RecordedRequest,
 )
 from chunktape.cassettes.redaction import (
+    REDACTED,
     check_secrets,
     env_secrets,
+    redact,
     redact_interaction,
     redact_request,
     secrets_to_redact,
@@ -42,7 +44,21 @@ from chunktape.errors import ErrorCode, LlmError, ProtocolViolation
 from chunktape.protocol import Finish, GenerateOptions, LlmAdapter, ReasoningOption, StreamChunk, aclose_stream
 from chunktape.validation import StreamValidator
 
-__all__ = ["JournalWriteWarning", "RecordingAdapter", "StreamViolationWarning"]
+__all__ = [
+    "LIBRARY_SECRET_ADVICE",
+    "RUN_TAG",
+    "JournalWriteWarning",
+    "RecordingAdapter",
+    "StreamViolationWarning",
+    "all_raised",
+]
+
+RUN_TAG = "chunktape.run"
+"""``CassetteMeta.tags`` key naming the run that wrote a cassette. A recorder whose tags carry it writes like
+``--tape-mode all`` across pytest-xdist workers: the first writer of a run replaces the file, later writers of
+the same run add to it, so the cassette holds that run's union rather than its last writer's."""
+LIBRARY_SECRET_ADVICE = "pass its value in allow_secrets=[...]"
+"""How a library user accepts a credential that ``save`` refused (faces pass their own to ``save``)."""
 
 
 class StreamViolationWarning(UserWarning):
@@ -84,6 +100,12 @@ class _Slot:
             started_at=self.started_at,
             attempt=self.attempt,
         )
+
+
+def all_raised(interactions: Sequence[Interaction]) -> bool:
+    """Whether a recording holds interactions and every one of them raised (a down server, a wrong URL or key):
+    what was recorded is the failure, not the provider, and must not take a cassette's place."""
+    return bool(interactions) and all(type(item.outcome) is Raised for item in interactions)
 
 
 def failed_path(cassette: Path) -> Path:
@@ -326,29 +348,28 @@ class RecordingAdapter(LlmAdapter):
         """Where ``save(failed=True)`` writes: ``<name>.failed<suffix>`` beside the cassette."""
         return failed_path(self.path)
 
-    def save(self, *, failed: bool = False) -> Cassette | None:
+    def save(self, *, failed: bool = False, secret_advice: str = LIBRARY_SECRET_ADVICE) -> Cassette | None:
         """Write what was recorded (nothing is written if nothing was recorded) and drop the journal.
 
         ``failed=True`` keeps a recording that must not replace the cassette (its test failed, nothing was
         streamed) in ``failed_path`` instead, for inspection; a normal save removes such a leftover, now stale.
+        A credential found at save is never written, nor is the recording lost: it goes to ``failed_path`` with
+        every credential replaced (mode 0600) and ``SECRET_DETECTED`` says so; ``secret_advice`` tells the user
+        how to allow a value that is not a real credential, in the words of the face they use.
         """
         if not self._slots:
             self._drop_journal()
             return None
         destination = self.failed_path if failed else self.path
         cassette = self.cassette()
+        literals = [*self.inner.secrets, *env_secrets().values()]
         try:
-            check_secrets(
-                cassette,
-                [*self.inner.secrets, *env_secrets().values()],
-                allow=self.allow_secrets,
-                destination=destination,
-            )
-        except LlmError:
-            self._drop_journal()  # it holds the unredacted stream
-            raise
-        if self.append and not failed:
-            written = append_interactions(destination, cassette.interactions, cassette.meta)
+            check_secrets(cassette, literals, allow=self.allow_secrets, destination=destination)
+        except LlmError as error:
+            raise self._keep_redacted(cassette, literals, error, secret_advice) from None
+        if not failed and (self.append or RUN_TAG in self.meta.tags):
+            join = None if self.append else self._same_run
+            written = append_interactions(destination, cassette.interactions, cassette.meta, join=join)
         else:
             save_cassette(cassette, destination)
             written = cassette
@@ -356,6 +377,29 @@ class RecordingAdapter(LlmAdapter):
             self.failed_path.unlink(missing_ok=True)
         self._drop_journal()
         return written
+
+    def _same_run(self, meta: CassetteMeta) -> bool:
+        return meta.tags.get(RUN_TAG) == self.meta.tags[RUN_TAG]
+
+    def _keep_redacted(self, cassette: Cassette, literals: Sequence[str], error: LlmError, advice: str) -> LlmError:
+        """Keep ``cassette`` in ``failed_path`` with every credential replaced, private; drop the journal
+        (it holds them in clear); return the error to raise, saying where it went and how to accept it."""
+        allowed = set(self.allow_secrets)
+        redacted = redact(cassette, [secret for secret in literals if secret not in allowed])
+        kept = self.failed_path
+        save_cassette(redacted, kept)
+        os.chmod(kept, 0o600)
+        self._drop_journal()
+        hint = f"if it is not a real credential, {advice} and record again"
+        if all(a.request == b.request for a, b in zip(cassette.interactions, redacted.interactions, strict=True)):
+            # A credential in a request would stop the redacted recording from matching it on replay.
+            hint += f"; or keep the redacted recording as the cassette: mv {kept} {self.path}"
+        return LlmError(
+            f"{error.message}; the recording was kept in {kept} with every credential replaced by {REDACTED} "
+            "(mode 0600)",
+            ErrorCode.SECRET_DETECTED,
+            hint=hint,
+        )
 
     def _drop_journal(self) -> None:
         if self._journal is not None:
