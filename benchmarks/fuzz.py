@@ -7,7 +7,8 @@ Targets, picked by the first input byte:
 2. the crash-journal reader (``recover``), then the validator over each recovered interaction;
 3. the wire: the SSE parser and the OpenAI chunk decoder over a body split at random points;
 4. the replay server's request decoding (``decode_chat_request``: body bytes to ``GenerateOptions``), then the
-   request as a replay matches it (``RecordedRequest.from_options``: its fingerprint).
+   request as a replay matches it (``RecordedRequest.from_options``: its fingerprint);
+5. ``recover`` on any file (a cassette, garbage, a journal, under any name): refused or recovered, never changed.
 
 The promise under test: only an ``LlmError`` with a documented code comes out, never another exception
 (a crash), and nothing hangs (libFuzzer's ``-timeout``). The seed corpus is built from the example
@@ -113,10 +114,30 @@ def _journal(data: bytes) -> None:
         validate(interaction.chunks, require_finish=False)
 
 
+_RECOVER_NAMES = ("input.msgpack.journal", "input.msgpack", "input.json", "input")
+
+
+def _recover_any(data: bytes) -> None:
+    """``recover`` on any file a user may point it at (a cassette, garbage, a journal): it refuses what is not a
+    journal with ``CASSETTE_CORRUPT`` and never changes the file it reads."""
+    if not data:
+        return
+    path = WORK / _RECOVER_NAMES[data[0] % len(_RECOVER_NAMES)]
+    body = data[1:]
+    path.write_bytes(body)
+    try:
+        recover(path)
+    except LlmError as error:
+        if error.code is not ErrorCode.CASSETTE_CORRUPT:
+            raise AssertionError(f"recover target: {error}") from error
+    if path.read_bytes() != body:
+        raise AssertionError("recover changed the file it read")
+
+
 def test_one_input(raw: bytes) -> None:
     if not raw:
         return
-    target, data = raw[0] % 5, raw[1:]
+    target, data = raw[0] % 6, raw[1:]
     try:
         if target == 0:
             _cassette(data, ".msgpack")
@@ -126,8 +147,10 @@ def test_one_input(raw: bytes) -> None:
             _journal(data)
         elif target == 3:
             _wire(data)
-        else:
+        elif target == 4:
             _request(data)
+        else:
+            _recover_any(data)
     except LlmError as error:
         if error.code not in ALLOWED:
             raise
@@ -154,6 +177,9 @@ def build_corpus(folder: Path) -> None:
             (folder / f"{number}-{ident}-wire").write_bytes(b"\x03" + bytes([ident * 7 % 32]) + body)
             request = options_to_openai_request(interaction.request.to_options())
             (folder / f"{number}-{ident}-request").write_bytes(b"\x04" + msgspec.json.encode(request))
+        (folder / f"{number}-recover-msgpack").write_bytes(b"\x05\x01" + encode_cassette(cassette, "x.msgpack"))
+        (folder / f"{number}-recover-json").write_bytes(b"\x05\x02" + encode_cassette(cassette, "x.json"))
+        (folder / f"{number}-recover-journal").write_bytes(b"\x05\x00" + journal.path.read_bytes())
     (folder / "sse").write_bytes(
         b'\x03data: {"choices":[{"delta":{"content":"hi"}}]}\n\n: keep-alive\n\ndata: [DONE]\n\n'
     )
@@ -171,7 +197,10 @@ def main() -> None:
         corpus = WORK / "corpus"
         build_corpus(corpus)
         extra.append(str(corpus))
-    print("chunktape fuzz: targets msgpack, json, journal, wire (SSE parser + OpenAI chunk decoder), server request")
+    print(
+        "chunktape fuzz: targets msgpack, json, journal, wire (SSE parser + OpenAI chunk decoder), server request, "
+        "recover on any file"
+    )
     atheris.Setup(args + extra, test_one_input)
     atheris.Fuzz()
 
