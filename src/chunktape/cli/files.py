@@ -18,9 +18,19 @@ from chunktape.cassettes.analysis import (
 from chunktape.cassettes.codec import recover, save_cassette
 from chunktape.cassettes.model import Cassette
 from chunktape.cassettes.redaction import check_secrets, env_secrets, redact
-from chunktape.cli.common import EXIT_FAILED, CliError, check_output_suffix, console, err_console, load
+from chunktape.cli.common import (
+    EXIT_FAILED,
+    CliError,
+    ShowSecrets,
+    check_output_suffix,
+    console,
+    err_console,
+    load,
+    shown,
+)
 from chunktape.cli.render import summary_table
 from chunktape.http import import_vcr as convert_vcr
+from chunktape.secrets import redact_text
 
 __all__ = ["check", "convert", "diff", "import_vcr", "recover_journal", "redact_cassette", "show"]
 
@@ -30,14 +40,16 @@ CassetteArg = Annotated[Path, typer.Argument(help="A cassette file (.msgpack or 
 def show(
     cassette: CassetteArg,
     json: Annotated[bool, typer.Option("--json", help="Print the whole cassette as stable, sorted JSON.")] = False,
+    show_secrets: ShowSecrets = False,
 ) -> None:
     """Show a cassette: one row per interaction (model, last user message, chunks, timing, usage, outcome).
 
-    `--json` prints the cassette as sorted, indented JSON, stable enough to be a git textconv.
+    `--json` prints the cassette as sorted, indented JSON, stable enough to be a git textconv. Credentials
+    are masked, also those the cassette was allowed to keep, unless --show-secrets.
 
     Example: chunktape show cassettes/demo-session.msgpack
     """
-    loaded = load(cassette)
+    loaded = shown(load(cassette), show_secrets)
     if json:
         data = msgspec.json.format(msgspec.json.encode(loaded, order="sorted"), indent=2)
         typer.echo(data.decode())
@@ -88,7 +100,7 @@ def check(
             progress.advance(task)
     out = console()
     for line in failures:
-        out.print(line, markup=False, soft_wrap=True)
+        out.print(redact_text(line), markup=False, soft_wrap=True)
     passed = len(files) - len(failures)
     summary = f"{passed} of {len(files)} cassette file(s) pass"
     missing = [path for path in files if not path.exists()]
@@ -120,14 +132,21 @@ def convert(
 def diff(
     old: Annotated[Path, typer.Argument(help="The first cassette.", show_default=False)],
     new: Annotated[Path, typer.Argument(help="The second cassette.", show_default=False)],
+    show_secrets: ShowSecrets = False,
 ) -> None:
     """Compare two cassettes interaction by interaction: requests, chunks and text, outcomes, timing shift.
 
-    Exits 0 when the content is the same (timing may still shift), 1 when it differs.
+    Exits 0 when the content is the same (timing may still shift), 1 when it differs. Credentials are
+    masked, unless --show-secrets; a difference in credentials alone is still reported, as such.
 
     Example: chunktape diff before.msgpack after.msgpack
     """
-    result = diff_cassettes(load(old), load(new))
+    before, after = load(old), load(new)
+    result = diff_cassettes(shown(before, show_secrets), shown(after, show_secrets))
+    if result.same and not show_secrets and not diff_cassettes(before, after).same:
+        result = msgspec.structs.replace(
+            result, changes=["credentials differ (masked here; --show-secrets prints them)"]
+        )
     out = console()
     for line in result.changes:
         out.print(line, markup=False, soft_wrap=True)

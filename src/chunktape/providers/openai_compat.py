@@ -26,7 +26,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from chunktape.abort import AbortSignal
-from chunktape.cassettes.redaction import redact_text
+from chunktape.secrets import redact_text
 from chunktape.errors import ErrorCode, LlmError
 from chunktape.protocol import (
     GenerateOptions,
