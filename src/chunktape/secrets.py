@@ -45,6 +45,7 @@ __all__ = [
     "redact_text",
     "register_pattern",
     "scanner",
+    "unregister_pattern",
     "usable",
 ]
 
@@ -160,7 +161,7 @@ def _literal_prefix(source: str) -> str:
 
 
 def register_pattern(name: str, pattern: str | re.Pattern[str], *, needles: Sequence[str] = ()) -> None:
-    """Add (or replace) a key shape that every scan and redaction looks for from now on.
+    """Add (or replace) a key shape, labelled ``name``, that every scan and redaction looks for from now on.
 
     ``needles`` are literal substrings every match contains; text without any of them skips the regex, which
     keeps saving fast. By default the literal start of the regex is used; a regex without one (or
@@ -168,6 +169,10 @@ def register_pattern(name: str, pattern: str | re.Pattern[str], *, needles: Sequ
     the match (``password=(?P<secret>...)`` keeps the name visible).
     """
     global _generation
+    if name in _BUILTIN:
+        raise LlmError(
+            f"{name!r} is a built-in key shape; register yours under another label", ErrorCode.INVALID_CONFIG
+        )
     try:
         compiled = re.compile(pattern) if isinstance(pattern, str) else pattern
     except re.error as exc:
@@ -177,6 +182,15 @@ def register_pattern(name: str, pattern: str | re.Pattern[str], *, needles: Sequ
         needles = (prefix,) if len(prefix) >= 2 else ()
     _shapes[name] = _Shape(compiled, tuple(needles))
     KEY_PATTERNS[name] = compiled
+    _generation += 1
+
+
+def unregister_pattern(name: str) -> None:
+    """Take back a shape ``register_pattern`` added; other names are ignored."""
+    global _generation
+    if name in _BUILTIN or name not in _shapes:
+        return
+    del _shapes[name], KEY_PATTERNS[name]
     _generation += 1
 
 
@@ -288,9 +302,10 @@ def _base64_texts(run: str) -> Iterator[str]:
     run = run.rstrip("=").translate(_URLSAFE)
     for offset in range(4):
         body = run[offset:]
-        body = body[: len(body) - len(body) % 4]
         if len(body) < 8:
             return
+        extra = len(body) % 4  # a cut-off last group still decodes its whole bytes
+        body = body[:-1] if extra == 1 else body + "=" * (-extra % 4)
         try:
             decoded = binascii.a2b_base64(body)
         except binascii.Error:
