@@ -61,10 +61,26 @@ _END = r"(?![^\W_])"
 
 class _Shape(NamedTuple):
     pattern: re.Pattern[str]
+    """The whole shape, as ``KEY_PATTERNS`` shows it."""
     needles: tuple[str, ...]
     """Substrings every match contains: text holding none of them skips the regex (empty: always run it)."""
     check: Callable[[str], bool] | None = None
     """A second look at what matched (``Basic`` values must decode to ``user:password``)."""
+    search: re.Pattern[str] | None = None
+    """``pattern`` without its leading ``_START``, which is checked in Python instead: a regex that starts
+    with a lookbehind is tried at every position, one that starts with a literal is found at C speed."""
+
+
+def _key(body: str, needles: tuple[str, ...], check: Callable[[str], bool] | None = None) -> _Shape:
+    """A key shape that must start clean (see ``_START``)."""
+    return _Shape(re.compile(_START + body), needles, check, re.compile(body))
+
+
+def _clean_start(text: str, start: int) -> bool:
+    """``_START`` at ``start``: not right after a letter or digit, unless that is the letter of a JSON escape."""
+    if start == 0 or not text[start - 1].isalnum():
+        return True
+    return start >= 2 and text[start - 2] == "\\" and text[start - 1] in "bfnrt"
 
 
 def _basic_credentials(found: str) -> bool:
@@ -78,51 +94,41 @@ def _basic_credentials(found: str) -> bool:
 
 _BUILTIN: dict[str, _Shape] = {
     # OpenAI (sk-, sk-proj-), Anthropic (sk-ant-), DeepSeek, OpenRouter (sk-or-): the providers' key formats
-    "api key (sk-...)": _Shape(re.compile(_START + r"sk-[A-Za-z0-9_\-]{20,}"), ("sk-",)),
+    "api key (sk-...)": _key(r"sk-[A-Za-z0-9_\-]{20,}", ("sk-",)),
     # GitHub's documented token prefixes (github.blog, "Behind GitHub's new authentication token formats")
-    "GitHub token": _Shape(
-        re.compile(_START + r"(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{30,})"),
+    "GitHub token": _key(
+        r"(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{30,})",
         ("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_"),
     ),
     # AWS key ids: AKIA long-term, ASIA STS session, ABIA/ACCA (gitleaks rule aws-access-token)
-    "AWS access key": _Shape(
-        re.compile(_START + r"(?:AKIA|ASIA|ABIA|ACCA)[0-9A-Z]{16}" + _END), ("AKIA", "ASIA", "ABIA", "ACCA")
-    ),
+    "AWS access key": _key(r"(?:AKIA|ASIA|ABIA|ACCA)[0-9A-Z]{16}" + _END, ("AKIA", "ASIA", "ABIA", "ACCA")),
     # 40 base64 characters are only told apart by their name next to them (detect-secrets' AWSKeyDetector)
-    "AWS secret access key": _Shape(
-        re.compile(
-            _START + r"(?:AWS|Aws|aws(?=[_.\-SK]))[A-Za-z0-9_.\- ]{0,20}?(?i:secret|key)[A-Za-z0-9_.\- ]{0,20}?"
-            r"[\"']?\s*[:=]\s*[\"']?(?P<secret>[A-Za-z0-9/+]{40})(?![A-Za-z0-9/+=])"
-        ),
+    "AWS secret access key": _key(
+        r"(?:AWS|Aws|aws(?=[_.\-SK]))[A-Za-z0-9_.\- ]{0,20}?(?i:secret|key)[A-Za-z0-9_.\- ]{0,20}?"
+        r"[\"']?\s*[:=]\s*[\"']?(?P<secret>[A-Za-z0-9/+]{40})(?![A-Za-z0-9/+=])",
         ("AWS", "Aws", "aws_", "aws.", "aws-", "awsS", "awsK"),
     ),
     # Google Cloud API keys (gitleaks gcp-api-key)
-    "Google API key": _Shape(re.compile(_START + r"AIza[0-9A-Za-z_\-]{35}"), ("AIza",)),
+    "Google API key": _key(r"AIza[0-9A-Za-z_\-]{35}", ("AIza",)),
     # Slack bot/user/app tokens (api.slack.com/authentication/token-types; gitleaks slack-app-token)
-    "Slack token": _Shape(
-        re.compile(_START + r"(?:xox[abposre]-[A-Za-z0-9\-]{10,}|xapp-[0-9]-[A-Za-z0-9\-]{10,})"), ("xox", "xapp-")
-    ),
+    "Slack token": _key(r"(?:xox[abposre]-[A-Za-z0-9\-]{10,}|xapp-[0-9]-[A-Za-z0-9\-]{10,})", ("xox", "xapp-")),
     # incoming webhooks carry their secret in the path (gitleaks slack-webhook-url)
     "Slack webhook URL": _Shape(
         re.compile(r"hooks\.slack\.com/(?:services|workflows|triggers)/[A-Za-z0-9+/_\-]{20,}"), ("hooks.slack.com",)
     ),
     # RFC 7519 header.payload.signature, both base64url of a JSON object (gitleaks jwt)
-    "JSON web token": _Shape(
-        re.compile(_START + r"eyJ[A-Za-z0-9_\-]{10,}\.eyJ[A-Za-z0-9_\-]{10,}\.[A-Za-z0-9_\-]*"), ("eyJ",)
-    ),
+    "JSON web token": _key(r"eyJ[A-Za-z0-9_\-]{10,}\.eyJ[A-Za-z0-9_\-]{10,}\.[A-Za-z0-9_\-]*", ("eyJ",)),
     # Stripe secret and restricted keys (docs.stripe.com/keys; gitleaks stripe-access-token)
-    "Stripe key": _Shape(
-        re.compile(_START + r"[sr]k_(?:live|test|prod)_[A-Za-z0-9]{20,}"), ("k_live_", "k_test_", "k_prod_")
-    ),
+    "Stripe key": _key(r"[sr]k_(?:live|test|prod)_[A-Za-z0-9]{20,}", ("k_live_", "k_test_", "k_prod_")),
     # Hugging Face user and org tokens (gitleaks huggingface-access-token, -organization-api-token)
-    "Hugging Face token": _Shape(re.compile(_START + r"(?:hf_|api_org_)[A-Za-z0-9]{30,}"), ("hf_", "api_org_")),
+    "Hugging Face token": _key(r"(?:hf_|api_org_)[A-Za-z0-9]{30,}", ("hf_", "api_org_")),
     # Groq (console.groq.com keys: gsk_ + 52) and xAI (console.x.ai keys: xai- + 80)
-    "Groq key": _Shape(re.compile(_START + r"gsk_[A-Za-z0-9]{20,}"), ("gsk_",)),
-    "xAI key": _Shape(re.compile(_START + r"xai-[A-Za-z0-9]{20,}"), ("xai-",)),
+    "Groq key": _key(r"gsk_[A-Za-z0-9]{20,}", ("gsk_",)),
+    "xAI key": _key(r"xai-[A-Za-z0-9]{20,}", ("xai-",)),
     # GitLab personal access tokens, npm and PyPI upload tokens (gitleaks gitlab-pat, npm-access-token, pypi)
-    "GitLab token": _Shape(re.compile(_START + r"glpat-[A-Za-z0-9_\-]{20,}"), ("glpat-",)),
-    "npm token": _Shape(re.compile(_START + r"npm_[A-Za-z0-9]{36}"), ("npm_",)),
-    "PyPI token": _Shape(re.compile(_START + r"pypi-AgE[A-Za-z0-9_\-]{50,}"), ("pypi-AgE",)),
+    "GitLab token": _key(r"glpat-[A-Za-z0-9_\-]{20,}", ("glpat-",)),
+    "npm token": _key(r"npm_[A-Za-z0-9]{36}", ("npm_",)),
+    "PyPI token": _key(r"pypi-AgE[A-Za-z0-9_\-]{50,}", ("pypi-AgE",)),
     # RFC 7468 PEM; up to the END line, or to where the key body stops (a stream cut short)
     "private key": _Shape(
         re.compile(
@@ -132,10 +138,8 @@ _BUILTIN: dict[str, _Shape] = {
         ("PRIVATE KEY",),
     ),
     # RFC 6750 and RFC 7617 Authorization values
-    "bearer token": _Shape(re.compile(_START + r"[Bb]earer\s+[A-Za-z0-9._~+/\-]{20,}=*"), ("earer",)),
-    "basic auth": _Shape(
-        re.compile(_START + r"[Bb]asic\s+[A-Za-z0-9+/]{8,}={0,2}" + _END), ("asic",), check=_basic_credentials
-    ),
+    "bearer token": _key(r"[Bb]earer\s+[A-Za-z0-9._~+/\-]{20,}=*", ("earer",)),
+    "basic auth": _key(r"[Bb]asic\s+[A-Za-z0-9+/]{8,}={0,2}" + _END, ("asic",), check=_basic_credentials),
 }
 
 KEY_PATTERNS: dict[str, re.Pattern[str]] = {name: shape.pattern for name, shape in _BUILTIN.items()}
@@ -278,8 +282,9 @@ _JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*(?:(?P<close>")|\\?\Z)', re.D
 _PARTIAL_ESCAPE = re.compile(r"\\(?:u[0-9a-fA-F]{0,3})?\Z")
 _UNICODE_ESCAPE = re.compile(r"\\u([0-9a-fA-F]{4})")
 _BASE64_ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/-_"
-_BASE64_RUN = re.compile(r"[A-Za-z0-9+/_\-]{11,}={0,2}")
-"""Base64 (standard or URL-safe) long enough to hold an 8-character secret."""
+_MIN_RUN = 11
+"""Base64 (standard or URL-safe) this long can hold an 8-character secret."""
+_BASE64_RUN = re.compile(rf"[A-Za-z0-9+/_\-]{{{_MIN_RUN},}}")
 _SCREEN_RUN = 24
 """The screen decodes runs this long for key shapes: a key needs 20 characters, which base64 makes 28."""
 _json_string = msgspec.json.Decoder(str)
@@ -316,16 +321,24 @@ def _base64_texts(run: str) -> Iterator[str]:
 _RUN_MARKS = bytes(0x61 if chr(byte) in _BASE64_ALPHABET else 0x20 for byte in range(256))
 
 
-def _long_runs(text: str, minimum: int) -> Iterator[str]:
-    """The runs of base64 characters at least ``minimum`` long: found on a byte map of the text, at C speed."""
-    data = text.encode("utf-8", "surrogateescape")
+def _run_spans(text: str) -> Iterator[tuple[int, int]]:
+    """Where the base64 runs of ``text`` are (at C speed on ASCII text, the usual case)."""
+    if not text.isascii():
+        for match in _BASE64_RUN.finditer(text):
+            yield match.span()
+        return
+    yield from _byte_runs(text.encode("ascii"), _MIN_RUN)
+
+
+def _byte_runs(data: bytes, minimum: int) -> Iterator[tuple[int, int]]:
+    """The runs of base64 characters at least ``minimum`` long, found on a byte map of ``data``."""
     marks = data.translate(_RUN_MARKS)
     wanted = b"a" * minimum
     start = marks.find(wanted)
     while start >= 0:
         end = marks.find(b" ", start)
         end = len(marks) if end < 0 else end
-        yield data[start:end].decode("ascii")
+        yield start, end
         start = marks.find(wanted, end)
 
 
@@ -359,7 +372,9 @@ class Scanner:
             return True
         if "\\u" in text and screen(_unescape(text)):
             return True
-        return any(screen(decoded) for run in _long_runs(text, self._run) for decoded in _base64_texts(run))
+        data = text.encode("utf-8", "surrogateescape")
+        runs = (data[start:end].decode("ascii") for start, end in _byte_runs(data, self._run))
+        return any(screen(decoded) for run in runs for decoded in _base64_texts(run))
 
     def matches(self, text: str, *, decode: bool = True) -> Iterator[Found]:
         """Every credential in ``text``.
@@ -375,8 +390,15 @@ class Scanner:
         for label, shape in self._shapes:
             if shape.needles and not any(needle in text for needle in shape.needles):
                 continue
-            for match in shape.pattern.finditer(text):
-                start, end = match.span("secret") if "secret" in shape.pattern.groupindex else match.span()
+            regex = shape.search or shape.pattern
+            named = "secret" in regex.groupindex
+            position = 0
+            while (match := regex.search(text, position)) is not None:
+                position = max(match.end(), match.start() + 1)
+                if shape.search is not None and not _clean_start(text, match.start()):
+                    position = match.start() + 1  # a later, clean start may overlap this one
+                    continue
+                start, end = match.span("secret") if named else match.span()
                 if start == end or (shape.check is not None and not shape.check(match.group())):
                     continue
                 yield Found(label, text[start:end], start, end)
@@ -393,10 +415,10 @@ class Scanner:
                 content_end = token.end() - 1 if token.group("close") is not None else token.end()
                 for label, found, _, _ in self.matches(decoded, decode=False):
                     yield Found(label, found, token.start() + 1, content_end)
-        for run in _BASE64_RUN.finditer(text):
-            for decoded in _base64_texts(run.group()):
+        for start, end in _run_spans(text):
+            for decoded in _base64_texts(text[start:end]):
                 for label, found, _, _ in self.matches(decoded, decode=False):
-                    yield Found(f"base64 of {label}" if label else "", found, run.start(), run.end())
+                    yield Found(f"base64 of {label}" if label else "", found, start, end)
 
     def spans(self, text: str) -> list[tuple[int, int]]:
         """The spans of ``text`` to replace so that the result holds no credential at all.

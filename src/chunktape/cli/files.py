@@ -162,7 +162,7 @@ def redact_cassette(
     cassette: CassetteArg,
     secret: Annotated[
         list[str] | None,
-        typer.Option("--secret", "-s", help="A literal to redact (repeatable), besides *_API_KEY/*_TOKEN/*_SECRET."),
+        typer.Option("--secret", "-s", help="A literal to redact (repeatable), besides credential environment values."),
     ] = None,
     patterns: Annotated[
         bool, typer.Option("--patterns/--no-patterns", help="Also redact key-shaped strings (sk-..., ghp_...).")
@@ -170,8 +170,8 @@ def redact_cassette(
 ) -> None:
     """Redact credentials from a cassette, in place (atomic write).
 
-    Redacts the given --secret values, the values of environment variables named *_API_KEY, *_TOKEN and
-    *_SECRET, and key-shaped strings; each becomes [REDACTED].
+    Redacts the given --secret values, the values of environment variables whose names contain KEY, TOKEN,
+    SECRET, PASSWORD, PASSWD or CREDENTIAL, and key-shaped strings; each becomes [REDACTED].
 
     Example: chunktape redact session.msgpack --secret "$MY_PROXY_PASSWORD"
     """
@@ -207,7 +207,8 @@ def recover_journal(
 ) -> None:
     """Turn the journal of an interrupted recording into a cassette; the last interaction is marked cut short.
 
-    Credentials in the environment (*_API_KEY, *_TOKEN, *_SECRET) and key-shaped strings are redacted first.
+    Credentials in the environment (names containing KEY, TOKEN, SECRET, PASSWORD...) and key-shaped strings are
+    redacted first.
 
     Example: chunktape recover session.msgpack.journal -o session.msgpack
     """
