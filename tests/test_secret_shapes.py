@@ -119,7 +119,10 @@ def _places(text: str) -> Iterator[tuple[str, Cassette]]:
     yield "extra", _cassette(text_stream("ok"), RecordedRequest.from_options(options("x", extra={"auth": text})))
     half = len(text) // 2
     yield "response text", _cassette(text_stream("here: ", text[:half], text[half:], " done"))
-    reasoning = [BlockStart(index=0, block_type="reasoning"), ReasoningDelta(index=0, text=f"I saw {text}")]
+    reasoning: list[StreamChunk] = [
+        BlockStart(index=0, block_type="reasoning"),
+        ReasoningDelta(index=0, text=f"I saw {text}"),
+    ]
     yield "reasoning cut short", _cassette(reasoning, outcome=Cancelled(t_ns=3))
     yield "tool arguments", _cassette(tool_stream("f", quoted[:9], quoted[9:]))
     yield "error message", _cassette([], outcome=Raised(t_ns=1, code="PROVIDER_HTTP_ERROR", message=f"bad {text}"))

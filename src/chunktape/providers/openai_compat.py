@@ -26,7 +26,6 @@ from urllib.parse import urlsplit
 import httpx
 
 from chunktape.abort import AbortSignal
-from chunktape.secrets import redact_text
 from chunktape.errors import ErrorCode, LlmError
 from chunktape.protocol import (
     GenerateOptions,
@@ -36,6 +35,7 @@ from chunktape.protocol import (
     aclose_stream,
     attribution_headers,
 )
+from chunktape.secrets import redact_text
 from chunktape.wire.http_errors import http_error
 from chunktape.wire.openai_chat import (
     DEEPSEEK_REASONING,
