@@ -139,7 +139,8 @@ _BUILTIN: dict[str, _Shape] = {
     ),
     # RFC 6750 and RFC 7617 Authorization values
     "bearer token": _key(r"[Bb]earer\s+[A-Za-z0-9._~+/\-]{20,}=*", ("earer",)),
-    "basic auth": _key(r"[Bb]asic\s+[A-Za-z0-9+/]{8,}={0,2}" + _END, ("asic",), check=_basic_credentials),
+    # "Basic " as headers write it: the lower-case word is too common in prose to screen for
+    "basic auth": _key(r"Basic +[A-Za-z0-9+/]{8,}={0,2}" + _END, ("Basic ",), check=_basic_credentials),
 }
 
 KEY_PATTERNS: dict[str, re.Pattern[str]] = {name: shape.pattern for name, shape in _BUILTIN.items()}
