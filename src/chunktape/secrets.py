@@ -32,11 +32,11 @@ import msgspec
 from chunktape.errors import ErrorCode, LlmError
 
 __all__ = [
-    "KEY_PATTERNS",
     "ENV_PATTERNS",
+    "Found",
+    "KEY_PATTERNS",
     "MIN_SECRET_LENGTH",
     "REDACTED",
-    "Found",
     "Scanner",
     "env_secrets",
     "is_credential_name",
