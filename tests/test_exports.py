@@ -15,6 +15,7 @@ PUBLIC_MODULES = [
     "chunktape.providers",
     "chunktape.recorder",
     "chunktape.replayer",
+    "chunktape.secrets",
     "chunktape.wire",
 ]
 

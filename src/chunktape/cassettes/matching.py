@@ -3,7 +3,8 @@
 A matcher is any ``(live, recorded) -> bool`` over two ``RecordedRequest``; built-in ones are referred to by
 name, and ``match_on`` may be a name, a comma-separated string of names (``"model,messages,tools"``, as a
 command line or an ini file gives it), a callable, or a list of these. The ``CASSETTE_MISMATCH`` error shows
-the closest recorded request, a field-by-field diff, and which matchers failed, like vcrpy's best error message.
+the closest recorded request, a field-by-field diff, and which matchers failed, like vcrpy's best error message,
+with credentials masked: it ends up in CI logs and the replay server's error body.
 
 **What the default match ignores.** Frameworks (the openai SDK, pydantic-ai, langchain-openai, litellm) send
 the same request in different spellings. The built-in matchers compare what changes the answer, and treat
@@ -43,6 +44,7 @@ import msgspec
 from chunktape.cassettes.model import RecordedRequest
 from chunktape.errors import ErrorCode, LlmError
 from chunktape.protocol import Message, ToolSpec
+from chunktape.secrets import redact_text
 
 __all__ = ["DEFAULT_MATCH", "MATCHERS", "MatchOn", "Matcher", "RequestMatcher", "diff_requests", "parse_match_on"]
 
@@ -260,7 +262,7 @@ class RequestMatcher:
         summary = f"model={live.model!r}, {len(live.messages)} message(s)"
         if not recorded:
             return LlmError(
-                f"no recorded interaction matches the request ({summary}): {where} holds no interactions",
+                redact_text(f"no recorded interaction matches the request ({summary}): {where} holds no interactions"),
                 ErrorCode.CASSETTE_MISMATCH,
             )
         scored = []
@@ -272,8 +274,10 @@ class RequestMatcher:
         lines = "\n".join(f"    {line}" for line in diff[:12])
         more = f"\n    ... and {len(diff) - 12} more difference(s)" if len(diff) > 12 else ""
         return LlmError(
-            f"no recorded interaction in {where} matches the request ({summary}); {_ADVICE}. "
-            f"Closest is interaction #{index} (failing matchers: {failing}), recorded vs requested:\n{lines}{more}",
+            redact_text(
+                f"no recorded interaction in {where} matches the request ({summary}); {_ADVICE}. "
+                f"Closest is interaction #{index} (failing matchers: {failing}), recorded vs requested:\n{lines}{more}"
+            ),
             ErrorCode.CASSETTE_MISMATCH,
             hint="",  # the advice is in the message, before the diff
         )
@@ -315,5 +319,6 @@ def _diff(old: Any, new: Any, path: str, out: list[str]) -> None:
 
 
 def _short(value: Any, limit: int = 80) -> str:
-    text = msgspec.json.encode(value).decode() if not isinstance(value, str) else repr(value)
+    """``value`` for a diff line: credentials masked first, so that cutting it short cannot leave half a key."""
+    text = redact_text(msgspec.json.encode(value).decode() if not isinstance(value, str) else repr(value))
     return text if len(text) <= limit else text[: limit - 3] + "..."

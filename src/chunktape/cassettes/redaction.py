@@ -1,27 +1,21 @@
 """Keeping credentials out of cassettes: find them (also split across deltas) and redact them.
 
-Credentials come from three places: what the recorded adapter declares (``LlmAdapter.secrets``), the values
-of environment variables named like ``*_API_KEY`` / ``*_TOKEN`` / ``*_SECRET``, and key-shaped strings
-(``sk-...``, ``ghp_...``, ``AKIA...``, bearer tokens). Streamed text and tool arguments are checked on the
-reassembled block, so a key split over two deltas is still found; a quoted JSON string holding escapes (tool
-arguments) is also checked decoded, so an escape (``\n``, ``\u000a``) right before a key does not hide it.
-
-A key-shaped string must not follow a letter or digit (``task-...`` is not a key), but may follow ``_``,
-punctuation or a JSON escape. Redaction runs to a fixed point, so replacing one credential never makes a new
-one appear (``...789sk-`` becomes ``[REDACTED]sk-``, which is itself a key-shaped start).
+What a credential looks like lives in ``chunktape.secrets`` (literal values, key shapes, JSON escapes and
+base64); this module walks a cassette with it. Credentials come from what the recorded adapter declares
+(``LlmAdapter.secrets``), the environment (``env_secrets``) and key-shaped strings. Streamed text and tool
+arguments are checked on the reassembled block (by index, so the deltas of parallel tool calls may
+interleave, and a block cut short before its end counts too), so a key split over deltas is still found.
 """
 
 from __future__ import annotations
 
-import os
-import re
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import msgspec
 
 from chunktape.cassettes.codec import LazyCassette, PathLike, as_cassette
-from chunktape.cassettes.model import Cassette, CassetteMeta, Event, Interaction, Raised, RecordedRequest
+from chunktape.cassettes.model import Cancelled, Cassette, CassetteMeta, Event, Interaction, Raised, RecordedRequest
 from chunktape.errors import ErrorCode, LlmError
 from chunktape.protocol import (
     BlockEnd,
@@ -33,6 +27,7 @@ from chunktape.protocol import (
     ToolCallBlock,
     ToolCallDelta,
 )
+from chunktape.secrets import KEY_PATTERNS, REDACTED, Scanner, env_secrets, mask, redact_text, scanner, usable
 
 __all__ = [
     "KEY_PATTERNS",
@@ -46,44 +41,7 @@ __all__ = [
     "secrets_to_redact",
 ]
 
-REDACTED = "[REDACTED]"
-MIN_SECRET_LENGTH = 8
-"""Shorter values (``TOKEN=1``) are too likely to occur by chance to be treated as secrets."""
-
-_START = r"(?:(?<![^\W_])|(?<=\\[bfnrt]))"
-"""Where a key may start: not right after a letter or digit (``\\b`` also refused ``_`` and the ``n`` of a
-JSON ``\\n``), or right after a JSON escape."""
-_END = r"(?![^\W_])"
-
-KEY_PATTERNS: dict[str, re.Pattern[str]] = {
-    "api key (sk-...)": re.compile(_START + r"sk-[A-Za-z0-9_\-]{20,}"),
-    "GitHub token": re.compile(_START + r"(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{30,})"),
-    "AWS access key": re.compile(_START + r"AKIA[0-9A-Z]{16}" + _END),
-    "Google API key": re.compile(_START + r"AIza[0-9A-Za-z_\-]{35}"),
-    "Slack token": re.compile(_START + r"xox[abposr]-[A-Za-z0-9\-]{10,}"),
-    "bearer token": re.compile(_START + r"[Bb]earer\s+[A-Za-z0-9._~+/\-]{20,}=*"),
-}
-_JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
-_json_string = msgspec.json.Decoder(str)
-_ENV_NAME = re.compile(r".+_(?:API_KEY|TOKEN|SECRET)$")
-_KEY_PREFIXES = ("sk-", "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_", "AKIA", "AIza", "xox", "earer")
-"""A key-shaped string contains one of these; text without any of them skips the (slower) regexes."""
 _screen_encoder = msgspec.msgpack.Encoder()
-_Match = tuple[str, str, int, int]
-
-
-def env_secrets(environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """Values of environment variables named ``*_API_KEY``, ``*_TOKEN`` or ``*_SECRET``, by name."""
-    environ = os.environ if environ is None else environ
-    return {
-        name: value
-        for name, value in environ.items()
-        if _ENV_NAME.match(name.upper()) and len(value) >= MIN_SECRET_LENGTH
-    }
-
-
-def _mask(secret: str) -> str:
-    return f"{secret[:4]}…({len(secret)} chars)"
 
 
 def _strings(value: Any, path: str) -> Iterator[tuple[str, str]]:
@@ -91,13 +49,11 @@ def _strings(value: Any, path: str) -> Iterator[tuple[str, str]]:
         yield path, value
     elif isinstance(value, dict):
         for key, item in value.items():
+            yield f"{path} key", key
             yield from _strings(item, f"{path}.{key}")
     elif isinstance(value, list):
         for position, item in enumerate(value):
             yield from _strings(item, f"{path}[{position}]")
-
-
-_DELTAS = (TextDelta, ReasoningDelta, ToolCallDelta)
 
 
 def _delta_text(chunk: TextDelta | ReasoningDelta | ToolCallDelta) -> str:
@@ -141,95 +97,73 @@ def _texts(interaction: Interaction, number: int) -> Iterator[tuple[str, str]]:
                 yield where, block.text  # type: ignore[union-attr]
         elif type(chunk) is Finish and chunk.reason.detail is not None:
             yield f"interaction #{number} chunk #{position} finish detail", chunk.reason.detail
-    if type(interaction.outcome) is Raised:
-        yield f"interaction #{number} error message", interaction.outcome.message
+    outcome = interaction.outcome
+    where = f"interaction #{number} outcome"
+    if type(outcome) is Raised:
+        yield f"interaction #{number} error message", outcome.message
+        if outcome.exception_type is not None:
+            yield where, outcome.exception_type
+    elif type(outcome) is Cancelled and outcome.reason is not None:
+        yield where, outcome.reason
 
 
-def _screen_text(interaction: Interaction) -> tuple[str, bytes]:
+_BLOCK_DELTA: dict[type, type] = {ToolCallBlock: ToolCallDelta, TextBlock: TextDelta, ReasoningBlock: ReasoningDelta}
+
+
+def _screen_text(interaction: Interaction) -> str:
     """Everything in ``interaction`` that can hold a credential, as little text as possible.
 
-    Returns the streamed deltas in order (blocks separated by NUL, so a key split over deltas reassembles)
-    and the msgpack encoding of the rest: the request, the outcome, tool-call ids and names, a finish's
-    detail, and any block-end whose content is not exactly what its deltas streamed. msgpack keeps strings as raw UTF-8,
-    so a literal anywhere in those fields shows up verbatim in the bytes.
+    The streamed deltas reassembled per block (by index, so interleaved deltas of parallel tool calls and a
+    block cut before its end reassemble too), blocks separated by NUL, then the msgpack encoding of the rest:
+    the request, the outcome, tool-call ids and names, a finish's detail, and any block-end whose content is
+    not exactly what its deltas streamed. msgpack keeps strings as raw UTF-8, so a literal anywhere in those
+    fields shows up verbatim (its framing bytes decode to escapes that glue to nothing).
     """
-    parts: list[str] = []
+    blocks: dict[tuple[int, type], list[str]] = {}
     others: list[object] = [interaction.request, interaction.outcome]
-    block_start = 0
+    last_index, last_kind = -1, None
+    first: list[str] = []
+    append: Callable[[str], None] = first.append
     for event in interaction.events:
-        chunk = event.chunk
+        chunk: Any = event.chunk
         kind = type(chunk)
         if kind is TextDelta or kind is ReasoningDelta:
-            parts.append(chunk.text)  # type: ignore[union-attr]
+            text = chunk.text
         elif kind is ToolCallDelta:
-            parts.append(chunk.arguments_delta)  # type: ignore[union-attr]
-            if chunk.id is not None or chunk.name is not None:  # type: ignore[union-attr]
+            text = chunk.arguments_delta
+            if chunk.id is not None or chunk.name is not None:
                 others.append(chunk)
-        elif kind is BlockEnd:
-            block = chunk.block  # type: ignore[union-attr]
-            streamed = "".join(parts[block_start:])
-            if type(block) is ToolCallBlock:
-                others.append((block.id, block.name))
-                if block.arguments != streamed:
-                    others.append(block.arguments)
-            elif block.text != streamed:  # type: ignore[union-attr]
-                others.append(block.text)  # type: ignore[union-attr]
-            parts.append("\x00")
-            block_start = len(parts)
         else:
-            if kind is Finish and chunk.reason.detail is not None:  # type: ignore[union-attr]
-                others.append(chunk.reason.detail)  # type: ignore[union-attr]
-            parts.append("\x00")
-            block_start = len(parts)
-    return "".join(parts), _screen_encoder.encode(others)
+            if kind is BlockEnd:
+                block = chunk.block
+                streamed = "".join(blocks.get((chunk.index, _BLOCK_DELTA[type(block)]), ()))
+                if type(block) is ToolCallBlock:
+                    others.append((block.id, block.name))
+                    if block.arguments != streamed:
+                        others.append(block.arguments)
+                elif block.text != streamed:
+                    others.append(block.text)
+            elif kind is Finish and chunk.reason.detail is not None:
+                others.append(chunk.reason.detail)
+            continue
+        if chunk.index != last_index or kind is not last_kind:
+            last_index, last_kind = chunk.index, kind
+            append = blocks.setdefault((last_index, kind), []).append
+        append(text)
+    rest = _screen_encoder.encode(others).decode("utf-8", "surrogateescape")
+    return "\x00".join(["".join(parts) for parts in blocks.values()] + [rest])
 
 
-def _may_hold(interaction: Interaction, literals: Sequence[str], patterns: bool) -> bool:
+def _may_hold(interaction: Interaction, scan: Scanner) -> bool:
     """A cheap screen at C speed: can ``interaction`` hold a credential at all? Hits get the detailed walk."""
-    streamed, rest = _screen_text(interaction)
-    needles = [*literals, *(_KEY_PREFIXES if patterns else ())]
-    return any(needle in streamed or needle.encode() in rest for needle in needles)
+    return scan.may_hold(_screen_text(interaction))
 
 
-def _all_texts(cassette: Cassette, literals: Sequence[str], patterns: bool) -> Iterator[tuple[str, str]]:
+def _all_texts(cassette: Cassette, scan: Scanner) -> Iterator[tuple[str, str]]:
     yield from _strings(msgspec.to_builtins(cassette.meta), "meta")
     for number, interaction in enumerate(cassette.interactions):
-        if _may_hold(interaction, literals, patterns):
+        if _may_hold(interaction, scan):
             yield from _texts(interaction, number)
-
-
-def _usable(secrets: Iterable[str]) -> list[str]:
-    """Long enough to be a credential, and not part of the marker itself (redacting would never end)."""
-    usable = {secret for secret in secrets if len(secret) >= MIN_SECRET_LENGTH and secret not in REDACTED}
-    return sorted(usable, key=len, reverse=True)
-
-
-def _matches(text: str, secrets: Sequence[str], patterns: bool, *, decode: bool = True) -> Iterator[_Match]:
-    """Every credential in ``text``: (label, what matched, start, end); the label is "" for a literal secret.
-
-    With ``decode``, each quoted JSON string holding an escape is also searched decoded; a hit there spans
-    the string's whole content in ``text`` (its raw form may not hold the credential contiguously).
-    """
-    for secret in secrets:
-        start = text.find(secret)
-        while start >= 0:
-            yield "", secret, start, start + len(secret)
-            start = text.find(secret, start + 1)
-    if patterns:
-        for label, pattern in KEY_PATTERNS.items():
-            for match in pattern.finditer(text):
-                yield label, match.group(), match.start(), match.end()
-    if decode and "\\" in text:
-        for token in _JSON_STRING.finditer(text):
-            raw = token.group()
-            if "\\" not in raw:
-                continue
-            try:
-                decoded = _json_string.decode(raw)
-            except msgspec.DecodeError:
-                continue
-            for label, found, _, _ in _matches(decoded, secrets, patterns):
-                yield label, found, token.start() + 1, token.end() - 1
 
 
 def find_secrets(
@@ -242,14 +176,15 @@ def find_secrets(
     """Where ``cassette`` still holds one of ``secrets`` or a key-shaped string; secrets are shown masked."""
     cassette = as_cassette(cassette)
     allowed = set(allow)
-    literals = [secret for secret in _usable(secrets) if secret not in allowed]
+    literals = [secret for secret in usable(secrets) if secret not in allowed]
+    scan = scanner(literals, patterns=patterns)
     findings: list[str] = []
-    for where, text in _all_texts(cassette, literals, patterns):
-        for label, found, _, _ in _matches(text, literals, patterns):
+    for where, text in _all_texts(cassette, scan):
+        for label, found, _, _ in scan.matches(text):
             if not label:
-                findings.append(f"credential {_mask(found)} in {where}")
+                findings.append(f"credential {mask(found)} in {where}")
             elif found not in allowed and not any(found in secret for secret in literals):
-                findings.append(f"{label} {_mask(found)} in {where}")
+                findings.append(f"{label} {mask(found)} in {where}")
     return list(dict.fromkeys(findings))
 
 
@@ -270,100 +205,21 @@ def check_secrets(
 # -- redaction ---------------------------------------------------------------------------------
 
 
-def _merge(found: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
-    merged: list[tuple[int, int]] = []
-    for start, end in sorted(found):
-        if merged and start <= merged[-1][1]:
-            merged[-1] = (merged[-1][0], max(end, merged[-1][1]))
-        else:
-            merged.append((start, end))
-    return merged
-
-
-def _original(position: int, spans: Sequence[tuple[int, int]], *, end: bool) -> int:
-    """Where ``position`` in ``_replace(text, spans)`` is in ``text``; inside a marker: the whole span it replaced."""
-    shift = 0  # original position minus redacted position, in the plain text before the current marker
-    for start, stop in spans:
-        marker_start = start - shift
-        marker_end = marker_start + len(REDACTED)
-        if position < marker_start or (end and position == marker_start):
-            return position + shift
-        if position < marker_end or (end and position == marker_end):
-            return stop if end else start
-        shift = stop - marker_end
-    return position + shift
-
-
-def _spans(text: str, secrets: Sequence[str], patterns: bool) -> list[tuple[int, int]]:
-    """The spans of ``text`` to replace so that the result holds no credential at all.
-
-    Replacing can create a match (``789sk-...`` -> ``[REDACTED]sk-...``) or reveal one in a JSON string
-    whose raw form hid it, so the redacted text is searched again and every new match, mapped back onto
-    ``text``, widens the spans, until nothing new turns up. Each round covers more of ``text``, so it ends.
-    """
-    spans = _merge((start, end) for _, _, start, end in _matches(text, secrets, patterns, decode=False))
-    if not spans and "\\" not in text:
-        return spans
-    while True:
-        redacted = _replace(text, spans) if spans else text
-        new = [
-            (_original(start, spans, end=False), _original(end, spans, end=True))
-            for _, _, start, end in _matches(redacted, secrets, patterns)
-        ]
-        new = [(a, b) for a, b in new if not any(start <= a and b <= end for start, end in spans)]
-        if not new:
-            return spans
-        spans = _merge([*spans, *new])
-
-
-def _replace(text: str, spans: Sequence[tuple[int, int]]) -> str:
-    parts, position = [], 0
-    for start, end in spans:
-        parts.append(text[position:start])
-        parts.append(REDACTED)
-        position = end
-    parts.append(text[position:])
-    return "".join(parts)
-
-
-def _redact_text(text: str, secrets: Sequence[str], patterns: bool) -> str:
-    spans = _spans(text, secrets, patterns)
-    return _replace(text, spans) if spans else text
-
-
-def _redact_pieces(pieces: Sequence[str], spans: Sequence[tuple[int, int]]) -> list[str]:
-    """Redact spans of the concatenation piece by piece: the marker goes where a span starts."""
-    whole = "".join(pieces)
-    result, low = [], 0
-    for piece in pieces:
-        high = low + len(piece)
-        parts, position = [], low
-        for start, end in spans:
-            if end <= low or start >= high:
-                continue
-            if start >= low:
-                parts.append(whole[position:start])
-                parts.append(REDACTED)
-            position = max(position, min(end, high))
-        parts.append(whole[position:high])
-        result.append("".join(parts))
-        low = high
-    return result
-
-
-def _redact_value(value: Any, secrets: Sequence[str], patterns: bool) -> Any:
+def _redact_value(value: Any, scan: Scanner) -> Any:
     if isinstance(value, str):
-        return _redact_text(value, secrets, patterns)
+        return scan.redact(value)
     if isinstance(value, dict):
-        return {key: _redact_value(item, secrets, patterns) for key, item in value.items()}
+        return {
+            scan.redact(key) if isinstance(key, str) else key: _redact_value(item, scan) for key, item in value.items()
+        }
     if isinstance(value, list):
-        return [_redact_value(item, secrets, patterns) for item in value]
+        return [_redact_value(item, scan) for item in value]
     return value
 
 
-def _redact_request(request: RecordedRequest, secrets: Sequence[str], patterns: bool) -> RecordedRequest:
+def _redact_request(request: RecordedRequest, scan: Scanner) -> RecordedRequest:
     plain = msgspec.to_builtins(request)
-    cleaned = _redact_value(plain, secrets, patterns)
+    cleaned = _redact_value(plain, scan)
     if cleaned == plain:
         return request
     return RecordedRequest.from_options(msgspec.convert(cleaned, RecordedRequest))
@@ -374,9 +230,9 @@ def secrets_to_redact(
 ) -> list[str]:
     """The literal secrets a recorder redacts, and so a replayer too (they must agree, or replays miss).
 
-    ``redact``: False redacts nothing; True the ``declared`` credentials (an adapter's ``secrets``) and the values
-    of ``*_API_KEY`` / ``*_TOKEN`` / ``*_SECRET`` environment variables; a sequence adds those literals.
-    ``allow`` lists values that stay as they are.
+    ``redact``: False redacts nothing; True the ``declared`` credentials (an adapter's ``secrets``) and the
+    credentials in the environment (``env_secrets``); a sequence adds those literals. ``allow`` lists values
+    that stay as they are.
     """
     if redact is False:
         return []
@@ -387,37 +243,31 @@ def secrets_to_redact(
     return [secret for secret in secrets if secret not in allowed]
 
 
-def redact_text(text: str, secrets: Iterable[str]) -> str:
-    """``text`` with ``secrets`` and key-shaped strings replaced: for messages shown to people (CLI errors)."""
-    return _redact_text(text, _usable(secrets), True)
-
-
 def redact_request(request: RecordedRequest, secrets: Iterable[str]) -> RecordedRequest:
     """``request`` with every occurrence of ``secrets`` replaced, as the recorder stores it.
 
     A replayer applies this to the live request so that a request recorded with a credential in it still
     matches its (redacted) recording.
     """
-    usable = _usable(secrets)
-    return _redact_request(request, usable, patterns=False) if usable else request
+    scan = scanner(secrets, patterns=False)
+    return _redact_request(request, scan) if scan.literals else request
 
 
 def redact_interaction(interaction: Interaction, secrets: Sequence[str], *, patterns: bool = False) -> Interaction:
     """``interaction`` with every occurrence of ``secrets`` (and key patterns if asked) replaced."""
-    secrets = _usable(secrets)
-    if not _may_hold(interaction, secrets, patterns):
+    scan = scanner(secrets, patterns=patterns)
+    if not _may_hold(interaction, scan):
         return interaction
     events = list(interaction.events)
     changed = False
     for (_, kind), positions in _blocks(events).items():
-        pieces = [_delta_text(events[p].chunk) for p in positions]  # type: ignore[arg-type]
-        spans = _spans("".join(pieces), secrets, patterns)
-        if not spans:
+        pieces = scan.redact_pieces([_delta_text(events[p].chunk) for p in positions])  # type: ignore[arg-type]
+        if pieces is None:
             continue
         changed = True
-        for position, piece in zip(positions, _redact_pieces(pieces, spans), strict=True):
+        field = "arguments_delta" if kind is ToolCallDelta else "text"
+        for position, piece in zip(positions, pieces, strict=True):
             event = events[position]
-            field = "arguments_delta" if kind is ToolCallDelta else "text"
             chunk = msgspec.structs.replace(event.chunk, **{field: piece})
             events[position] = msgspec.structs.replace(event, chunk=chunk)
     for position, event in enumerate(events):
@@ -428,31 +278,34 @@ def redact_interaction(interaction: Interaction, secrets: Sequence[str], *, patt
             if type(block) is ToolCallBlock:
                 new_block: Any = msgspec.structs.replace(
                     block,
-                    arguments=_redact_text(block.arguments, secrets, patterns),
-                    name=_redact_text(block.name, secrets, patterns),
-                    id=_redact_text(block.id, secrets, patterns),
+                    arguments=scan.redact(block.arguments),
+                    name=scan.redact(block.name),
+                    id=scan.redact(block.id),
                 )
             elif type(block) is TextBlock or type(block) is ReasoningBlock:
-                new_block = msgspec.structs.replace(block, text=_redact_text(block.text, secrets, patterns))
+                new_block = msgspec.structs.replace(block, text=scan.redact(block.text))
             if new_block != block:
                 new = msgspec.structs.replace(chunk, block=new_block)
         elif type(chunk) is ToolCallDelta and (chunk.name is not None or chunk.id is not None):
             # the id the same way as the block-end's, so the two still agree
             new = msgspec.structs.replace(
                 chunk,
-                name=None if chunk.name is None else _redact_text(chunk.name, secrets, patterns),
-                id=None if chunk.id is None else _redact_text(chunk.id, secrets, patterns),
+                name=None if chunk.name is None else scan.redact(chunk.name),
+                id=None if chunk.id is None else scan.redact(chunk.id),
             )
         elif type(chunk) is Finish and chunk.reason.detail is not None:
-            reason = msgspec.structs.replace(chunk.reason, detail=_redact_text(chunk.reason.detail, secrets, patterns))
+            reason = msgspec.structs.replace(chunk.reason, detail=scan.redact(chunk.reason.detail))
             new = msgspec.structs.replace(chunk, reason=reason)
         if new is not chunk and new != chunk:
             events[position] = msgspec.structs.replace(event, chunk=new)
             changed = True
-    request = _redact_request(interaction.request, secrets, patterns)
+    request = _redact_request(interaction.request, scan)
     outcome = interaction.outcome
     if type(outcome) is Raised:
-        outcome = msgspec.structs.replace(outcome, message=_redact_text(outcome.message, secrets, patterns))
+        exception_type = None if outcome.exception_type is None else scan.redact(outcome.exception_type)
+        outcome = msgspec.structs.replace(outcome, message=scan.redact(outcome.message), exception_type=exception_type)
+    elif type(outcome) is Cancelled and outcome.reason is not None:
+        outcome = msgspec.structs.replace(outcome, reason=scan.redact(outcome.reason))
     if not changed and request is interaction.request and outcome == interaction.outcome:
         return interaction
     return msgspec.structs.replace(interaction, request=request, events=events, outcome=outcome)
@@ -467,9 +320,9 @@ def redact(
     (redacted) block-end and the stream stays valid.
     """
     cassette = as_cassette(cassette)
-    usable = _usable(secrets)
-    interactions = [redact_interaction(item, usable, patterns=patterns) for item in cassette.interactions]
+    secrets = usable(secrets)
+    interactions = [redact_interaction(item, secrets, patterns=patterns) for item in cassette.interactions]
     plain = msgspec.to_builtins(cassette.meta)
-    cleaned = _redact_value(plain, usable, patterns)
+    cleaned = _redact_value(plain, scanner(secrets, patterns=patterns))
     meta = cassette.meta if cleaned == plain else msgspec.convert(cleaned, CassetteMeta)
     return msgspec.structs.replace(cassette, meta=meta, interactions=interactions)

@@ -29,6 +29,7 @@ from chunktape.cli.common import (
     with_cli_hint,
 )
 from chunktape.errors import LlmError
+from chunktape.secrets import redact_text
 
 __all__ = ["app", "main"]
 
@@ -42,7 +43,9 @@ _state = _State()
 
 
 def _report(message: str) -> None:
-    err_console().print(f"chunktape: error: {one_line(message)}", style="red", markup=False, soft_wrap=True)
+    err_console().print(
+        f"chunktape: error: {one_line(redact_text(message))}", style="red", markup=False, soft_wrap=True
+    )
 
 
 class _Group(TyperGroup):

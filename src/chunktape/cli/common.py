@@ -6,17 +6,20 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Final
+from typing import Annotated, Any, Final
 
 import msgspec
+import typer
 from rich.console import Console
 
 from chunktape.cassettes.analysis import CASSETTE_SUFFIXES
 from chunktape.cassettes.codec import load_cassette
 from chunktape.cassettes.model import Cassette
+from chunktape.cassettes.redaction import redact
 from chunktape.errors import ErrorCode, LlmError
 from chunktape.faults import Fault, parse_fault
 from chunktape.replayer.timing import Timing
+from chunktape.secrets import env_secrets
 
 __all__ = [
     "EXIT_FAILED",
@@ -25,12 +28,14 @@ __all__ = [
     "EXIT_RUNTIME",
     "EXIT_USAGE",
     "CliError",
+    "ShowSecrets",
     "check_output_suffix",
     "console",
     "err_console",
     "load",
     "one_line",
     "parse_fault_option",
+    "shown",
     "timing_option",
     "with_cli_hint",
 ]
@@ -139,6 +144,18 @@ def load(path: Path) -> Cassette:
     if path.is_dir():
         raise CliError(f"{path} is a directory, not a cassette file")
     return load_cassette(path)
+
+
+ShowSecrets = Annotated[
+    bool,
+    typer.Option("--show-secrets", help="Print credentials as recorded (masked by default, also allowed ones)."),
+]
+
+
+def shown(cassette: Cassette, show_secrets: bool) -> Cassette:
+    """``cassette`` as a terminal may show it: every credential masked, also those it was allowed to keep, unless
+    ``--show-secrets``; masked on the reassembled blocks, so a key split over deltas is masked in each."""
+    return cassette if show_secrets else redact(cassette, env_secrets().values())
 
 
 def timing_option(speed: float | None, instant: bool, default: Timing) -> Timing:

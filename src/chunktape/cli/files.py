@@ -18,9 +18,19 @@ from chunktape.cassettes.analysis import (
 from chunktape.cassettes.codec import recover, save_cassette
 from chunktape.cassettes.model import Cassette
 from chunktape.cassettes.redaction import check_secrets, env_secrets, redact
-from chunktape.cli.common import EXIT_FAILED, CliError, check_output_suffix, console, err_console, load
+from chunktape.cli.common import (
+    EXIT_FAILED,
+    CliError,
+    ShowSecrets,
+    check_output_suffix,
+    console,
+    err_console,
+    load,
+    shown,
+)
 from chunktape.cli.render import summary_table
 from chunktape.http.vcr import VcrSerializer, read_vcr
+from chunktape.secrets import redact_text
 
 __all__ = ["check", "convert", "diff", "import_vcr", "recover_journal", "redact_cassette", "show"]
 
@@ -30,14 +40,16 @@ CassetteArg = Annotated[Path, typer.Argument(help="A cassette file (.msgpack or 
 def show(
     cassette: CassetteArg,
     json: Annotated[bool, typer.Option("--json", help="Print the whole cassette as stable, sorted JSON.")] = False,
+    show_secrets: ShowSecrets = False,
 ) -> None:
     """Show a cassette: one row per interaction (model, last user message, chunks, timing, usage, outcome).
 
-    `--json` prints the cassette as sorted, indented JSON, stable enough to be a git textconv.
+    `--json` prints the cassette as sorted, indented JSON, stable enough to be a git textconv. Credentials
+    are masked, also those the cassette was allowed to keep, unless --show-secrets.
 
     Example: chunktape show cassettes/demo-session.msgpack
     """
-    loaded = load(cassette)
+    loaded = shown(load(cassette), show_secrets)
     if json:
         data = msgspec.json.format(msgspec.json.encode(loaded, order="sorted"), indent=2)
         typer.echo(data.decode())
@@ -88,7 +100,7 @@ def check(
             progress.advance(task)
     out = console()
     for line in failures:
-        out.print(line, markup=False, soft_wrap=True)
+        out.print(redact_text(line), markup=False, soft_wrap=True)
     passed = len(files) - len(failures)
     summary = f"{passed} of {len(files)} cassette file(s) pass"
     missing = [path for path in files if not path.exists()]
@@ -120,14 +132,21 @@ def convert(
 def diff(
     old: Annotated[Path, typer.Argument(help="The first cassette.", show_default=False)],
     new: Annotated[Path, typer.Argument(help="The second cassette.", show_default=False)],
+    show_secrets: ShowSecrets = False,
 ) -> None:
     """Compare two cassettes interaction by interaction: requests, chunks and text, outcomes, timing shift.
 
-    Exits 0 when the content is the same (timing may still shift), 1 when it differs.
+    Exits 0 when the content is the same (timing may still shift), 1 when it differs. Credentials are
+    masked, unless --show-secrets; a difference in credentials alone is still reported, as such.
 
     Example: chunktape diff before.msgpack after.msgpack
     """
-    result = diff_cassettes(load(old), load(new))
+    before, after = load(old), load(new)
+    result = diff_cassettes(shown(before, show_secrets), shown(after, show_secrets))
+    if result.same and not show_secrets and not diff_cassettes(before, after).same:
+        result = msgspec.structs.replace(
+            result, changes=["credentials differ (masked here; --show-secrets prints them)"]
+        )
     out = console()
     for line in result.changes:
         out.print(line, markup=False, soft_wrap=True)
@@ -143,7 +162,7 @@ def redact_cassette(
     cassette: CassetteArg,
     secret: Annotated[
         list[str] | None,
-        typer.Option("--secret", "-s", help="A literal to redact (repeatable), besides *_API_KEY/*_TOKEN/*_SECRET."),
+        typer.Option("--secret", "-s", help="A literal to redact (repeatable), besides credential environment values."),
     ] = None,
     patterns: Annotated[
         bool, typer.Option("--patterns/--no-patterns", help="Also redact key-shaped strings (sk-..., ghp_...).")
@@ -151,8 +170,8 @@ def redact_cassette(
 ) -> None:
     """Redact credentials from a cassette, in place (atomic write).
 
-    Redacts the given --secret values, the values of environment variables named *_API_KEY, *_TOKEN and
-    *_SECRET, and key-shaped strings; each becomes [REDACTED].
+    Redacts the given --secret values, the values of environment variables whose names contain KEY, TOKEN,
+    SECRET, PASSWORD, PASSWD or CREDENTIAL, and key-shaped strings; each becomes [REDACTED].
 
     Example: chunktape redact session.msgpack --secret "$MY_PROXY_PASSWORD"
     """
@@ -188,7 +207,8 @@ def recover_journal(
 ) -> None:
     """Turn the journal of an interrupted recording into a cassette; the last interaction is marked cut short.
 
-    Credentials in the environment (*_API_KEY, *_TOKEN, *_SECRET) and key-shaped strings are redacted first.
+    Credentials in the environment (names containing KEY, TOKEN, SECRET, PASSWORD...) and key-shaped strings are
+    redacted first.
     A file that is not a journal (a cassette, an empty file) is refused and left alone; the journal is deleted
     only once the cassette holding what it recovered is written and fsynced.
 

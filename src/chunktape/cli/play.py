@@ -13,7 +13,16 @@ from rich.text import Text
 
 from chunktape.cassettes.analysis import summarize
 from chunktape.cassettes.model import Cancelled, Cassette
-from chunktape.cli.common import EXIT_USAGE, CliError, console, load, parse_fault_option, timing_option
+from chunktape.cli.common import (
+    EXIT_USAGE,
+    CliError,
+    ShowSecrets,
+    console,
+    load,
+    parse_fault_option,
+    shown,
+    timing_option,
+)
 from chunktape.cli.render import ChunkPrinter
 from chunktape.errors import ErrorCode, LlmError
 from chunktape.faults import Fault
@@ -71,10 +80,12 @@ def play(
     interaction: Annotated[
         int | None, typer.Option("--interaction", "-n", help="Replay only this interaction (0-based).")
     ] = None,
+    show_secrets: ShowSecrets = False,
 ) -> None:
     """Replay a cassette to the terminal with its recorded timing.
 
-    Shows text, reasoning (dimmed), tool calls, usage and how each stream ended.
+    Shows text, reasoning (dimmed), tool calls, usage and how each stream ended. Credentials are masked,
+    also those the cassette was allowed to keep, unless --show-secrets.
 
     Example: chunktape play cassettes/demo-session.msgpack --speed 4 --fault disconnect-mid-tool-call
     """
@@ -88,4 +99,6 @@ def play(
             raise CliError(f"--interaction {interaction}: {cassette} has interactions 0 to {count - 1}", EXIT_USAGE)
         loaded = Cassette(meta=loaded.meta, interactions=[loaded.interactions[interaction]])
         first = interaction
-    asyncio.run(replay_to_console(loaded, console(), timing=timing, faults=faults, first_index=first))
+    asyncio.run(
+        replay_to_console(shown(loaded, show_secrets), console(), timing=timing, faults=faults, first_index=first)
+    )

@@ -13,13 +13,13 @@ import msgspec
 import typer
 from rich.console import Console
 
-from chunktape.cassettes.redaction import env_secrets, redact_text
 from chunktape.cli.common import EXIT_USAGE, CliError, check_output_suffix, console, err_console
 from chunktape.cli.render import ChunkPrinter
 from chunktape.errors import LlmError
 from chunktape.protocol import GenerateOptions, Message, ToolSpec
 from chunktape.providers.openai_compat import DEEPSEEK_BASE_URL, OpenAICompatAdapter
 from chunktape.recorder.recording import RecordingAdapter, all_raised
+from chunktape.secrets import redact_text
 from chunktape.wire.openai_chat import message_from_openai, options_from_openai_request, options_to_openai_request
 
 __all__ = ["record"]
@@ -207,7 +207,7 @@ def record(
     out = console()
     adapter = OpenAICompatAdapter(base_url=base_url, api_key=api_key, model=model)
     recorder = RecordingAdapter(adapter, output, append=append, allow_secrets=allow_secret or ())
-    secrets = [api_key, *env_secrets().values()]
+    secrets = [api_key]  # redact_text adds the environment's
     session = _Session(recorder, out, options, secrets)
     failure: LlmError | None = None
     interrupted = False

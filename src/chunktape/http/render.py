@@ -19,6 +19,7 @@ from typing import Any
 from chunktape.cassettes.model import Cancelled, Completed, Interaction, Outcome, Raised
 from chunktape.errors import ErrorCode, LlmError
 from chunktape.protocol import BlockEnd, Finish, ReasoningBlock, StreamChunk, TextBlock, ToolCallBlock, UsageChunk
+from chunktape.secrets import redact_text
 from chunktape.wire.http_errors import clamp_retry_after
 from chunktape.wire.openai_chat import (
     DONE_EVENT,
@@ -70,7 +71,7 @@ def error_body(
     ``clamp_retry_after``) is also carried as ``error.retry_after`` (seconds), for clients that read the body.
     """
     error: dict[str, Any] = {
-        "message": message,
+        "message": redact_text(message),  # a person reads it; allowed credentials are masked too
         "type": error_type(status),
         "param": None,
         "code": status if status is not None else code,

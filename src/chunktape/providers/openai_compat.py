@@ -34,7 +34,6 @@ from chunktape._httpx import (
     post_streaming,
 )
 from chunktape.abort import AbortSignal
-from chunktape.cassettes.redaction import redact_text
 from chunktape.errors import ErrorCode, LlmError
 from chunktape.protocol import (
     GenerateOptions,
@@ -44,6 +43,7 @@ from chunktape.protocol import (
     aclose_stream,
     attribution_headers,
 )
+from chunktape.secrets import redact_text
 from chunktape.wire.http_errors import http_error
 from chunktape.wire.openai_chat import (
     DEEPSEEK_REASONING,

@@ -1,0 +1,530 @@
+"""What a credential looks like, and the one redaction of credentials from anything stored or shown.
+
+On a low floor (it imports only ``errors``) so that providers, cassettes, matching, the server and the CLI all
+use the same search. Credentials are literal values (an adapter's ``secrets``, ``env_secrets()``) and
+key-shaped strings (``KEY_PATTERNS``, extensible with ``register_pattern`` or ``CHUNKTAPE_REDACT_PATTERNS``).
+A text is also searched through two encodings people paste keys in: inside a quoted JSON string holding
+escapes (``"\\u0073k-..."``, decoded; also a string cut off before its closing quote) and base64 runs
+(``Basic`` values, encoded config); a hit there covers the whole string or run.
+
+A key-shaped string must not follow a letter or digit (``task-...`` is not a key), but may follow ``_``,
+punctuation or a JSON escape. Redaction runs to a fixed point, so replacing one credential never makes a new
+one appear (``...789sk-`` becomes ``[REDACTED]sk-``, which is itself a key-shaped start).
+
+``detect-secrets`` was measured as the alternative (see the i11 report): its plugins miss ``sk-proj-``,
+``sk-ant-``, ``AIza``, ``hf_``, ``gsk_``, ``xai-``, ``xapp-``, ``Basic`` values and base64 of a key, and it scans
+a 100,000-chunk cassette in about 30 s against 15 ms here, so the patterns below are written out, each
+citing where its shape comes from.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import functools
+import os
+import re
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import NamedTuple
+
+import msgspec
+
+from chunktape.errors import ErrorCode, LlmError
+
+__all__ = [
+    "ENV_PATTERNS",
+    "Found",
+    "KEY_PATTERNS",
+    "MIN_SECRET_LENGTH",
+    "REDACTED",
+    "Scanner",
+    "env_secrets",
+    "is_credential_name",
+    "is_credential_value",
+    "mask",
+    "redact_text",
+    "register_pattern",
+    "scanner",
+    "unregister_pattern",
+    "usable",
+]
+
+REDACTED = "[REDACTED]"
+MIN_SECRET_LENGTH = 8
+"""Shorter values (``TOKEN=1``) are too likely to occur by chance to be treated as secrets."""
+
+_START = r"(?:(?<![^\W_])|(?<=\\[bfnrt]))"
+"""Where a key may start: not right after a letter or digit (``\\b`` also refused ``_`` and the ``n`` of a
+JSON ``\\n``), or right after a JSON escape."""
+_END = r"(?![^\W_])"
+
+
+class _Shape(NamedTuple):
+    pattern: re.Pattern[str]
+    """The whole shape, as ``KEY_PATTERNS`` shows it."""
+    needles: tuple[str, ...]
+    """Substrings every match contains: text holding none of them skips the regex (empty: always run it)."""
+    check: Callable[[str], bool] | None = None
+    """A second look at what matched (``Basic`` values must decode to ``user:password``)."""
+    search: re.Pattern[str] | None = None
+    """``pattern`` without its leading ``_START``, which is checked in Python instead: a regex that starts
+    with a lookbehind is tried at every position, one that starts with a literal is found at C speed."""
+
+
+def _key(body: str, needles: tuple[str, ...], check: Callable[[str], bool] | None = None) -> _Shape:
+    """A key shape that must start clean (see ``_START``)."""
+    return _Shape(re.compile(_START + body), needles, check, re.compile(body))
+
+
+def _clean_start(text: str, start: int) -> bool:
+    """``_START`` at ``start``: not right after a letter or digit, unless that is the letter of a JSON escape."""
+    if start == 0 or not text[start - 1].isalnum():
+        return True
+    return start >= 2 and text[start - 2] == "\\" and text[start - 1] in "bfnrt"
+
+
+def _basic_credentials(found: str) -> bool:
+    token = found.split()[-1]
+    try:
+        decoded = base64.b64decode(token + "=" * (-len(token) % 4), validate=True)
+    except (binascii.Error, ValueError):
+        return False
+    return b":" in decoded and decoded.isascii() and decoded.decode().isprintable()
+
+
+_BUILTIN: dict[str, _Shape] = {
+    # OpenAI (sk-, sk-proj-), Anthropic (sk-ant-), DeepSeek, OpenRouter (sk-or-): the providers' key formats
+    "api key (sk-...)": _key(r"sk-[A-Za-z0-9_\-]{20,}", ("sk-",)),
+    # GitHub's documented token prefixes (github.blog, "Behind GitHub's new authentication token formats")
+    "GitHub token": _key(
+        r"(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{30,})",
+        ("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_"),
+    ),
+    # AWS key ids: AKIA long-term, ASIA STS session, ABIA/ACCA (gitleaks rule aws-access-token)
+    "AWS access key": _key(r"(?:AKIA|ASIA|ABIA|ACCA)[0-9A-Z]{16}" + _END, ("AKIA", "ASIA", "ABIA", "ACCA")),
+    # 40 base64 characters are only told apart by their name next to them (detect-secrets' AWSKeyDetector)
+    "AWS secret access key": _key(
+        r"(?:AWS|Aws|aws(?=[_.\-SK]))[A-Za-z0-9_.\- ]{0,20}?(?i:secret|key)[A-Za-z0-9_.\- ]{0,20}?"
+        r"[\"']?\s*[:=]\s*[\"']?(?P<secret>[A-Za-z0-9/+]{40})(?![A-Za-z0-9/+=])",
+        ("AWS", "Aws", "aws_", "aws.", "aws-", "awsS", "awsK"),
+    ),
+    # Google Cloud API keys (gitleaks gcp-api-key)
+    "Google API key": _key(r"AIza[0-9A-Za-z_\-]{35}", ("AIza",)),
+    # Slack bot/user/app tokens (api.slack.com/authentication/token-types; gitleaks slack-app-token)
+    "Slack token": _key(r"(?:xox[abposre]-[A-Za-z0-9\-]{10,}|xapp-[0-9]-[A-Za-z0-9\-]{10,})", ("xox", "xapp-")),
+    # incoming webhooks carry their secret in the path (gitleaks slack-webhook-url)
+    "Slack webhook URL": _Shape(
+        re.compile(r"hooks\.slack\.com/(?:services|workflows|triggers)/[A-Za-z0-9+/_\-]{20,}"), ("hooks.slack.com",)
+    ),
+    # RFC 7519 header.payload.signature, both base64url of a JSON object (gitleaks jwt)
+    "JSON web token": _key(r"eyJ[A-Za-z0-9_\-]{10,}\.eyJ[A-Za-z0-9_\-]{10,}\.[A-Za-z0-9_\-]*", ("eyJ",)),
+    # Stripe secret and restricted keys (docs.stripe.com/keys; gitleaks stripe-access-token)
+    "Stripe key": _key(r"[sr]k_(?:live|test|prod)_[A-Za-z0-9]{20,}", ("k_live_", "k_test_", "k_prod_")),
+    # Hugging Face user and org tokens (gitleaks huggingface-access-token, -organization-api-token)
+    "Hugging Face token": _key(r"(?:hf_|api_org_)[A-Za-z0-9]{30,}", ("hf_", "api_org_")),
+    # Groq (console.groq.com keys: gsk_ + 52) and xAI (console.x.ai keys: xai- + 80)
+    "Groq key": _key(r"gsk_[A-Za-z0-9]{20,}", ("gsk_",)),
+    "xAI key": _key(r"xai-[A-Za-z0-9]{20,}", ("xai-",)),
+    # GitLab personal access tokens, npm and PyPI upload tokens (gitleaks gitlab-pat, npm-access-token, pypi)
+    "GitLab token": _key(r"glpat-[A-Za-z0-9_\-]{20,}", ("glpat-",)),
+    "npm token": _key(r"npm_[A-Za-z0-9]{36}", ("npm_",)),
+    "PyPI token": _key(r"pypi-AgE[A-Za-z0-9_\-]{50,}", ("pypi-AgE",)),
+    # RFC 7468 PEM; up to the END line, or to where the key body stops (a stream cut short)
+    "private key": _Shape(
+        re.compile(
+            r"-----BEGIN[A-Z0-9 ]*PRIVATE KEY-----(?:[A-Za-z0-9+/=\s:,\-]|\\[nr])*?"
+            r"(?:-----END[A-Z0-9 ]*PRIVATE KEY-----|(?![A-Za-z0-9+/=\s:,\-]|\\[nr]))"
+        ),
+        ("PRIVATE KEY",),
+    ),
+    # RFC 6750 and RFC 7617 Authorization values
+    "bearer token": _key(r"[Bb]earer\s+[A-Za-z0-9._~+/\-]{20,}=*", ("earer",)),
+    # "Basic " as headers write it: the lower-case word is too common in prose to screen for
+    "basic auth": _key(r"Basic +[A-Za-z0-9+/]{8,}={0,2}" + _END, ("Basic ",), check=_basic_credentials),
+}
+
+KEY_PATTERNS: dict[str, re.Pattern[str]] = {name: shape.pattern for name, shape in _BUILTIN.items()}
+"""The key shapes searched for, by label (built in and registered); read-only, use ``register_pattern``."""
+_shapes: dict[str, _Shape] = dict(_BUILTIN)
+_generation = 0
+"""Bumped by ``register_pattern``, so cached scanners see the new shape."""
+
+ENV_PATTERNS = "CHUNKTAPE_REDACT_PATTERNS"
+"""Environment variable holding more key shapes as a JSON object ``{"label": "regex", ...}`` (for the CLI and CI)."""
+
+
+def _literal_prefix(source: str) -> str:
+    """The literal text a regex source starts with (``acme_[a-z]{32}`` -> ``acme_``): a needle for the screen."""
+    prefix: list[str] = []
+    for char in source:
+        if char in ".^$*+?{}[]\\|()":
+            if char in "*?{" and prefix:
+                prefix.pop()  # the last literal is optional or repeated
+            break
+        prefix.append(char)
+    return "".join(prefix)
+
+
+def register_pattern(name: str, pattern: str | re.Pattern[str], *, needles: Sequence[str] = ()) -> None:
+    """Add (or replace) a key shape, labelled ``name``, that every scan and redaction looks for from now on.
+
+    ``needles`` are literal substrings every match contains; text without any of them skips the regex, which
+    keeps saving fast. By default the literal start of the regex is used; a regex without one (or
+    case-insensitive) is run on every text. A named group ``secret`` limits the credential to that part of
+    the match (``password=(?P<secret>...)`` keeps the name visible).
+    """
+    global _generation
+    if name in _BUILTIN:
+        raise LlmError(
+            f"{name!r} is a built-in key shape; register yours under another label", ErrorCode.INVALID_CONFIG
+        )
+    try:
+        compiled = re.compile(pattern) if isinstance(pattern, str) else pattern
+    except re.error as exc:
+        raise LlmError(f"secret pattern {name!r} is not a valid regex: {exc}", ErrorCode.INVALID_CONFIG) from None
+    if not needles and not compiled.flags & re.IGNORECASE:
+        prefix = _literal_prefix(compiled.pattern)
+        needles = (prefix,) if len(prefix) >= 2 else ()
+    _shapes[name] = _Shape(compiled, tuple(needles))
+    KEY_PATTERNS[name] = compiled
+    _generation += 1
+
+
+def unregister_pattern(name: str) -> None:
+    """Take back a shape ``register_pattern`` added; other names are ignored."""
+    global _generation
+    if name in _BUILTIN or name not in _shapes:
+        return
+    del _shapes[name], KEY_PATTERNS[name]
+    _generation += 1
+
+
+_env_loaded: tuple[str, dict[str, _Shape]] = ("", {})
+
+
+def _env_shapes() -> dict[str, _Shape]:
+    """The shapes ``CHUNKTAPE_REDACT_PATTERNS`` adds (parsed once per value)."""
+    global _env_loaded
+    raw = os.environ.get(ENV_PATTERNS, "")
+    if raw == _env_loaded[0]:
+        return _env_loaded[1]
+    try:
+        spec = msgspec.json.decode(raw, type=dict[str, str]) if raw.strip() else {}
+        shapes = {}
+        for name, source in spec.items():
+            compiled = re.compile(source)
+            prefix = _literal_prefix(source) if not compiled.flags & re.IGNORECASE else ""
+            shapes[name] = _Shape(compiled, (prefix,) if len(prefix) >= 2 else ())
+    except (msgspec.DecodeError, re.error) as exc:
+        raise LlmError(
+            f"{ENV_PATTERNS} must be a JSON object of label to regex: {exc}",
+            ErrorCode.INVALID_CONFIG,
+            hint=f'e.g. {ENV_PATTERNS}=\'{{"acme key": "acme_[A-Za-z0-9]{{32}}"}}\'',
+        ) from None
+    _env_loaded = (raw, shapes)
+    return shapes
+
+
+# -- where literal secrets come from ---------------------------------------------------------------
+
+_NAME_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL")
+"""An environment variable whose name contains one of these, anywhere (``OPENAI_API_KEY_2``, ``DEEPSEEK_APIKEY``,
+``DB_PASSWORD``, ``AWS_SECRET_ACCESS_KEY``), holds a credential."""
+_NOT_SECRET = frozenset({"true", "false", "yes", "no", "on", "off", "none", "null", "enabled", "disabled"})
+_NUMBER = re.compile(r"[+-]?(?:\d[\d_,.]*|0x[0-9a-fA-F]+)(?:[eE][+-]?\d+)?")
+
+
+def is_credential_name(name: str) -> bool:
+    """True for an environment variable named like a credential (see ``_NAME_WORDS``), in any case."""
+    upper = name.upper()
+    return any(word in upper for word in _NAME_WORDS)
+
+
+def is_credential_value(value: str) -> bool:
+    """The rule for values of credential-named variables: at least ``MIN_SECRET_LENGTH`` characters once
+    stripped, and not a number or a switch word (``true``, ``off``, ``none``...): those occur by chance."""
+    stripped = value.strip()
+    return (
+        len(stripped) >= MIN_SECRET_LENGTH
+        and stripped.lower() not in _NOT_SECRET
+        and _NUMBER.fullmatch(stripped) is None
+    )
+
+
+def env_secrets(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Values of environment variables that hold credentials, by name (``is_credential_name`` and ``_value``)."""
+    environ = os.environ if environ is None else environ
+    return {
+        name: value
+        for name, value in environ.items()
+        if name != ENV_PATTERNS and is_credential_name(name) and is_credential_value(value)
+    }
+
+
+# -- searching ---------------------------------------------------------------------------------------
+
+
+class Found(NamedTuple):
+    """One credential in a text: its label ("" for a literal secret), the credential, and the span to replace."""
+
+    label: str
+    found: str
+    start: int
+    end: int
+
+
+def mask(secret: str) -> str:
+    """How a finding names a credential: enough to recognise it, never enough to use it."""
+    return f"{secret[:4]}…({len(secret)} chars)"
+
+
+_JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*(?:(?P<close>")|\\?\Z)', re.DOTALL)
+"""A quoted JSON string, or one cut off at the end of the text (a stream that stopped mid-argument)."""
+_PARTIAL_ESCAPE = re.compile(r"\\(?:u[0-9a-fA-F]{0,3})?\Z")
+_UNICODE_ESCAPE = re.compile(r"\\u([0-9a-fA-F]{4})")
+_BASE64_ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/-_"
+_MIN_RUN = 11
+"""Base64 (standard or URL-safe) this long can hold an 8-character secret."""
+_BASE64_RUN = re.compile(rf"[A-Za-z0-9+/_\-]{{{_MIN_RUN},}}")
+_SCREEN_RUN = 24
+"""The screen decodes runs this long for key shapes: a key needs 20 characters, which base64 makes 28."""
+_json_string = msgspec.json.Decoder(str)
+_URLSAFE = str.maketrans("-_", "+/")
+
+
+def _decode_json_string(token: re.Match[str]) -> str | None:
+    """The content of a JSON string token, decoded; a cut-off one loses its incomplete last escape."""
+    raw = token.group()
+    if token.group("close") is None:
+        raw = _PARTIAL_ESCAPE.sub("", raw) + '"'
+    try:
+        return _json_string.decode(raw)
+    except msgspec.DecodeError:
+        return None
+
+
+def _base64_texts(run: str) -> Iterator[str]:
+    """``run`` decoded as base64 from each of its first four positions (it may be glued to a word before it)."""
+    run = run.rstrip("=").translate(_URLSAFE)
+    for offset in range(4):
+        body = run[offset:]
+        if len(body) < 8:
+            return
+        extra = len(body) % 4  # a cut-off last group still decodes its whole bytes
+        body = body[:-1] if extra == 1 else body + "=" * (-extra % 4)
+        try:
+            decoded = binascii.a2b_base64(body)
+        except binascii.Error:
+            continue
+        yield decoded.decode("utf-8", "replace")  # bytes that are not UTF-8 become U+FFFD, never glue
+
+
+_RUN_MARKS = bytes(0x61 if chr(byte) in _BASE64_ALPHABET else 0x20 for byte in range(256))
+
+
+def _run_spans(text: str) -> Iterator[tuple[int, int]]:
+    """Where the base64 runs of ``text`` are (at C speed on ASCII text, the usual case)."""
+    if not text.isascii():
+        for match in _BASE64_RUN.finditer(text):
+            yield match.span()
+        return
+    yield from _byte_runs(text.encode("ascii"), _MIN_RUN)
+
+
+def _byte_runs(data: bytes, minimum: int) -> Iterator[tuple[int, int]]:
+    """The runs of base64 characters at least ``minimum`` long, found on a byte map of ``data``."""
+    marks = data.translate(_RUN_MARKS)
+    wanted = b"a" * minimum
+    start = marks.find(wanted)
+    while start >= 0:
+        end = marks.find(b" ", start)
+        end = len(marks) if end < 0 else end
+        yield start, end
+        start = marks.find(wanted, end)
+
+
+def _unescape(text: str) -> str:
+    return _UNICODE_ESCAPE.sub(lambda match: chr(int(match.group(1), 16)), text)
+
+
+class Scanner:
+    """A credential search set up once: the literal secrets given, and (``patterns``) the key shapes in force.
+
+    Get one with ``scanner(secrets, patterns=...)``; it is cached, so building one per call is cheap.
+    """
+
+    __slots__ = ("_always", "_run", "_screen", "_shapes", "literals")
+
+    def __init__(self, secrets: Iterable[str] = (), *, patterns: bool = True) -> None:
+        self.literals = usable(secrets)
+        shapes = {**_shapes, **_env_shapes()} if patterns else {}
+        self._shapes = tuple((name, shape) for name, shape in shapes.items())
+        self._always = any(not shape.needles for shape in shapes.values())
+        needles = dict.fromkeys([*self.literals, *(needle for shape in shapes.values() for needle in shape.needles)])
+        # one alternation: the regex engine skips, in C, every position whose character starts no needle
+        self._screen = re.compile("|".join(map(re.escape, sorted(needles, key=len, reverse=True))) or "(?!)")
+        # base64 of a literal at any alignment keeps 4/3 of its length, less up to 2 characters at each end
+        self._run = min([_SCREEN_RUN, *(len(secret) * 4 // 3 - 4 for secret in self.literals)])
+
+    def may_hold(self, text: str) -> bool:
+        """A cheap screen at C speed: can ``text`` hold a credential at all, plain, escaped or in base64?"""
+        screen = self._screen.search
+        if self._always or screen(text):
+            return True
+        if "\\u" in text and screen(_unescape(text)):
+            return True
+        data = text.encode("utf-8", "surrogateescape")
+        runs = (data[start:end].decode("ascii") for start, end in _byte_runs(data, self._run))
+        return any(screen(decoded) for run in runs for decoded in _base64_texts(run))
+
+    def matches(self, text: str, *, decode: bool = True) -> Iterator[Found]:
+        """Every credential in ``text``.
+
+        With ``decode``, a quoted JSON string holding an escape and a base64 run are also searched decoded; a
+        hit there spans the whole string content or run in ``text`` (its raw form does not hold it verbatim).
+        """
+        for secret in self.literals:
+            start = text.find(secret)
+            while start >= 0:
+                yield Found("", secret, start, start + len(secret))
+                start = text.find(secret, start + 1)
+        for label, shape in self._shapes:
+            if shape.needles and not any(needle in text for needle in shape.needles):
+                continue
+            regex = shape.search or shape.pattern
+            named = "secret" in regex.groupindex
+            position = 0
+            while (match := regex.search(text, position)) is not None:
+                position = max(match.end(), match.start() + 1)
+                if shape.search is not None and not _clean_start(text, match.start()):
+                    position = match.start() + 1  # a later, clean start may overlap this one
+                    continue
+                start, end = match.span("secret") if named else match.span()
+                if start == end or (shape.check is not None and not shape.check(match.group())):
+                    continue
+                yield Found(label, text[start:end], start, end)
+        if not decode:
+            return
+        if "\\" in text:
+            for token in _JSON_STRING.finditer(text):
+                raw = token.group()
+                if "\\" not in raw:
+                    continue
+                decoded = _decode_json_string(token)
+                if decoded is None:
+                    continue
+                content_end = token.end() - 1 if token.group("close") is not None else token.end()
+                for label, found, _, _ in self.matches(decoded, decode=False):
+                    yield Found(label, found, token.start() + 1, content_end)
+        for start, end in _run_spans(text):
+            for decoded in _base64_texts(text[start:end]):
+                for label, found, _, _ in self.matches(decoded, decode=False):
+                    yield Found(f"base64 of {label}" if label else "", found, start, end)
+
+    def spans(self, text: str) -> list[tuple[int, int]]:
+        """The spans of ``text`` to replace so that the result holds no credential at all.
+
+        Replacing can create a match (``789sk-...`` -> ``[REDACTED]sk-...``) or reveal one in a JSON string
+        whose raw form hid it, so the redacted text is searched again and every new match, mapped back onto
+        ``text``, widens the spans, until nothing new turns up. Each round covers more of ``text``, so it ends.
+        """
+        spans = _merge((start, end) for _, _, start, end in self.matches(text, decode=False))
+        while True:
+            redacted = _replace(text, spans) if spans else text
+            new = [
+                (_original(start, spans, end=False), _original(end, spans, end=True))
+                for _, _, start, end in self.matches(redacted)
+            ]
+            new = [(a, b) for a, b in new if not any(start <= a and b <= end for start, end in spans)]
+            if not new:
+                return spans
+            spans = _merge([*spans, *new])
+
+    def redact(self, text: str) -> str:
+        """``text`` with every credential replaced by ``REDACTED``."""
+        if not self.may_hold(text):
+            return text
+        spans = self.spans(text)
+        return _replace(text, spans) if spans else text
+
+    def redact_pieces(self, pieces: Sequence[str]) -> list[str] | None:
+        """``pieces`` (deltas of one block) redacted on their concatenation, so a credential split over deltas
+        goes too; the marker goes where a credential starts. None when there is nothing to redact."""
+        whole = "".join(pieces)
+        spans = self.spans(whole)
+        if not spans:
+            return None
+        result, low = [], 0
+        for piece in pieces:
+            high = low + len(piece)
+            parts, position = [], low
+            for start, end in spans:
+                if end <= low or start >= high:
+                    continue
+                if start >= low:
+                    parts.append(whole[position:start])
+                    parts.append(REDACTED)
+                position = max(position, min(end, high))
+            parts.append(whole[position:high])
+            result.append("".join(parts))
+            low = high
+        return result
+
+
+def usable(secrets: Iterable[str]) -> tuple[str, ...]:
+    """Long enough to be a credential, and not part of the marker itself (redacting would never end); longest first."""
+    found = {secret for secret in secrets if len(secret) >= MIN_SECRET_LENGTH and secret not in REDACTED}
+    return tuple(sorted(found, key=len, reverse=True))
+
+
+@functools.lru_cache(maxsize=64)
+def _cached(literals: tuple[str, ...], patterns: bool, generation: int, env: str) -> Scanner:
+    return Scanner(literals, patterns=patterns)
+
+
+def scanner(secrets: Iterable[str] = (), *, patterns: bool = True) -> Scanner:
+    """The (cached) ``Scanner`` for ``secrets`` and, with ``patterns``, every key shape in force."""
+    return _cached(usable(secrets), patterns, _generation, os.environ.get(ENV_PATTERNS, ""))
+
+
+def _merge(found: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
+    merged: list[tuple[int, int]] = []
+    for start, end in sorted(found):
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(end, merged[-1][1]))
+        else:
+            merged.append((start, end))
+    return merged
+
+
+def _original(position: int, spans: Sequence[tuple[int, int]], *, end: bool) -> int:
+    """Where ``position`` in ``_replace(text, spans)`` is in ``text``; inside a marker: the whole span it replaced."""
+    shift = 0  # original position minus redacted position, in the plain text before the current marker
+    for start, stop in spans:
+        marker_start = start - shift
+        marker_end = marker_start + len(REDACTED)
+        if position < marker_start or (end and position == marker_start):
+            return position + shift
+        if position < marker_end or (end and position == marker_end):
+            return stop if end else start
+        shift = stop - marker_end
+    return position + shift
+
+
+def _replace(text: str, spans: Sequence[tuple[int, int]]) -> str:
+    parts, position = [], 0
+    for start, end in spans:
+        parts.append(text[position:start])
+        parts.append(REDACTED)
+        position = end
+    parts.append(text[position:])
+    return "".join(parts)
+
+
+def redact_text(text: str, secrets: Iterable[str] = ()) -> str:
+    """The one redaction of a message shown to a person (errors, mismatch diffs, server error bodies, CLI output).
+
+    Replaces ``secrets``, the credentials in the environment (``env_secrets``) and every key-shaped string,
+    also those a cassette was allowed to keep: display never shows a credential unless asked to.
+    """
+    return scanner([*secrets, *env_secrets().values()]).redact(text)
