@@ -69,9 +69,21 @@ needs_captures = pytest.mark.skipif(
 )
 
 
+class DribblingAdapter(OpenAICompatAdapter):
+    """An adapter over a client the test passes in (it dribbles the body), closed together with the adapter."""
+
+    def __init__(self, base_url: str, **kwargs: Any) -> None:
+        self.dribbling_client = httpx.AsyncClient(transport=DribbleTransport(3))
+        super().__init__(base_url, client=self.dribbling_client, **kwargs)
+
+    async def aclose(self) -> None:
+        await super().aclose()
+        await self.dribbling_client.aclose()
+
+
 def adapter_for(provider: FakeProvider, delivery: str = "whole", **kwargs: Any) -> OpenAICompatAdapter:
-    client = httpx.AsyncClient(transport=DribbleTransport(3)) if delivery == "client-dribble" else None
-    return OpenAICompatAdapter(provider.url, api_key="sk-test-0123456789", client=client, **kwargs)
+    kind = DribblingAdapter if delivery == "client-dribble" else OpenAICompatAdapter
+    return kind(provider.url, api_key="sk-test-0123456789", **kwargs)
 
 
 def response_for(body: bytes, delivery: str, **kwargs: Any) -> FakeResponse:
@@ -83,8 +95,6 @@ async def collect(adapter: OpenAICompatAdapter, options: GenerateOptions = OPTIO
         return [c async for c in adapter.stream(options)]
     finally:
         await adapter.aclose()
-        if adapter._client is not None:  # a client we passed in (DribbleTransport)
-            await adapter._client.aclose()
 
 
 @dataclass
@@ -105,8 +115,6 @@ async def collect_until_error(adapter: OpenAICompatAdapter, options: GenerateOpt
         out.error = exc
     finally:
         await adapter.aclose()
-        if adapter._client is not None:
-            await adapter._client.aclose()
     return out
 
 

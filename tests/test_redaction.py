@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 import msgspec
@@ -181,19 +182,20 @@ async def test_redact_and_find_take_a_path_too(tmp_path: Path) -> None:
 # -- before it reaches disk: every place a credential can hide, with a cassette already on disk --------------
 
 
-def _leak(where: str, secret: str) -> tuple[PacedAdapter, GenerateOptions]:
-    """An adapter and request that put ``secret`` in one place: split over two text deltas, inside a tool
-    call's arguments (split too), in a request message, or in an error message."""
+def _leak(where: str, secret: str, *, declared: Sequence[str] = ()) -> tuple[PacedAdapter, GenerateOptions]:
+    """An adapter (declaring ``declared`` as its secrets) and request that put ``secret`` in one place: split
+    over two text deltas, inside a tool call's arguments (split too), in a request message, or in an error
+    message."""
     half = len(secret) // 2
     if where == "split-text":
-        return PacedAdapter(paced(text_stream("key: ", secret[:half], secret[half:]))), options()
+        return PacedAdapter(paced(text_stream("key: ", secret[:half], secret[half:])), secrets=declared), options()
     if where == "tool-argument":
         chunks = tool_stream("login", '{"token": "' + secret[:half], secret[half:] + '"}')
-        return PacedAdapter(paced(chunks)), options()
+        return PacedAdapter(paced(chunks), secrets=declared), options()
     if where == "request-message":
-        return PacedAdapter(paced(text_stream("ok"))), options(f"use {secret} please")
+        return PacedAdapter(paced(text_stream("ok")), secrets=declared), options(f"use {secret} please")
     error = LlmError(f"401: key {secret} is invalid", ErrorCode.PROVIDER_HTTP_ERROR, status=401)
-    return PacedAdapter(paced(text_stream("x")[:1]), error=error), options()
+    return PacedAdapter(paced(text_stream("x")[:1]), error=error, secrets=declared), options()
 
 
 WHERE = ["split-text", "tool-argument", "request-message", "error-message"]
@@ -220,8 +222,7 @@ async def test_a_key_is_refused_before_disk_and_the_cassette_on_disk_is_unchange
 @pytest.mark.parametrize("where", WHERE)
 async def test_a_declared_secret_anywhere_is_redacted_on_the_way_to_disk(tmp_path: Path, where: str) -> None:
     path = tmp_path / "c.json"
-    inner, request = _leak(where, DECLARED)
-    inner = PacedAdapter(inner._steps, error=inner._error, secrets=[DECLARED])
+    inner, request = _leak(where, DECLARED, declared=[DECLARED])
     await _record(path, inner, request)
     data = path.read_bytes()
     assert DECLARED[: len(DECLARED) // 2].encode() not in data

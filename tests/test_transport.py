@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -47,16 +49,14 @@ DEMO = Path(__file__).resolve().parents[1] / "cassettes" / "demo-session.json"
 OPTIONS = GenerateOptions(model="deepseek-chat", messages=[Message(role="user", content="weather in Beijing?")])
 
 
-def faulty_adapter(provider: FakeProvider, *faults: Fault | str, **kwargs: Any) -> OpenAICompatAdapter:
+@asynccontextmanager
+async def faulty_adapter(
+    provider: FakeProvider, *faults: Fault | str, **kwargs: Any
+) -> AsyncIterator[tuple[OpenAICompatAdapter, FaultTransport]]:
+    """An adapter whose client goes through a ``FaultTransport`` (both yielded), the client closed on exit."""
     transport = FaultTransport(httpx.AsyncHTTPTransport(), faults, dribble=kwargs.pop("dribble", None))
-    return OpenAICompatAdapter(provider.url, api_key="sk-test", client=httpx.AsyncClient(transport=transport), **kwargs)
-
-
-def transport_of(adapter: OpenAICompatAdapter) -> FaultTransport:
-    assert adapter._client is not None
-    transport = adapter._client._transport
-    assert isinstance(transport, FaultTransport)
-    return transport
+    async with httpx.AsyncClient(transport=transport) as client:
+        yield OpenAICompatAdapter(provider.url, api_key="sk-test", client=client, **kwargs), transport
 
 
 async def run(
@@ -83,29 +83,18 @@ async def reference(provider: FakeProvider, body: bytes) -> list[StreamChunk]:
     return chunks
 
 
-@pytest.fixture
-async def close_clients() -> Any:
-    adapters: list[OpenAICompatAdapter] = []
-    yield adapters
-    for adapter in adapters:
-        if adapter._client is not None:
-            await adapter._client.aclose()
-
-
 async def test_no_fault_passes_the_stream_through(fake_provider: FakeProvider) -> None:
     expected = await reference(fake_provider, deepseek_parallel_tools())
     fake_provider.enqueue(FakeResponse(body=deepseek_parallel_tools()))
-    adapter = faulty_adapter(fake_provider, Targeted(fault=HttpError(status=500), calls=[2]))
-    async with adapter._client:  # type: ignore[union-attr]
+    async with faulty_adapter(fake_provider, Targeted(fault=HttpError(status=500), calls=[2])) as (adapter, transport):
         chunks, error = await run(adapter)
     assert error is None
     assert chunks == expected
-    assert transport_of(adapter).injected == [None]
+    assert transport.injected == [None]
 
 
 async def test_http_error_never_reaches_the_provider(fake_provider: FakeProvider) -> None:
-    adapter = faulty_adapter(fake_provider, "http-429")
-    async with adapter._client:  # type: ignore[union-attr]
+    async with faulty_adapter(fake_provider, "http-429") as (adapter, _):
         chunks, error = await run(adapter)
     assert chunks == []
     assert error is not None
@@ -131,8 +120,7 @@ async def test_disconnect_is_a_reset_mid_body(
 ) -> None:
     expected = await reference(fake_provider, deepseek_parallel_tools())
     fake_provider.enqueue(FakeResponse(body=deepseek_parallel_tools()))
-    adapter = faulty_adapter(fake_provider, fault)
-    async with adapter._client:  # type: ignore[union-attr]
+    async with faulty_adapter(fake_provider, fault) as (adapter, _):
         chunks, error = await run(adapter)
     assert error is not None
     assert error.code is ErrorCode.STREAM_ABORTED
@@ -146,8 +134,7 @@ async def test_disconnect_is_a_reset_mid_body(
 
 async def test_disconnect_after_seconds(fake_provider: FakeProvider) -> None:
     fake_provider.enqueue(FakeResponse(body=deepseek_reasoning_then_text(), stall=True))
-    adapter = faulty_adapter(fake_provider, Disconnect(after_s=0.05))
-    async with adapter._client:  # type: ignore[union-attr]
+    async with faulty_adapter(fake_provider, Disconnect(after_s=0.05)) as (adapter, _):
         _, error = await run(adapter)
     assert error is not None
     assert error.code is ErrorCode.STREAM_ABORTED
@@ -156,8 +143,7 @@ async def test_disconnect_after_seconds(fake_provider: FakeProvider) -> None:
 async def test_truncate_ends_the_body_without_done(fake_provider: FakeProvider) -> None:
     expected = await reference(fake_provider, deepseek_reasoning_then_text())
     fake_provider.enqueue(FakeResponse(body=deepseek_reasoning_then_text()))
-    adapter = faulty_adapter(fake_provider, Truncate(after_chunks=2))
-    async with adapter._client:  # type: ignore[union-attr]
+    async with faulty_adapter(fake_provider, Truncate(after_chunks=2)) as (adapter, _):
         chunks, error = await run(adapter)
     assert error is not None
     assert error.code is ErrorCode.STREAM_ABORTED
@@ -169,8 +155,7 @@ async def test_truncate_ends_the_body_without_done(fake_provider: FakeProvider) 
 @pytest.mark.parametrize("seed", [0, 1, 2, 3, 4, 5])
 async def test_corrupt_is_unparseable_data(fake_provider: FakeProvider, seed: int) -> None:
     fake_provider.enqueue(FakeResponse(body=deepseek_parallel_tools()))
-    adapter = faulty_adapter(fake_provider, Corrupt(kind="bad-index", seed=seed))
-    async with adapter._client:  # type: ignore[union-attr]
+    async with faulty_adapter(fake_provider, Corrupt(kind="bad-index", seed=seed)) as (adapter, _):
         _, error = await run(adapter)
     assert error is not None
     assert error.code is ErrorCode.INVALID_RESPONSE
@@ -178,8 +163,10 @@ async def test_corrupt_is_unparseable_data(fake_provider: FakeProvider, seed: in
 
 async def test_stall_trips_the_idle_timeout(fake_provider: FakeProvider) -> None:
     fake_provider.enqueue(FakeResponse(body=deepseek_reasoning_then_text()))
-    adapter = faulty_adapter(fake_provider, Stall(after_chunks=2, seconds=60), idle_timeout=0.2)
-    async with adapter._client:  # type: ignore[union-attr]
+    async with faulty_adapter(fake_provider, Stall(after_chunks=2, seconds=60), idle_timeout=0.2) as (
+        adapter,
+        _,
+    ):
         chunks, error = await run(adapter)
     assert error is not None
     assert error.code is ErrorCode.TIMEOUT
@@ -194,8 +181,7 @@ async def test_stall_trips_the_idle_timeout(fake_provider: FakeProvider) -> None
 async def test_slow_faults_deliver_the_whole_stream(fake_provider: FakeProvider, fault: Fault) -> None:
     expected = await reference(fake_provider, deepseek_parallel_tools())
     fake_provider.enqueue(FakeResponse(body=deepseek_parallel_tools()))
-    adapter = faulty_adapter(fake_provider, fault, dribble=2)
-    async with adapter._client:  # type: ignore[union-attr]
+    async with faulty_adapter(fake_provider, fault, dribble=2) as (adapter, _):
         chunks, error = await run(adapter)
     assert error is None
     validate(chunks)
@@ -205,8 +191,7 @@ async def test_slow_faults_deliver_the_whole_stream(fake_provider: FakeProvider,
 async def test_fail_first_then_success(fake_provider: FakeProvider) -> None:
     expected = await reference(fake_provider, deepseek_reasoning_then_text())
     fake_provider.enqueue(FakeResponse(body=deepseek_reasoning_then_text()))
-    adapter = faulty_adapter(fake_provider, FailFirst(n=2, fault=HttpError(status=503)))
-    async with adapter._client:  # type: ignore[union-attr]
+    async with faulty_adapter(fake_provider, FailFirst(n=2, fault=HttpError(status=503))) as (adapter, transport):
         for _ in range(2):
             _, error = await run(adapter)
             assert error is not None
@@ -214,21 +199,23 @@ async def test_fail_first_then_success(fake_provider: FakeProvider) -> None:
         chunks, error = await run(adapter)
     assert error is None
     assert chunks == expected
-    assert transport_of(adapter).injected == ["http-503", "http-503", None]
+    assert transport.injected == ["http-503", "http-503", None]
     assert len(fake_provider.requests) == 1
 
 
 async def test_targeted_reads_the_request_body(fake_provider: FakeProvider) -> None:
     fake_provider.enqueue(FakeResponse(body=deepseek_reasoning_then_text()))
-    adapter = faulty_adapter(fake_provider, Targeted(fault=HttpError(status=400), match="Beijing"))
     other = GenerateOptions(model="deepseek-chat", messages=[Message(role="user", content="hello")])
-    async with adapter._client:  # type: ignore[union-attr]
+    async with faulty_adapter(fake_provider, Targeted(fault=HttpError(status=400), match="Beijing")) as (
+        adapter,
+        transport,
+    ):
         _, error = await run(adapter)
         assert error is not None
         assert error.status == 400
         _, error = await run(adapter, other)
     assert error is None
-    assert transport_of(adapter).injected == ["http-400", None]
+    assert transport.injected == ["http-400", None]
 
 
 def test_chaos_is_reproducible_from_its_seed() -> None:
