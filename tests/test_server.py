@@ -26,7 +26,6 @@ from chunktape import (
     ReasoningBlock,
     RecordedRequest,
     StreamChunk,
-    StreamValidator,
     TextBlock,
     ToolCallBlock,
     load_cassette,
@@ -36,7 +35,7 @@ from chunktape.http import SCENARIO_HEADER, ReplayServer, serve
 from chunktape.providers import OpenAICompatAdapter
 from chunktape.replayer import Timing
 from chunktape.wire.openai_chat import options_to_openai_request
-from helpers import text_stream
+from helpers import stream_outcome, text_stream
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "cassettes"
 DEMO = EXAMPLES / "demo-session.json"
@@ -47,18 +46,7 @@ INSTANT = Timing.instant()
 async def replay(
     server: ReplayServer, options: GenerateOptions, base: str = ""
 ) -> tuple[list[StreamChunk], LlmError | None]:
-    adapter = OpenAICompatAdapter(server.url + base, api_key="sk-test")
-    chunks: list[StreamChunk] = []
-    validator = StreamValidator()
-    try:
-        async for chunk in adapter.stream(options):
-            validator.feed(chunk)
-            chunks.append(chunk)
-    except LlmError as exc:
-        return chunks, exc
-    finally:
-        await adapter.aclose()
-    return chunks, None
+    return await stream_outcome(OpenAICompatAdapter(server.url + base, api_key="sk-test"), options)
 
 
 def check(recorded: Interaction, chunks: list[StreamChunk], error: LlmError | None) -> None:

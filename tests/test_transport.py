@@ -15,15 +15,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from chunktape import (
-    Completed,
     ErrorCode,
-    Event,
     GenerateOptions,
-    Interaction,
     LlmError,
     Message,
     StreamChunk,
-    StreamValidator,
     validate,
 )
 from chunktape.faults import (
@@ -42,8 +38,8 @@ from chunktape.faults import (
 from chunktape.http import FaultTransport, render_sse
 from chunktape.providers import OpenAICompatAdapter
 from fake_provider import FakeProvider, FakeResponse, deepseek_parallel_tools, deepseek_reasoning_then_text
-from test_openai_chat import valid_streams as wire_streams
-from test_render_sse import REQUEST, run_sync
+from helpers import drain, interaction, run_sync
+from strategies import wire_streams
 
 DEMO = Path(__file__).resolve().parents[1] / "cassettes" / "demo-session.json"
 OPTIONS = GenerateOptions(model="deepseek-chat", messages=[Message(role="user", content="weather in Beijing?")])
@@ -63,15 +59,7 @@ async def run(
     adapter: OpenAICompatAdapter, options: GenerateOptions = OPTIONS
 ) -> tuple[list[StreamChunk], LlmError | None]:
     """The chunks (checked incrementally: always a valid prefix) and the error the stream ended with."""
-    chunks: list[StreamChunk] = []
-    validator = StreamValidator()
-    try:
-        async for chunk in adapter.stream(options):
-            validator.feed(chunk)
-            chunks.append(chunk)
-    except LlmError as exc:
-        return chunks, exc
-    return chunks, None
+    return await drain(adapter.stream(options), validate=True)
 
 
 async def reference(provider: FakeProvider, body: bytes) -> list[StreamChunk]:
@@ -349,9 +337,7 @@ _QUICK_FAULTS = st.one_of(
 def test_any_fault_over_any_stream_gives_a_valid_prefix_and_a_documented_code(
     chunks: list[StreamChunk], fault: Fault, dribble: int | None
 ) -> None:
-    body = render_sse(
-        Interaction(request=REQUEST, events=[Event(t_ns=0, chunk=c) for c in chunks], outcome=Completed(t_ns=0))
-    )
+    body = render_sse(interaction(chunks))
 
     async def go() -> tuple[list[StreamChunk], LlmError | None]:
         transport = FaultTransport(mock_provider(body), [fault], dribble=dribble)
