@@ -8,7 +8,6 @@ import signal
 import socket
 import subprocess
 import sys
-from collections.abc import Sequence
 from pathlib import Path
 
 import httpx
@@ -24,7 +23,6 @@ from chunktape import (
     Event,
     FinishReason,
     Interaction,
-    RecordedRequest,
     RecordingAdapter,
     load_cassette,
     save_cassette,
@@ -32,11 +30,11 @@ from chunktape import (
 from chunktape.cassettes.analysis import check_cassette, diff_cassettes
 from chunktape.cli import app
 from chunktape.faults import STANDARD_FAULTS
-from chunktape.protocol import Finish, StreamChunk
+from chunktape.protocol import Finish
 from chunktape.providers import ScriptedAdapter, ScriptedTurn
 from chunktape.wire.openai_chat import options_to_openai_request
 from fake_provider import FakeProvider, FakeResponse, chunk, deepseek_reasoning_then_text, sse
-from helpers import options, text_stream
+from helpers import interaction, options, text_stream
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "cassettes"
@@ -64,17 +62,6 @@ def one_error_line(result: Result) -> str:
     assert lines[0].startswith("chunktape: error: ")
     assert "Traceback" not in result.output
     return lines[0]
-
-
-def interaction(
-    chunks: Sequence[StreamChunk], outcome: Completed | Cancelled | None = None, content: str = "hello"
-) -> Interaction:
-    events = [Event(t_ns=(n + 1) * 1_000_000, chunk=c) for n, c in enumerate(chunks)]
-    return Interaction(
-        request=RecordedRequest.from_options(options(content)),
-        events=events,
-        outcome=outcome or Completed(t_ns=len(chunks) * 1_000_000 + 1),
-    )
 
 
 def write(path: Path, *interactions: Interaction) -> Path:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import pytest
@@ -19,13 +20,11 @@ from chunktape import (
     CassetteMeta,
     Completed,
     ErrorCode,
-    Event,
     Finish,
     FinishReason,
     GenerateOptions,
-    Interaction,
     LlmError,
-    Message,
+    Outcome,
     Raised,
     ReasoningBlock,
     ReasoningDelta,
@@ -44,7 +43,7 @@ from chunktape import (
 )
 from chunktape.cassettes.codec import journal_path
 from chunktape.cassettes.redaction import REDACTED, env_secrets, find_secrets
-from helpers import PacedAdapter, collect, options, paced, text_stream, tool_stream
+from helpers import PacedAdapter, collect, interaction, options, paced, text_stream, tool_stream
 
 DECLARED = "hunter2-very-secret-value"
 PATTERN_KEY = "sk-abcdefghijklmnopqrstuvwxyz012345"
@@ -147,17 +146,9 @@ def test_env_secrets_picks_credential_names_only() -> None:
 
 
 def test_redact_function_redacts_request_chunks_and_errors() -> None:
-    from chunktape import Cassette, Event, Interaction, Raised, RecordedRequest
-
     chunks = tool_stream("f", '{"k": "sk-abcdefghij', 'klmnopqrstuvwxyz012345"}')
-    interaction = Interaction(
-        request=RecordedRequest.from_options(
-            GenerateOptions(model="m", messages=[Message(role="user", content=f"key {DECLARED}")])
-        ),
-        events=[Event(t_ns=n, chunk=chunk) for n, chunk in enumerate(chunks)],
-        outcome=Raised(t_ns=9, code="PROVIDER_HTTP_ERROR", message=f"bad {DECLARED}"),
-    )
-    cassette = Cassette(interactions=[interaction])
+    raised = Raised(t_ns=9, code="PROVIDER_HTTP_ERROR", message=f"bad {DECLARED}")
+    cassette = _one(chunks, f"key {DECLARED}", raised, model="m")
     assert len(find_secrets(cassette, [DECLARED])) >= 3
     cleaned = redact(cassette, [DECLARED])
     assert find_secrets(cleaned, [DECLARED]) == []
@@ -233,24 +224,14 @@ async def test_a_declared_secret_anywhere_is_redacted_on_the_way_to_disk(tmp_pat
 
 @pytest.mark.parametrize("where", WHERE)
 async def test_redact_removes_a_key_pattern_wherever_it_is(tmp_path: Path, where: str) -> None:
-    from chunktape import Cancelled, Cassette, Completed, Event, Interaction, Raised, RecordedRequest
-
     inner, request = _leak(where, PATTERN_KEY)
     chunks: list[StreamChunk] = []
-    outcome: Completed | Raised | Cancelled = Completed(t_ns=1)
+    outcome: Outcome = Completed(t_ns=1)
     try:
         chunks = await collect(inner.stream(request))
     except LlmError as error:
         outcome = Raised(t_ns=1, code=error.code.value, message=error.message, status=error.status)
-    cassette = Cassette(
-        interactions=[
-            Interaction(
-                request=RecordedRequest.from_options(request),
-                events=[Event(t_ns=n, chunk=chunk) for n, chunk in enumerate(chunks)],
-                outcome=outcome,
-            )
-        ]
-    )
+    cassette = _one(chunks, outcome=outcome, request=RecordedRequest.from_options(request))
     assert find_secrets(cassette)
     cleaned = redact(cassette)
     assert find_secrets(cleaned) == []
@@ -298,16 +279,9 @@ def test_no_cassette_in_the_repository_holds_a_key() -> None:
 # -- gaps the review found: finish details, escapes, ids, and matches that redaction itself creates ---------------
 
 
-def _one(chunks: list[StreamChunk], content: str = "x", outcome: object = None) -> Cassette:
-    return Cassette(
-        interactions=[
-            Interaction(
-                request=RecordedRequest.from_options(options(content)),
-                events=[Event(t_ns=n, chunk=chunk) for n, chunk in enumerate(chunks)],
-                outcome=outcome or Completed(t_ns=len(chunks)),  # type: ignore[arg-type]
-            )
-        ]
-    )
+def _one(chunks: list[StreamChunk], content: str = "x", outcome: Outcome | None = None, **fields: Any) -> Cassette:
+    """A one-interaction cassette, one chunk per nanosecond (see ``helpers.interaction`` for ``fields``)."""
+    return Cassette(interactions=[interaction(chunks, outcome, content=content, gap_ns=1, start_ns=0, **fields)])
 
 
 def test_a_secret_in_a_finish_detail_is_found_and_redacted() -> None:

@@ -3,55 +3,35 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from chunktape import (
     AbortController,
     Cancelled,
-    Cassette,
     Completed,
     ErrorCode,
     Event,
     Finish,
     Interaction,
     LlmError,
-    Outcome,
     Raised,
     RecordedRequest,
     RecordingAdapter,
     ReplayAdapter,
-    StreamChunk,
     TextDelta,
     Timing,
     save_cassette,
 )
 from chunktape.faults import Disconnect, FailFirst, HttpError, Latency, Stall, Targeted
 from chunktape.providers import ScriptedAdapter, ScriptedError, ScriptedTurn
-from helpers import collect, collect_until_error, options, text_stream
+from helpers import cassette, collect, collect_until_error, options, text_stream
+from helpers import interaction as recorded_interaction
 
-
-def interaction(
-    chunks: Sequence[StreamChunk],
-    *,
-    content: str = "hello",
-    gap_ns: int = 100_000_000,
-    outcome: Outcome | None = None,
-    **fields: Any,
-) -> Interaction:
-    events = [Event(t_ns=gap_ns * (n + 1), chunk=chunk) for n, chunk in enumerate(chunks)]
-    return Interaction(
-        request=RecordedRequest.from_options(options(content, **fields)),
-        events=events,
-        outcome=outcome or Completed(t_ns=gap_ns * (len(chunks) + 1)),
-    )
-
-
-def cassette(*interactions: Interaction) -> Cassette:
-    return Cassette(interactions=list(interactions))
+# The recorded-timing tests read the gaps: one chunk every 100 ms.
+interaction = partial(recorded_interaction, gap_ns=100_000_000)
 
 
 # -- matching ----------------------------------------------------------------------------------------
