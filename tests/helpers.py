@@ -69,7 +69,7 @@ def recorded_request(content: str = "hello", *, model: str = "test-model", **fie
     return RecordedRequest.from_options(options(content, model=model, **fields))
 
 
-def interaction(
+def interaction_of(
     chunks: Sequence[StreamChunk],
     outcome: Outcome | None = None,
     *,
@@ -93,7 +93,7 @@ def interaction(
     )
 
 
-def cassette(*interactions: Interaction) -> Cassette:
+def cassette_of(*interactions: Interaction) -> Cassette:
     return Cassette(interactions=list(interactions))
 
 

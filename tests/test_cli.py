@@ -34,7 +34,7 @@ from chunktape.protocol import Finish
 from chunktape.providers import ScriptedAdapter, ScriptedTurn
 from chunktape.wire.openai_chat import options_to_openai_request
 from fake_provider import FakeProvider, FakeResponse, chunk, deepseek_reasoning_then_text, sse
-from helpers import interaction, options, text_stream
+from helpers import interaction_of, options, text_stream
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "cassettes"
@@ -153,7 +153,7 @@ def test_version(runner: CliRunner) -> None:
 def test_show_prints_a_row_per_interaction(runner: CliRunner) -> None:
     result = run(runner, "show", DEMO)
     assert result.exit_code == 0, result.output
-    assert "3 interaction(s)" in result.stdout
+    assert "3 interaction_of(s)" in result.stdout
     for needle in ("What is in src/?", "completed (tool-calls)", "completed (stop)", "412/38", "0.400s"):
         assert needle in result.stdout
 
@@ -182,7 +182,7 @@ def test_check_lists_just_the_bad_file_in_a_folder(runner: CliRunner, tmp_path: 
     shutil.copy(EXAMPLES / "cut-mid-tool-call.msgpack", folder / "nested" / "cut.msgpack")
     broken = text_stream("a", "b")
     broken.insert(2, Finish(reason=FinishReason(kind="stop")))  # finish before the block ends
-    write(folder / "nested" / "bad.msgpack", interaction(text_stream("ok")), interaction(broken))
+    write(folder / "nested" / "bad.msgpack", interaction_of(text_stream("ok")), interaction_of(broken))
     (folder / "README.txt").write_text("not looked at")
     result = run(runner, "check", folder)
     assert result.exit_code == 1
@@ -208,7 +208,7 @@ def test_check_of_a_missing_path_is_a_runtime_error(runner: CliRunner, tmp_path:
 
 def test_check_still_checks_every_path_that_exists(runner: CliRunner, tmp_path: Path) -> None:
     missing = tmp_path / "missing.msgpack"
-    bad = write(tmp_path / "bad.msgpack", interaction(list(reversed(text_stream("x")))))
+    bad = write(tmp_path / "bad.msgpack", interaction_of(list(reversed(text_stream("x")))))
     result = run(runner, "check", DEMO, bad, missing)
     assert result.exit_code == 3
     lines = result.stdout.strip().splitlines()
@@ -237,7 +237,7 @@ def test_check_skips_json_in_folders_that_is_not_a_cassette(runner: CliRunner, t
 
 
 def test_check_finds_timing_problems(tmp_path: Path) -> None:
-    item = interaction(text_stream("x"))
+    item = interaction_of(text_stream("x"))
     backwards = msgspec.structs.replace(item, events=list(reversed(item.events)))
     problems = check_cassette(write(tmp_path / "t.msgpack", backwards))
     assert "timing" in [problem.rule for problem in problems]
@@ -267,12 +267,12 @@ def test_diff_of_equal_cassettes_exits_0(runner: CliRunner) -> None:
 
 
 def test_diff_shows_request_text_outcome_and_timing_changes(runner: CliRunner, tmp_path: Path) -> None:
-    old = write(tmp_path / "old.msgpack", interaction(text_stream("Hello", " world")))
-    slower = [Event(t_ns=e.t_ns * 2, chunk=e.chunk) for e in interaction(text_stream("Hello", " there")).events]
+    old = write(tmp_path / "old.msgpack", interaction_of(text_stream("Hello", " world")))
+    slower = [Event(t_ns=e.t_ns * 2, chunk=e.chunk) for e in interaction_of(text_stream("Hello", " there")).events]
     changed = msgspec.structs.replace(
-        interaction(text_stream("Hello", " there"), content="hi"), events=slower, outcome=Completed(t_ns=20_000_000)
+        interaction_of(text_stream("Hello", " there"), content="hi"), events=slower, outcome=Completed(t_ns=20_000_000)
     )
-    new = write(tmp_path / "new.msgpack", changed, interaction(text_stream("more")))
+    new = write(tmp_path / "new.msgpack", changed, interaction_of(text_stream("more")))
     result = run(runner, "diff", old, new)
     assert result.exit_code == 1
     out = result.stdout
@@ -287,7 +287,7 @@ MARKUP = "list [/etc] [bold]now[/INST] :thumbs_up:"
 
 
 def test_show_play_and_diff_print_markup_and_emoji_codes_as_they_are(runner: CliRunner, tmp_path: Path) -> None:
-    tape = write(tmp_path / "[red]tape.msgpack", interaction(text_stream("ok [/INST] :thumbs_up:"), content=MARKUP))
+    tape = write(tmp_path / "[red]tape.msgpack", interaction_of(text_stream("ok [/INST] :thumbs_up:"), content=MARKUP))
     shown = run(runner, "show", tape)
     assert shown.exit_code == 0, shown.output
     assert MARKUP[:24] in shown.stdout  # the column is 32 wide
@@ -296,7 +296,7 @@ def test_show_play_and_diff_print_markup_and_emoji_codes_as_they_are(runner: Cli
     assert played.exit_code == 0, played.output
     assert repr(MARKUP) in played.stdout
     assert "ok [/INST] :thumbs_up:" in played.stdout
-    other = write(tmp_path / "other.msgpack", interaction(text_stream("ok [/etc] :smile:"), content=MARKUP))
+    other = write(tmp_path / "other.msgpack", interaction_of(text_stream("ok [/etc] :smile:"), content=MARKUP))
     diffed = run(runner, "diff", tape, other)
     assert diffed.exit_code == 1, diffed.output
     assert "#0 text: 'ok [/INST] :thumbs_up:' -> 'ok [/etc] :smile:'" in diffed.stdout
@@ -310,7 +310,7 @@ def test_redact_in_place_also_env_secrets(runner: CliRunner, tmp_path: Path, mon
     monkeypatch.setenv("CLI_TEST_TOKEN", "tok-from-the-environment")
     path = write(
         tmp_path / "leaky.json",
-        interaction(text_stream("my password is hunter2hunter2 ", "and tok-from-the-environment")),
+        interaction_of(text_stream("my password is hunter2hunter2 ", "and tok-from-the-environment")),
     )
     result = run(runner, "redact", path, "--secret", "hunter2hunter2")
     assert result.exit_code == 0, result.output
@@ -438,7 +438,7 @@ def test_record_a_prompt_against_the_provider(
     assert result.exit_code == 0, result.output
     assert "thinking: Hmm, a greeting. 🤔" in result.stdout
     assert "Hello there! 😊" in result.stdout
-    assert "saved 1 interaction(s)" in result.stderr
+    assert "saved 1 interaction_of(s)" in result.stderr
     assert fake_provider.requests[0].headers["authorization"] == f"Bearer {DUMMY_KEY}"
     assert fake_provider.requests[0].json["messages"] == [{"role": "user", "content": "Say hello"}]
     assert DUMMY_KEY.encode() not in out.read_bytes()
@@ -503,7 +503,7 @@ def test_record_keeps_a_provider_error_and_exits_3(
     result = run(runner, "record", "--base-url", fake_provider.url, "--api-key-env", api_key, "-p", "hi", "-o", out)
     assert result.exit_code == 3
     saved, error = result.stderr.strip().splitlines()
-    assert saved.startswith("saved 1 interaction(s)")
+    assert saved.startswith("saved 1 interaction_of(s)")
     assert error.startswith("chunktape: error: [PROVIDER_HTTP_ERROR]")
     assert load_cassette(out).interactions[0].outcome.code == "PROVIDER_HTTP_ERROR"  # type: ignore[union-attr]
 
@@ -593,7 +593,7 @@ def test_record_that_streamed_nothing_keeps_the_cassette_and_hides_the_key(
     fake_provider.enqueue(FakeResponse(status=401, body=echo.encode(), content_type="application/json"))
     forced = run(runner, *args, "--force")
     assert forced.exit_code == 3
-    assert f"saved 1 interaction(s) in {out}" in forced.stderr
+    assert f"saved 1 interaction_of(s) in {out}" in forced.stderr
     assert len(load_cassette(out).interactions) == 1
     assert not failed.exists()  # the stale side file goes once the cassette is written
 
@@ -756,7 +756,7 @@ def test_import_vcr(runner: CliRunner, tmp_path: Path) -> None:
     out = tmp_path / "chat.msgpack"
     result = run(runner, "import-vcr", source, "-o", out)
     assert result.exit_code == 0, result.output
-    assert "imported 1 interaction(s)" in result.stdout
+    assert "imported 1 interaction_of(s)" in result.stdout
     assert check_cassette(out) == []
     played = run(runner, "play", out, "--instant")
     assert "Hello from vcr" in played.stdout
@@ -858,7 +858,7 @@ def test_ctrl_c_while_recording_keeps_what_was_recorded(fake_provider: FakeProvi
     process.send_signal(signal.SIGINT)
     _, stderr = process.communicate(timeout=30)
     assert process.returncode == 0, stderr
-    assert "interrupted; kept 1 interaction(s)" in stderr
+    assert "interrupted; kept 1 interaction_of(s)" in stderr
     interaction = load_cassette(out).interactions[0]
     assert type(interaction.outcome) is Cancelled
     assert [c.text for c in interaction.chunks if hasattr(c, "text")] == ["partial answer"]

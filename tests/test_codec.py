@@ -33,7 +33,7 @@ from chunktape import (
 from chunktape.cassettes import codec
 from chunktape.cassettes.codec import Journal, append_interactions, journal_path
 from chunktape.replayer import ReplayAdapter
-from helpers import options, text_stream, tool_stream
+from helpers import interaction_of, options, text_stream, tool_stream
 
 ENCODINGS = ["c.msgpack", "c.json"]
 
@@ -44,17 +44,9 @@ def make_cassette(count: int = 3) -> Cassette:
         chunks = (
             text_stream(f"hello {number}", " world") if number % 2 == 0 else tool_stream("f", '{"a":', f"{number}}}")
         )
-        events = [Event(t_ns=1_000_000 * (position + 1), chunk=chunk) for position, chunk in enumerate(chunks)]
-        outcome: Completed | Raised | Cancelled = Completed(t_ns=events[-1].t_ns + 1)
-        if number == 1:
-            outcome = Raised(t_ns=5, code="PROVIDER_HTTP_ERROR", message="slow down", status=429, retry_after=1.5)
+        raised = Raised(t_ns=5, code="PROVIDER_HTTP_ERROR", message="slow down", status=429, retry_after=1.5)
         interactions.append(
-            Interaction(
-                request=RecordedRequest.from_options(options(f"q{number}", temperature=0.5)),
-                events=events,
-                outcome=outcome,
-                attempt=1,
-            )
+            interaction_of(chunks, raised if number == 1 else None, content=f"q{number}", temperature=0.5)
         )
     return Cassette(meta=CassetteMeta(adapter="test", tags={"suite": "codec"}), interactions=interactions)
 

@@ -28,16 +28,13 @@ from chunktape import (
     CassetteMeta,
     Completed,
     ErrorCode,
-    Event,
     Finish,
     FinishReason,
-    Interaction,
     LlmError,
     Outcome,
     Raised,
     ReasoningBlock,
     ReasoningDelta,
-    RecordedRequest,
     StreamChunk,
     StreamValidator,
     TextBlock,
@@ -54,7 +51,7 @@ from chunktape import (
 from chunktape.cassettes.codec import Journal, journal_path
 from chunktape.wire.openai_chat import OpenAIChatDecoder, chunks_to_openai_events
 from chunktape.wire.sse import SseParser
-from helpers import options
+from helpers import cassette_of, interaction_of, text_stream
 from strategies import valid_streams
 
 FUZZ = settings(
@@ -73,15 +70,14 @@ def cassettes(draw: st.DrawFn) -> Cassette:
         chunks = draw(valid_streams())
         if draw(st.booleans()):
             chunks = chunks[: draw(st.integers(0, len(chunks)))]
-        events = [Event(t_ns=1_000 * (position + 1), chunk=chunk) for position, chunk in enumerate(chunks)]
         outcomes: list[Outcome] = [
             Completed(t_ns=10**9),
             Cancelled(t_ns=5, reason="consumer closed the stream"),
             Raised(t_ns=7, code="PROVIDER_HTTP_ERROR", message="slow down", status=429, retry_after=1.0),
         ]
         outcome = draw(st.sampled_from(outcomes))
-        request = RecordedRequest.from_options(options(draw(st.text(max_size=20)) + f" #{number}"))
-        interactions.append(Interaction(request=request, events=events, outcome=outcome))
+        content = draw(st.text(max_size=20)) + f" #{number}"
+        interactions.append(interaction_of(chunks, outcome, content=content, gap_ns=1_000))
     return Cassette(meta=CassetteMeta(adapter="fuzz"), interactions=interactions)
 
 
@@ -201,17 +197,9 @@ def test_json_open_slices_the_layout_we_write_and_agrees_with_any_other_layout(
 
 
 def _two_interactions() -> Cassette:
-    from helpers import text_stream
-
-    return Cassette(
-        interactions=[
-            Interaction(
-                request=RecordedRequest.from_options(options(f"q{number}")),
-                events=[Event(t_ns=n, chunk=chunk) for n, chunk in enumerate(text_stream("a ] [", "b"))],
-                outcome=Completed(t_ns=99),
-            )
-            for number in range(2)
-        ]
+    chunks = text_stream("a ] [", "b")
+    return cassette_of(
+        *(interaction_of(chunks, Completed(t_ns=99), content=f"q{n}", gap_ns=1, start_ns=0) for n in range(2))
     )
 
 

@@ -24,7 +24,7 @@ from chunktape import (
     load_cassette,
     save_cassette,
 )
-from helpers import interaction, options, text_stream
+from helpers import interaction_of, options, text_stream
 
 STREAMS = 1000
 BATCH = 50
@@ -85,7 +85,7 @@ async def _stop(adapter: LlmAdapter, number: int) -> str:
 async def test_a_thousand_stopped_streams_leave_no_task_descriptor_or_file(tmp_path: Path) -> None:
     source = tmp_path / "source.msgpack"
     chunks = text_stream(*(f"piece {n} " for n in range(20)))
-    save_cassette(Cassette(interactions=[interaction(chunks)]), source)
+    save_cassette(Cassette(interactions=[interaction_of(chunks)]), source)
     tasks_before = asyncio.all_tasks()
     files_before = _open_files()
 

@@ -43,7 +43,7 @@ from chunktape import (
 )
 from chunktape.cassettes.codec import journal_path
 from chunktape.cassettes.redaction import REDACTED, env_secrets, find_secrets
-from helpers import PacedAdapter, collect, interaction, options, paced, text_stream, tool_stream
+from helpers import PacedAdapter, collect, interaction_of, options, paced, text_stream, tool_stream
 
 DECLARED = "hunter2-very-secret-value"
 PATTERN_KEY = "sk-abcdefghijklmnopqrstuvwxyz012345"
@@ -281,7 +281,7 @@ def test_no_cassette_in_the_repository_holds_a_key() -> None:
 
 def _one(chunks: list[StreamChunk], content: str = "x", outcome: Outcome | None = None, **fields: Any) -> Cassette:
     """A one-interaction cassette, one chunk per nanosecond (see ``helpers.interaction`` for ``fields``)."""
-    return Cassette(interactions=[interaction(chunks, outcome, content=content, gap_ns=1, start_ns=0, **fields)])
+    return Cassette(interactions=[interaction_of(chunks, outcome, content=content, gap_ns=1, start_ns=0, **fields)])
 
 
 def test_a_secret_in_a_finish_detail_is_found_and_redacted() -> None:

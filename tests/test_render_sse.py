@@ -23,7 +23,7 @@ from chunktape import (
 from chunktape.http import render_sse
 from chunktape.providers import OpenAICompatAdapter
 from chunktape.wire.sse import SseEvent, parse_sse
-from helpers import drain, interaction, recorded_request, run_sync, text_stream
+from helpers import drain, interaction_of, recorded_request, run_sync, text_stream
 from strategies import wire_streams
 
 EXAMPLES = sorted((Path(__file__).resolve().parents[1] / "cassettes").glob("*.json"))
@@ -69,13 +69,13 @@ async def test_every_example_cassette_round_trips(path: Path) -> None:
 @settings(max_examples=60, deadline=None)
 @given(chunks=wire_streams())
 def test_valid_streams_round_trip(chunks: list[StreamChunk]) -> None:
-    decoded, error = run_sync(parse_with_adapter(render_sse(interaction(chunks, request=REQUEST))))
+    decoded, error = run_sync(parse_with_adapter(render_sse(interaction_of(chunks, request=REQUEST))))
     assert error is None
     assert decoded == chunks
 
 
 def test_the_body_looks_like_openai() -> None:
-    body = render_sse(interaction(text_stream("Hel", "lo"), request=REQUEST), model="gpt-x")
+    body = render_sse(interaction_of(text_stream("Hel", "lo"), request=REQUEST), model="gpt-x")
     items = parse_sse(body)
     assert all(isinstance(item, SseEvent) for item in items)
     assert items[-1] == SseEvent(data="[DONE]")
@@ -100,14 +100,14 @@ def test_the_body_looks_like_openai() -> None:
 )
 async def test_outcomes_mid_stream(outcome: Any, code: str, status: int | None) -> None:
     prefix = text_stream("Hel", "lo")[:2]
-    chunks, error = await parse_with_adapter(render_sse(interaction(prefix, outcome, request=REQUEST)))
+    chunks, error = await parse_with_adapter(render_sse(interaction_of(prefix, outcome, request=REQUEST)))
     assert chunks == prefix
     assert error is not None
     assert (error.code, error.status) == (code, status)
     if isinstance(outcome, Raised) and outcome.code == "PROVIDER_HTTP_ERROR":
         assert "Token limit reached" in error.message
     if isinstance(outcome, Cancelled):
-        assert b"[DONE]" not in render_sse(interaction(prefix, outcome, request=REQUEST))
+        assert b"[DONE]" not in render_sse(interaction_of(prefix, outcome, request=REQUEST))
 
 
 # -- Retry-After: robust headers, and carried in the body ------------------------------------------------
@@ -135,7 +135,7 @@ def test_error_headers_cap_a_huge_retry_after_and_the_body_carries_it() -> None:
 
 def test_an_in_band_error_event_carries_retry_after() -> None:
     raised = Raised(t_ns=1, code="PROVIDER_HTTP_ERROR", message="slow down", status=429, retry_after=2.5)
-    body = render_sse(interaction(text_stream("Hi")[:2], raised, request=REQUEST))
+    body = render_sse(interaction_of(text_stream("Hi")[:2], raised, request=REQUEST))
     events = [item for item in parse_sse(body) if isinstance(item, SseEvent)]
     assert events[-1].data is not None
     assert '"retry_after":2.5' in events[-1].data

@@ -34,7 +34,7 @@ from chunktape.http import SCENARIO_HEADER, ReplayServer, serve
 from chunktape.providers import OpenAICompatAdapter
 from chunktape.replayer import Timing
 from chunktape.wire.openai_chat import options_to_openai_request
-from helpers import interaction, stream_outcome, text_stream
+from helpers import interaction_of, stream_outcome, text_stream
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "cassettes"
 DEMO = EXAMPLES / "demo-session.json"
@@ -347,7 +347,7 @@ def synthetic(*outcomes: Any) -> Cassette:
     """One interaction per outcome, each a cut text stream (a chunk every millisecond) asked as "question N"."""
     chunks = text_stream("Hel", "lo", " there")[:3]
     interactions = [
-        interaction(chunks, outcome, content=f"question {number}", model="m", start_ns=0)
+        interaction_of(chunks, outcome, content=f"question {number}", model="m", start_ns=0)
         for number, outcome in enumerate(outcomes)
     ]
     return Cassette(interactions=interactions)
@@ -411,7 +411,7 @@ def test_a_port_out_of_range_is_one_clear_error(port: int) -> None:
 async def test_a_recorded_retry_after_of_any_value_is_an_answer_not_a_500(retry_after: float) -> None:
     options = GenerateOptions(model="m", messages=[Message(role="user", content="hi")])
     raised = Raised(t_ns=0, code="PROVIDER_HTTP_ERROR", message="slow down", status=429, retry_after=retry_after)
-    cassette = Cassette(interactions=[interaction([], raised, request=RecordedRequest.from_options(options))])
+    cassette = Cassette(interactions=[interaction_of([], raised, request=RecordedRequest.from_options(options))])
     body = {**options_to_openai_request(options), "stream": True}
     async with ReplayServer(cassette, timing=INSTANT) as server, httpx.AsyncClient() as client:
         response = await client.post(server.url + "/v1/chat/completions", json=body)
@@ -525,7 +525,7 @@ async def test_without_streaming_a_recorded_stream_without_finish_is_a_502() -> 
     options = GenerateOptions(model="m", messages=[Message(role="user", content="hi")])
     chunks = text_stream("Hel", "lo")
     cut = [chunk for chunk in chunks if type(chunk).__name__ not in ("Finish", "UsageChunk")]
-    cassette = Cassette(interactions=[interaction(cut, request=RecordedRequest.from_options(options))])
+    cassette = Cassette(interactions=[interaction_of(cut, request=RecordedRequest.from_options(options))])
     async with ReplayServer(cassette, timing=INSTANT) as server, httpx.AsyncClient() as client:
         response = await client.post(
             server.url + "/v1/chat/completions", json=options_to_openai_request(options) | {"stream": False}

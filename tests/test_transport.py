@@ -38,7 +38,7 @@ from chunktape.faults import (
 from chunktape.http import FaultTransport, render_sse
 from chunktape.providers import OpenAICompatAdapter
 from fake_provider import FakeProvider, FakeResponse, deepseek_parallel_tools, deepseek_reasoning_then_text
-from helpers import drain, interaction, run_sync
+from helpers import drain, interaction_of, run_sync
 from strategies import wire_streams
 
 DEMO = Path(__file__).resolve().parents[1] / "cassettes" / "demo-session.json"
@@ -337,7 +337,7 @@ _QUICK_FAULTS = st.one_of(
 def test_any_fault_over_any_stream_gives_a_valid_prefix_and_a_documented_code(
     chunks: list[StreamChunk], fault: Fault, dribble: int | None
 ) -> None:
-    body = render_sse(interaction(chunks))
+    body = render_sse(interaction_of(chunks))
 
     async def go() -> tuple[list[StreamChunk], LlmError | None]:
         transport = FaultTransport(mock_provider(body), [fault], dribble=dribble)
