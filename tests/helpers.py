@@ -173,6 +173,11 @@ class GatedAdapter(LlmAdapter):
             yield chunk
 
 
+def blocks(chunks: Sequence[StreamChunk]) -> list[Any]:
+    """The complete blocks a stream's block-ends carry, in order: what a consumer assembles."""
+    return [chunk.block for chunk in chunks if isinstance(chunk, BlockEnd)]
+
+
 async def collect(stream: AsyncIterator[StreamChunk]) -> list[StreamChunk]:
     return [chunk async for chunk in stream]
 

@@ -52,11 +52,8 @@ from fake_provider import (
     sse,
     tool_delta,
 )
+from helpers import blocks
 from strategies import wire_streams
-
-
-def blocks(chunks: list[StreamChunk]) -> list[Any]:
-    return [c.block for c in chunks if isinstance(c, BlockEnd)]
 
 
 def tail(chunks: list[StreamChunk]) -> list[StreamChunk]:

@@ -18,7 +18,6 @@ import pytest
 
 from chunktape import (
     AbortController,
-    BlockEnd,
     ErrorCode,
     Finish,
     FinishReason,
@@ -52,7 +51,7 @@ from fake_provider import (
     raw_http_server,
     sse,
 )
-from helpers import stream_chunks, stream_outcome
+from helpers import blocks, stream_chunks, stream_outcome
 
 OPTIONS = GenerateOptions(model="deepseek-chat", messages=[Message(role="user", content="hi")])
 DELIVERIES = ["whole", "server-pieces", "client-dribble"]
@@ -99,10 +98,6 @@ class Collected:
 async def consume(adapter: OpenAICompatAdapter, options: GenerateOptions = OPTIONS) -> Collected:
     """Consume the stream, checking each chunk incrementally, and keep the error it ended with."""
     return Collected(*await stream_outcome(adapter, options))
-
-
-def blocks(chunks: list[StreamChunk]) -> list[Any]:
-    return [c.block for c in chunks if isinstance(c, BlockEnd)]
 
 
 # -- synthetic streams ------------------------------------------------------------------------------

@@ -22,10 +22,10 @@ from chunktape import (
     UsageChunk,
     validate,
 )
-from chunktape.protocol import BlockEnd, TextDelta, ToolCallDelta
+from chunktape.protocol import TextDelta, ToolCallDelta
 from chunktape.providers import ScriptedAdapter, ScriptedError, ScriptedToolCall, ScriptedTurn
 from chunktape.providers.demo import DEMO_TURNS, demo_adapter
-from helpers import stream_chunks
+from helpers import blocks, stream_chunks
 
 OPTIONS = GenerateOptions(model="scripted-1", messages=[Message(role="user", content="hi")])
 
@@ -41,7 +41,7 @@ async def test_a_turn_streams_reasoning_text_and_tool_calls_as_a_valid_sequence(
     )
     chunks = await stream_chunks(ScriptedAdapter([turn], args_piece=4), OPTIONS)
     validate(chunks)
-    ends = [c.block for c in chunks if isinstance(c, BlockEnd)]
+    ends = blocks(chunks)
     assert [type(b).__name__ for b in ends] == ["ReasoningBlock", "TextBlock", "ToolCallBlock", "ToolCallBlock"]
     assert ends[1] == TextBlock(text="Calling two tools.")
     assert ends[2] == ToolCallBlock(id="call_a", name="read_file", arguments='{"path":"a.py"}')  # type: ignore[arg-type]
