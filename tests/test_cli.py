@@ -153,7 +153,7 @@ def test_version(runner: CliRunner) -> None:
 def test_show_prints_a_row_per_interaction(runner: CliRunner) -> None:
     result = run(runner, "show", DEMO)
     assert result.exit_code == 0, result.output
-    assert "3 interaction_of(s)" in result.stdout
+    assert "3 interaction(s)" in result.stdout
     for needle in ("What is in src/?", "completed (tool-calls)", "completed (stop)", "412/38", "0.400s"):
         assert needle in result.stdout
 
@@ -438,7 +438,7 @@ def test_record_a_prompt_against_the_provider(
     assert result.exit_code == 0, result.output
     assert "thinking: Hmm, a greeting. 🤔" in result.stdout
     assert "Hello there! 😊" in result.stdout
-    assert "saved 1 interaction_of(s)" in result.stderr
+    assert "saved 1 interaction(s)" in result.stderr
     assert fake_provider.requests[0].headers["authorization"] == f"Bearer {DUMMY_KEY}"
     assert fake_provider.requests[0].json["messages"] == [{"role": "user", "content": "Say hello"}]
     assert DUMMY_KEY.encode() not in out.read_bytes()
@@ -503,7 +503,7 @@ def test_record_keeps_a_provider_error_and_exits_3(
     result = run(runner, "record", "--base-url", fake_provider.url, "--api-key-env", api_key, "-p", "hi", "-o", out)
     assert result.exit_code == 3
     saved, error = result.stderr.strip().splitlines()
-    assert saved.startswith("saved 1 interaction_of(s)")
+    assert saved.startswith("saved 1 interaction(s)")
     assert error.startswith("chunktape: error: [PROVIDER_HTTP_ERROR]")
     assert load_cassette(out).interactions[0].outcome.code == "PROVIDER_HTTP_ERROR"  # type: ignore[union-attr]
 
@@ -593,7 +593,7 @@ def test_record_that_streamed_nothing_keeps_the_cassette_and_hides_the_key(
     fake_provider.enqueue(FakeResponse(status=401, body=echo.encode(), content_type="application/json"))
     forced = run(runner, *args, "--force")
     assert forced.exit_code == 3
-    assert f"saved 1 interaction_of(s) in {out}" in forced.stderr
+    assert f"saved 1 interaction(s) in {out}" in forced.stderr
     assert len(load_cassette(out).interactions) == 1
     assert not failed.exists()  # the stale side file goes once the cassette is written
 
@@ -756,7 +756,7 @@ def test_import_vcr(runner: CliRunner, tmp_path: Path) -> None:
     out = tmp_path / "chat.msgpack"
     result = run(runner, "import-vcr", source, "-o", out)
     assert result.exit_code == 0, result.output
-    assert "imported 1 interaction_of(s)" in result.stdout
+    assert "imported 1 interaction(s)" in result.stdout
     assert check_cassette(out) == []
     played = run(runner, "play", out, "--instant")
     assert "Hello from vcr" in played.stdout
@@ -858,7 +858,7 @@ def test_ctrl_c_while_recording_keeps_what_was_recorded(fake_provider: FakeProvi
     process.send_signal(signal.SIGINT)
     _, stderr = process.communicate(timeout=30)
     assert process.returncode == 0, stderr
-    assert "interrupted; kept 1 interaction_of(s)" in stderr
+    assert "interrupted; kept 1 interaction(s)" in stderr
     interaction = load_cassette(out).interactions[0]
     assert type(interaction.outcome) is Cancelled
     assert [c.text for c in interaction.chunks if hasattr(c, "text")] == ["partial answer"]
