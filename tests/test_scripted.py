@@ -25,7 +25,7 @@ from chunktape import (
 from chunktape.protocol import TextDelta, ToolCallDelta
 from chunktape.providers import ScriptedAdapter, ScriptedError, ScriptedToolCall, ScriptedTurn
 from chunktape.providers.demo import DEMO_TURNS, demo_adapter
-from helpers import blocks, stream_chunks
+from helpers import blocks, collect_until_error, stream_chunks
 
 OPTIONS = GenerateOptions(model="scripted-1", messages=[Message(role="user", content="hi")])
 
@@ -159,13 +159,10 @@ async def test_a_scripted_error_is_raised_after_the_given_chunks() -> None:
         text="a b c",
         error=ScriptedError(message="slow down", status=429, retry_after=2.0, after_chunks=3),
     )
-    received: list[StreamChunk] = []
-    with pytest.raises(LlmError) as raised:
-        async for chunk in ScriptedAdapter([failing]).stream(OPTIONS):
-            received.append(chunk)
+    received, error = await collect_until_error(ScriptedAdapter([failing]).stream(OPTIONS))
     assert len(received) == 3
-    assert (raised.value.code, raised.value.status, raised.value.retry_after) == ("PROVIDER_HTTP_ERROR", 429, 2.0)
-    assert raised.value.recoverable
+    assert (error.code, error.status, error.retry_after) == ("PROVIDER_HTTP_ERROR", 429, 2.0)
+    assert error.recoverable
 
 
 def test_bad_construction_arguments_are_refused_with_invalid_config() -> None:

@@ -38,7 +38,7 @@ from chunktape.faults import (
 from chunktape.http import FaultTransport, render_sse
 from chunktape.providers import OpenAICompatAdapter
 from fake_provider import FakeProvider, FakeResponse, deepseek_parallel_tools, deepseek_reasoning_then_text
-from helpers import drain, interaction_of, run_sync
+from helpers import collect_until_error, drain, interaction_of, run_sync
 from strategies import wire_streams
 
 DEMO = Path(__file__).resolve().parents[1] / "cassettes" / "demo-session.json"
@@ -401,11 +401,8 @@ async def test_the_role_event_is_not_a_chunk_disconnect_after_first_chunk_delive
         return chunks
 
     async def at_chunk_level(fault: Disconnect) -> list[StreamChunk]:
-        chunks: list[StreamChunk] = []
-        with pytest.raises(LlmError) as info:
-            async for chunk in ReplayAdapter(demo, faults=[fault]).stream(options):
-                chunks.append(chunk)
-        assert info.value.code is ErrorCode.STREAM_ABORTED
+        chunks, error = await collect_until_error(ReplayAdapter(demo, faults=[fault]).stream(options))
+        assert error.code is ErrorCode.STREAM_ABORTED
         return chunks
 
     http_first = await over_http(Disconnect(after_chunks=1))
