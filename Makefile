@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install test check demo bench fuzz clean
+.PHONY: install test check demo bench bench-smoke fuzz clean
 
 $(STAMP): pyproject.toml
 	@test -n "$(PYTHON)" || { echo "chunktape needs Python >= 3.11 on PATH"; exit 1; }
@@ -28,7 +28,11 @@ test: check
 demo: install
 	$(BIN)/chunktape demo
 
-bench: install
+# Every benchmark, tiny, checked to run (seconds); then the full run that prints the figures.
+bench-smoke: install
+	$(BIN)/python benchmarks/run.py --smoke
+
+bench: bench-smoke
 	$(BIN)/python benchmarks/run.py
 
 fuzz: install

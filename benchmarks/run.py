@@ -1,8 +1,10 @@
 """``make bench``: runs every ``benchmarks/bench_*.py`` in one process and prints one table of ratios.
 
 Each module's ``main(quick)`` measures its figures and returns table rows (``bench_core.Row``); this script
-prints them together, with the machine they were measured on. ``--quick`` shrinks every workload for a smoke
-run (its figures are not the ones to quote).
+prints them together, with the machine they were measured on. ``--quick`` shrinks every workload (its figures
+are not the ones to quote). ``--smoke`` is ``--quick`` plus a check that every figure of the table was measured,
+exiting non-zero otherwise: ``make bench`` runs it first, so a broken benchmark fails in seconds, not after the
+full run, and the test suite never times anything.
 """
 
 from __future__ import annotations
@@ -12,6 +14,25 @@ import os
 import platform
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from bench_core import Row
+
+# The figures of DESIGN §13 the table must hold (a row's name starts with one of these).
+EXPECTED_ROWS = (
+    "instant replay speed",
+    "recording overhead per chunk",
+    "open-to-first-match, msgpack",
+    "open-to-first-match, json",
+    "full decode to chunks, msgpack",
+    "full decode to chunks, json",
+    "recorded-timing replay: median error per gap",
+    "recorded-timing replay: p99 error per gap",
+    "peak RSS / decoded size",
+    "HTTP path",
+)
+VERDICTS = {"PASS", "MISS", "pending"}
 
 
 def machine() -> str:
@@ -28,13 +49,23 @@ def machine() -> str:
     return f"{python}, {os.cpu_count()} cores, {model}{load}"
 
 
+def smoke_problems(rows: list[Row]) -> list[str]:
+    """What a smoke run found missing or malformed in the table (empty: every benchmark ran)."""
+    problems = [f"no row for {name!r}" for name in EXPECTED_ROWS if not any(name in row.name for row in rows)]
+    problems += [f"{row.name}: verdict {row.verdict!r}" for row in rows if row.verdict not in VERDICTS]
+    problems += [f"{row.name}: no measured value" for row in rows if not row.value.strip()]
+    return problems
+
+
 def main() -> None:
-    quick = "--quick" in sys.argv[1:]
+    smoke = "--smoke" in sys.argv[1:]
+    quick = smoke or "--quick" in sys.argv[1:]
     here = Path(__file__).parent
     sys.path.insert(0, str(here))
-    from bench_core import Row, print_table
+    from bench_core import print_table
 
-    print(f"chunktape benchmarks{' (--quick: smoke run, not figures to quote)' if quick else ''}")
+    mode = " (--smoke: tiny workloads, checked to run)" if smoke else " (--quick: smoke run, not figures to quote)"
+    print(f"chunktape benchmarks{mode if quick else ''}")
     print(f"machine: {machine()}, {platform.system()} {platform.release()}\n")
     rows: list[Row] = []
     for path in sorted(here.glob("bench_*.py")):
@@ -51,6 +82,13 @@ def main() -> None:
         f"\n{len(rows) - len(misses)} of {len(rows)} rows without a MISS"
         + (f"; MISS: {', '.join(misses)}" if misses else "")
     )
+    if smoke:
+        problems = smoke_problems(rows)
+        for problem in problems:
+            print(f"smoke: {problem}", file=sys.stderr)
+        if problems:
+            sys.exit(1)
+        print("smoke: every benchmark ran")
 
 
 if __name__ == "__main__":

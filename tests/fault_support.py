@@ -5,12 +5,13 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Iterable, Sequence
 
-from chunktape import Cassette, Completed, Event, Interaction, RecordedRequest, ReplayAdapter, Timing
+from chunktape import Cassette, Completed, RecordedRequest, ReplayAdapter, Timing
 from chunktape.faults import Fault
 from chunktape.harness import RetryPolicy, StreamObserver, Transcript, collect, stream_with_retry
 from chunktape.protocol import GenerateOptions, LlmAdapter, Message, StreamChunk, ToolCallBlock
 from chunktape.providers.demo import DEMO_TURNS
 from chunktape.providers.scripted import ScriptedTurn, script_chunks
+from helpers import interaction_of
 
 
 async def from_list(chunks: Iterable[StreamChunk], *, between_s: float = 0.0) -> AsyncIterator[StreamChunk]:
@@ -23,11 +24,12 @@ async def from_list(chunks: Iterable[StreamChunk], *, between_s: float = 0.0) ->
 def turns_cassette(turns: Sequence[ScriptedTurn], *, first_chunk_s: float, between_s: float) -> Cassette:
     """A cassette holding one interaction per scripted turn, paced like a ScriptedAdapter would be."""
     request = RecordedRequest.from_options(first_request())
+    start, gap = round(first_chunk_s * 1e9), round(between_s * 1e9)
     interactions = []
     for turn in turns:
-        offsets = [round((first_chunk_s + n * between_s) * 1e9) for n in range(len(script_chunks(turn)))]
-        events = [Event(t_ns=t_ns, chunk=chunk) for t_ns, chunk in zip(offsets, script_chunks(turn), strict=True)]
-        interactions.append(Interaction(request=request, events=events, outcome=Completed(t_ns=offsets[-1])))
+        chunks = script_chunks(turn)
+        ends = Completed(t_ns=start + gap * (len(chunks) - 1))  # with the last chunk
+        interactions.append(interaction_of(chunks, ends, request=request, gap_ns=gap, start_ns=start))
     return Cassette(interactions=interactions)
 
 

@@ -1,10 +1,11 @@
-"""Small adapters written for the tests, and chunk-stream builders."""
+"""Small adapters written for the tests, chunk-stream and cassette builders, and the ways tests consume a stream."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from pathlib import Path
+from typing import Any, TypeVar
 
 import msgspec
 
@@ -13,6 +14,8 @@ from chunktape import (
     BlockStart,
     CallId,
     Cassette,
+    Completed,
+    Event,
     Finish,
     FinishReason,
     GenerateOptions,
@@ -20,9 +23,11 @@ from chunktape import (
     LlmAdapter,
     LlmError,
     Message,
+    Outcome,
     Raised,
     RecordedRequest,
     StreamChunk,
+    StreamValidator,
     TextBlock,
     TextDelta,
     TokenUsage,
@@ -62,6 +67,51 @@ def tool_stream(name: str, *argument_pieces: str, call_id: str = "call_1") -> li
 
 def options(content: str = "hello", *, model: str = "test-model", **fields: object) -> GenerateOptions:
     return GenerateOptions(model=model, messages=[Message(role="user", content=content)], **fields)  # type: ignore[arg-type]
+
+
+def recorded_request(content: str = "hello", *, model: str = "test-model", **fields: Any) -> RecordedRequest:
+    """``options(...)`` as a cassette records it."""
+    return RecordedRequest.from_options(options(content, model=model, **fields))
+
+
+def interaction_of(
+    chunks: Sequence[StreamChunk],
+    outcome: Outcome | None = None,
+    *,
+    request: RecordedRequest | None = None,
+    content: str = "hello",
+    gap_ns: int = 1_000_000,
+    start_ns: int | None = None,
+    **fields: Any,
+) -> Interaction:
+    """A recorded interaction of ``chunks``, one every ``gap_ns`` from ``start_ns`` (default: one gap in).
+
+    The request is ``request`` or ``recorded_request(content, **fields)``; the outcome defaults to a normal
+    end one gap after the last chunk.
+    """
+    start = gap_ns if start_ns is None else start_ns
+    events = [Event(t_ns=start + gap_ns * n, chunk=chunk) for n, chunk in enumerate(chunks)]
+    return Interaction(
+        request=request or recorded_request(content, **fields),
+        events=events,
+        outcome=outcome or Completed(t_ns=start + gap_ns * len(chunks)),
+    )
+
+
+def cassette_of(*interactions: Interaction) -> Cassette:
+    return Cassette(interactions=list(interactions))
+
+
+T = TypeVar("T")
+
+
+def run_sync(coroutine: Coroutine[Any, Any, T]) -> T:
+    """Run ``coroutine`` on a fresh event loop of its own, closed afterwards (for sync tests and hypothesis)."""
+    loop = asyncio.new_event_loop()
+    try:
+        return loop.run_until_complete(coroutine)
+    finally:
+        loop.close()
 
 
 class PacedAdapter(LlmAdapter):
@@ -128,19 +178,57 @@ class GatedAdapter(LlmAdapter):
             yield chunk
 
 
+def blocks(chunks: Sequence[StreamChunk]) -> list[Any]:
+    """The complete blocks a stream's block-ends carry, in order: what a consumer assembles."""
+    return [chunk.block for chunk in chunks if isinstance(chunk, BlockEnd)]
+
+
 async def collect(stream: AsyncIterator[StreamChunk]) -> list[StreamChunk]:
     return [chunk async for chunk in stream]
 
 
-async def collect_until_error(stream: AsyncIterator[StreamChunk]) -> tuple[list[StreamChunk], LlmError]:
-    """The chunks a stream yields before it raises, and the ``LlmError`` it raises."""
+async def drain(
+    stream: AsyncIterator[StreamChunk], *, validate: bool = False
+) -> tuple[list[StreamChunk], LlmError | None]:
+    """The chunks a stream yields and the ``LlmError`` it ends with (None: it ended normally).
+
+    With ``validate`` each chunk is fed to a ``StreamValidator`` as it arrives: what a stream delivers before
+    it breaks must always be a valid prefix.
+    """
+    validator = StreamValidator() if validate else None
     got: list[StreamChunk] = []
     try:
         async for chunk in stream:
+            if validator is not None:
+                validator.feed(chunk)
             got.append(chunk)
     except LlmError as error:
         return got, error
-    raise AssertionError("the stream ended without raising LlmError")
+    return got, None
+
+
+async def collect_until_error(stream: AsyncIterator[StreamChunk]) -> tuple[list[StreamChunk], LlmError]:
+    """The chunks a stream yields before it raises, and the ``LlmError`` it raises."""
+    got, error = await drain(stream)
+    if error is None:
+        raise AssertionError("the stream ended without raising LlmError")
+    return got, error
+
+
+async def stream_chunks(adapter: LlmAdapter, options: GenerateOptions) -> list[StreamChunk]:
+    """Every chunk of one ``stream(options)`` call, the adapter closed afterwards (an ``LlmError`` propagates)."""
+    try:
+        return await collect(adapter.stream(options))
+    finally:
+        await adapter.aclose()
+
+
+async def stream_outcome(adapter: LlmAdapter, options: GenerateOptions) -> tuple[list[StreamChunk], LlmError | None]:
+    """One ``stream(options)`` call drained with validation (see ``drain``), the adapter closed afterwards."""
+    try:
+        return await drain(adapter.stream(options), validate=True)
+    finally:
+        await adapter.aclose()
 
 
 def cassette_with_raised_status(folder: Path, status: int) -> Path:

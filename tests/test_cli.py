@@ -8,7 +8,6 @@ import signal
 import socket
 import subprocess
 import sys
-from collections.abc import Sequence
 from pathlib import Path
 
 import httpx
@@ -24,7 +23,6 @@ from chunktape import (
     Event,
     FinishReason,
     Interaction,
-    RecordedRequest,
     RecordingAdapter,
     load_cassette,
     save_cassette,
@@ -32,11 +30,11 @@ from chunktape import (
 from chunktape.cassettes.analysis import check_cassette, diff_cassettes
 from chunktape.cli import app
 from chunktape.faults import STANDARD_FAULTS
-from chunktape.protocol import Finish, StreamChunk
+from chunktape.protocol import Finish
 from chunktape.providers import ScriptedAdapter, ScriptedTurn
 from chunktape.wire.openai_chat import options_to_openai_request
 from fake_provider import FakeProvider, FakeResponse, chunk, deepseek_reasoning_then_text, sse
-from helpers import options, text_stream
+from helpers import interaction_of, options, text_stream
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "cassettes"
@@ -64,17 +62,6 @@ def one_error_line(result: Result) -> str:
     assert lines[0].startswith("chunktape: error: ")
     assert "Traceback" not in result.output
     return lines[0]
-
-
-def interaction(
-    chunks: Sequence[StreamChunk], outcome: Completed | Cancelled | None = None, content: str = "hello"
-) -> Interaction:
-    events = [Event(t_ns=(n + 1) * 1_000_000, chunk=c) for n, c in enumerate(chunks)]
-    return Interaction(
-        request=RecordedRequest.from_options(options(content)),
-        events=events,
-        outcome=outcome or Completed(t_ns=len(chunks) * 1_000_000 + 1),
-    )
 
 
 def write(path: Path, *interactions: Interaction) -> Path:
@@ -195,7 +182,7 @@ def test_check_lists_just_the_bad_file_in_a_folder(runner: CliRunner, tmp_path: 
     shutil.copy(EXAMPLES / "cut-mid-tool-call.msgpack", folder / "nested" / "cut.msgpack")
     broken = text_stream("a", "b")
     broken.insert(2, Finish(reason=FinishReason(kind="stop")))  # finish before the block ends
-    write(folder / "nested" / "bad.msgpack", interaction(text_stream("ok")), interaction(broken))
+    write(folder / "nested" / "bad.msgpack", interaction_of(text_stream("ok")), interaction_of(broken))
     (folder / "README.txt").write_text("not looked at")
     result = run(runner, "check", folder)
     assert result.exit_code == 1
@@ -221,7 +208,7 @@ def test_check_of_a_missing_path_is_a_runtime_error(runner: CliRunner, tmp_path:
 
 def test_check_still_checks_every_path_that_exists(runner: CliRunner, tmp_path: Path) -> None:
     missing = tmp_path / "missing.msgpack"
-    bad = write(tmp_path / "bad.msgpack", interaction(list(reversed(text_stream("x")))))
+    bad = write(tmp_path / "bad.msgpack", interaction_of(list(reversed(text_stream("x")))))
     result = run(runner, "check", DEMO, bad, missing)
     assert result.exit_code == 3
     lines = result.stdout.strip().splitlines()
@@ -250,7 +237,7 @@ def test_check_skips_json_in_folders_that_is_not_a_cassette(runner: CliRunner, t
 
 
 def test_check_finds_timing_problems(tmp_path: Path) -> None:
-    item = interaction(text_stream("x"))
+    item = interaction_of(text_stream("x"))
     backwards = msgspec.structs.replace(item, events=list(reversed(item.events)))
     problems = check_cassette(write(tmp_path / "t.msgpack", backwards))
     assert "timing" in [problem.rule for problem in problems]
@@ -280,12 +267,12 @@ def test_diff_of_equal_cassettes_exits_0(runner: CliRunner) -> None:
 
 
 def test_diff_shows_request_text_outcome_and_timing_changes(runner: CliRunner, tmp_path: Path) -> None:
-    old = write(tmp_path / "old.msgpack", interaction(text_stream("Hello", " world")))
-    slower = [Event(t_ns=e.t_ns * 2, chunk=e.chunk) for e in interaction(text_stream("Hello", " there")).events]
+    old = write(tmp_path / "old.msgpack", interaction_of(text_stream("Hello", " world")))
+    slower = [Event(t_ns=e.t_ns * 2, chunk=e.chunk) for e in interaction_of(text_stream("Hello", " there")).events]
     changed = msgspec.structs.replace(
-        interaction(text_stream("Hello", " there"), content="hi"), events=slower, outcome=Completed(t_ns=20_000_000)
+        interaction_of(text_stream("Hello", " there"), content="hi"), events=slower, outcome=Completed(t_ns=20_000_000)
     )
-    new = write(tmp_path / "new.msgpack", changed, interaction(text_stream("more")))
+    new = write(tmp_path / "new.msgpack", changed, interaction_of(text_stream("more")))
     result = run(runner, "diff", old, new)
     assert result.exit_code == 1
     out = result.stdout
@@ -300,7 +287,7 @@ MARKUP = "list [/etc] [bold]now[/INST] :thumbs_up:"
 
 
 def test_show_play_and_diff_print_markup_and_emoji_codes_as_they_are(runner: CliRunner, tmp_path: Path) -> None:
-    tape = write(tmp_path / "[red]tape.msgpack", interaction(text_stream("ok [/INST] :thumbs_up:"), content=MARKUP))
+    tape = write(tmp_path / "[red]tape.msgpack", interaction_of(text_stream("ok [/INST] :thumbs_up:"), content=MARKUP))
     shown = run(runner, "show", tape)
     assert shown.exit_code == 0, shown.output
     assert MARKUP[:24] in shown.stdout  # the column is 32 wide
@@ -309,7 +296,7 @@ def test_show_play_and_diff_print_markup_and_emoji_codes_as_they_are(runner: Cli
     assert played.exit_code == 0, played.output
     assert repr(MARKUP) in played.stdout
     assert "ok [/INST] :thumbs_up:" in played.stdout
-    other = write(tmp_path / "other.msgpack", interaction(text_stream("ok [/etc] :smile:"), content=MARKUP))
+    other = write(tmp_path / "other.msgpack", interaction_of(text_stream("ok [/etc] :smile:"), content=MARKUP))
     diffed = run(runner, "diff", tape, other)
     assert diffed.exit_code == 1, diffed.output
     assert "#0 text: 'ok [/INST] :thumbs_up:' -> 'ok [/etc] :smile:'" in diffed.stdout
@@ -323,7 +310,7 @@ def test_redact_in_place_also_env_secrets(runner: CliRunner, tmp_path: Path, mon
     monkeypatch.setenv("CLI_TEST_TOKEN", "tok-from-the-environment")
     path = write(
         tmp_path / "leaky.json",
-        interaction(text_stream("my password is hunter2hunter2 ", "and tok-from-the-environment")),
+        interaction_of(text_stream("my password is hunter2hunter2 ", "and tok-from-the-environment")),
     )
     result = run(runner, "redact", path, "--secret", "hunter2hunter2")
     assert result.exit_code == 0, result.output

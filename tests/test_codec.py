@@ -33,7 +33,7 @@ from chunktape import (
 from chunktape.cassettes import codec
 from chunktape.cassettes.codec import Journal, append_interactions, journal_path
 from chunktape.replayer import ReplayAdapter
-from helpers import options, text_stream, tool_stream
+from helpers import interaction_of, options, text_stream, tool_stream
 
 ENCODINGS = ["c.msgpack", "c.json"]
 
@@ -44,17 +44,9 @@ def make_cassette(count: int = 3) -> Cassette:
         chunks = (
             text_stream(f"hello {number}", " world") if number % 2 == 0 else tool_stream("f", '{"a":', f"{number}}}")
         )
-        events = [Event(t_ns=1_000_000 * (position + 1), chunk=chunk) for position, chunk in enumerate(chunks)]
-        outcome: Completed | Raised | Cancelled = Completed(t_ns=events[-1].t_ns + 1)
-        if number == 1:
-            outcome = Raised(t_ns=5, code="PROVIDER_HTTP_ERROR", message="slow down", status=429, retry_after=1.5)
+        raised = Raised(t_ns=5, code="PROVIDER_HTTP_ERROR", message="slow down", status=429, retry_after=1.5)
         interactions.append(
-            Interaction(
-                request=RecordedRequest.from_options(options(f"q{number}", temperature=0.5)),
-                events=events,
-                outcome=outcome,
-                attempt=1,
-            )
+            interaction_of(chunks, raised if number == 1 else None, content=f"q{number}", temperature=0.5)
         )
     return Cassette(meta=CassetteMeta(adapter="test", tags={"suite": "codec"}), interactions=interactions)
 
@@ -395,7 +387,6 @@ def test_claiming_a_journal_deleted_between_open_and_lock_opens_a_fresh_one(
     monkeypatch.undo()
     assert len(calls) == 2  # it noticed, and opened (and locked) the file again
     assert new.path == path
-    assert os.fstat(new._fd).st_ino == os.stat(path).st_ino
     new.begin(0, RecordedRequest.from_options(options("kept")), None, 1)
     new.close(remove=False)
     assert recover(path).meta.adapter == "new"
@@ -500,12 +491,22 @@ def test_opening_decodes_requests_only_as_far_as_matching_needs(tmp_path: Path, 
     path = tmp_path / f"c{suffix}"
     cassette = make_cassette(3)
     save_cassette(cassette, path)
+    assert list(ReplayAdapter(path).source.requests) == [item.request for item in cassette.interactions]
+    # Spoil the later requests (their message becomes a number, same length in msgpack): matching the first
+    # request decodes only that one, so it never notices; reading them all does.
+    data = path.read_bytes()
+    for number in (1, 2):
+        good, bad = (
+            (b'"q%d"' % number, b"%d" % number) if suffix == ".json" else (b"\xa2q%d" % number, b"\xcd\x00%c" % number)
+        )
+        assert data.count(good) == 1
+        data = data.replace(good, bad)
+    path.write_bytes(data)
     replay = ReplayAdapter(path)
     assert replay.select(cassette.interactions[0].request) == 0
-    # Only the first request was decoded to find that match; the others are still raw bytes.
-    pending = [type(item).__name__ for item in replay.source.requests._items]
-    assert pending == ["RecordedRequest", "Raw", "Raw"]
-    assert list(replay.source.requests) == [item.request for item in cassette.interactions]
+    with pytest.raises(LlmError, match="interaction #1 request") as caught:
+        list(replay.source.requests)
+    assert caught.value.code is ErrorCode.CASSETTE_CORRUPT
 
 
 def test_a_corrupt_later_request_is_cassette_corrupt_when_reached(tmp_path: Path) -> None:

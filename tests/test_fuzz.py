@@ -28,16 +28,13 @@ from chunktape import (
     CassetteMeta,
     Completed,
     ErrorCode,
-    Event,
     Finish,
     FinishReason,
-    Interaction,
     LlmError,
     Outcome,
     Raised,
     ReasoningBlock,
     ReasoningDelta,
-    RecordedRequest,
     StreamChunk,
     StreamValidator,
     TextBlock,
@@ -51,11 +48,10 @@ from chunktape import (
     recover,
     save_cassette,
 )
-from chunktape.cassettes import codec
 from chunktape.cassettes.codec import Journal, journal_path
 from chunktape.wire.openai_chat import OpenAIChatDecoder, chunks_to_openai_events
 from chunktape.wire.sse import SseParser
-from helpers import options
+from helpers import cassette_of, interaction_of, text_stream
 from strategies import valid_streams
 
 FUZZ = settings(
@@ -74,15 +70,14 @@ def cassettes(draw: st.DrawFn) -> Cassette:
         chunks = draw(valid_streams())
         if draw(st.booleans()):
             chunks = chunks[: draw(st.integers(0, len(chunks)))]
-        events = [Event(t_ns=1_000 * (position + 1), chunk=chunk) for position, chunk in enumerate(chunks)]
         outcomes: list[Outcome] = [
             Completed(t_ns=10**9),
             Cancelled(t_ns=5, reason="consumer closed the stream"),
             Raised(t_ns=7, code="PROVIDER_HTTP_ERROR", message="slow down", status=429, retry_after=1.0),
         ]
         outcome = draw(st.sampled_from(outcomes))
-        request = RecordedRequest.from_options(options(draw(st.text(max_size=20)) + f" #{number}"))
-        interactions.append(Interaction(request=request, events=events, outcome=outcome))
+        content = draw(st.text(max_size=20)) + f" #{number}"
+        interactions.append(interaction_of(chunks, outcome, content=content, gap_ns=1_000))
     return Cassette(meta=CassetteMeta(adapter="fuzz"), interactions=interactions)
 
 
@@ -183,8 +178,17 @@ def test_json_open_slices_the_layout_we_write_and_agrees_with_any_other_layout(
     path = tmp_path / "c.json"
     save_cassette(cassette, path)
     data = path.read_bytes()
-    if cassette.interactions:
-        assert codec._open_sliced(path, data) is not None  # the fast path is taken for our own files
+    if any(item.events for item in cassette.interactions):
+        # The fast path is taken for our own files: it leaves the events untokenised until played, so bytes
+        # spoiled inside an events array open fine and fail only when that interaction is decoded (the full
+        # scan would refuse the file at open).
+        first = next(number for number, item in enumerate(cassette.interactions) if item.events)
+        spoiled = tmp_path / "spoiled.json"
+        spoiled.write_bytes(data.replace(b'"events": [\n', b'"events": [\n@', 1))
+        lazy = open_cassette(spoiled)
+        with pytest.raises(LlmError) as caught:
+            lazy.interaction(first)
+        assert caught.value.code is ErrorCode.CASSETTE_CORRUPT
     assert open_cassette(path).to_cassette().interactions == cassette.interactions
     plain = msgspec.json.encode(cassette)
     for layout in (plain, msgspec.json.format(plain, indent=4), data.replace(b"\n", b"\r\n"), b" " + data):
@@ -193,17 +197,9 @@ def test_json_open_slices_the_layout_we_write_and_agrees_with_any_other_layout(
 
 
 def _two_interactions() -> Cassette:
-    from helpers import text_stream
-
-    return Cassette(
-        interactions=[
-            Interaction(
-                request=RecordedRequest.from_options(options(f"q{number}")),
-                events=[Event(t_ns=n, chunk=chunk) for n, chunk in enumerate(text_stream("a ] [", "b"))],
-                outcome=Completed(t_ns=99),
-            )
-            for number in range(2)
-        ]
+    chunks = text_stream("a ] [", "b")
+    return cassette_of(
+        *(interaction_of(chunks, Completed(t_ns=99), content=f"q{n}", gap_ns=1, start_ns=0) for n in range(2))
     )
 
 

@@ -14,13 +14,9 @@ from chunktape import (
     AbortController,
     Cancelled,
     Cassette,
-    Completed,
     ErrorCode,
-    Event,
-    Interaction,
     LlmAdapter,
     LlmError,
-    RecordedRequest,
     RecordingAdapter,
     ReplayAdapter,
     StreamChunk,
@@ -28,7 +24,7 @@ from chunktape import (
     load_cassette,
     save_cassette,
 )
-from helpers import options, text_stream
+from helpers import interaction_of, options, text_stream
 
 STREAMS = 1000
 BATCH = 50
@@ -89,12 +85,7 @@ async def _stop(adapter: LlmAdapter, number: int) -> str:
 async def test_a_thousand_stopped_streams_leave_no_task_descriptor_or_file(tmp_path: Path) -> None:
     source = tmp_path / "source.msgpack"
     chunks = text_stream(*(f"piece {n} " for n in range(20)))
-    interaction = Interaction(
-        request=RecordedRequest.from_options(options()),
-        events=[Event(t_ns=1_000_000 * (n + 1), chunk=chunk) for n, chunk in enumerate(chunks)],
-        outcome=Completed(t_ns=1_000_000 * (len(chunks) + 1)),
-    )
-    save_cassette(Cassette(interactions=[interaction]), source)
+    save_cassette(Cassette(interactions=[interaction_of(chunks)]), source)
     tasks_before = asyncio.all_tasks()
     files_before = _open_files()
 

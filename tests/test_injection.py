@@ -46,6 +46,7 @@ from chunktape.providers.demo import DEMO_TURNS
 from chunktape.providers.scripted import ScriptedAdapter, ScriptedToolCall, ScriptedTurn, script_chunks
 from chunktape.validation import StreamValidator, validate
 from fault_support import FaultyAdapter, first_request, from_list
+from helpers import drain
 
 TOOL_TURN = DEMO_TURNS[0]  # reasoning, text, one tool call
 CHUNKS = script_chunks(TOOL_TURN)
@@ -75,16 +76,6 @@ class Source:
                 yield chunk
         finally:
             self.closed = True
-
-
-async def drain(stream: AsyncIterator[StreamChunk]) -> tuple[list[StreamChunk], LlmError | None]:
-    out: list[StreamChunk] = []
-    try:
-        async for chunk in stream:
-            out.append(chunk)
-    except LlmError as error:
-        return out, error
-    return out, None
 
 
 async def run_fault(

@@ -2,27 +2,21 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from chunktape import GenerateOptions, Message, RecordedRequest, ToolSpec
 from chunktape.cassettes.matching import DEFAULT_MATCH, RequestMatcher, diff_requests
-from helpers import options
-
-
-def _request(content: str = "hi", **fields: Any) -> RecordedRequest:
-    return RecordedRequest.from_options(options(content, **fields))
+from helpers import options, recorded_request
 
 
 def test_the_default_matcher_compares_model_messages_tools_and_params() -> None:
     matcher = RequestMatcher(DEFAULT_MATCH)
-    base = _request(temperature=0.5)
-    assert matcher(_request(temperature=0.5), base)
-    assert not matcher(_request("other", temperature=0.5), base)
-    assert not matcher(_request(temperature=0.7), base)
-    assert not matcher(_request(temperature=0.5, model="other"), base)
-    assert not matcher(_request(temperature=0.5, tools=[ToolSpec(name="t")]), base)
-    assert not matcher(_request(temperature=0.5, extra={"seed": 1}), base)
-    assert matcher.failing(_request("other", temperature=0.7), base) == ["messages", "params"]
+    base = recorded_request("hi", temperature=0.5)
+    assert matcher(recorded_request("hi", temperature=0.5), base)
+    assert not matcher(recorded_request("other", temperature=0.5), base)
+    assert not matcher(recorded_request("hi", temperature=0.7), base)
+    assert not matcher(recorded_request("hi", temperature=0.5, model="other"), base)
+    assert not matcher(recorded_request("hi", temperature=0.5, tools=[ToolSpec(name="t")]), base)
+    assert not matcher(recorded_request("hi", temperature=0.5, extra={"seed": 1}), base)
+    assert matcher.failing(recorded_request("other", temperature=0.7), base) == ["messages", "params"]
 
 
 def test_the_diff_names_each_difference_by_path() -> None:

@@ -15,7 +15,6 @@ from chunktape import (
     CallId,
     ErrorCode,
     Finish,
-    FinishKind,
     FinishReason,
     GenerateOptions,
     LlmError,
@@ -53,10 +52,8 @@ from fake_provider import (
     sse,
     tool_delta,
 )
-
-
-def blocks(chunks: list[StreamChunk]) -> list[Any]:
-    return [c.block for c in chunks if isinstance(c, BlockEnd)]
+from helpers import blocks
+from strategies import wire_streams
 
 
 def tail(chunks: list[StreamChunk]) -> list[StreamChunk]:
@@ -327,61 +324,8 @@ def test_missing_tool_call_id_and_empty_arguments_still_give_a_valid_block() -> 
 
 # -- encoding --------------------------------------------------------------------------------------
 
-_piece = st.text(st.characters(blacklist_categories=["Cs"]), min_size=1, max_size=6)
-_json_value = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.text(max_size=5),
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3),
-    max_leaves=6,
-)
 
-
-@st.composite
-def valid_streams(draw: st.DrawFn) -> list[StreamChunk]:
-    """Valid streams the OpenAI format can carry: no empty blocks, no two adjacent text/reasoning blocks."""
-    kinds = draw(st.lists(st.sampled_from(["text", "reasoning", "tool"]), max_size=6))
-    chunks: list[StreamChunk] = []
-    previous = None
-    index = 0
-    for kind in kinds:
-        if kind == previous and kind != "tool":
-            continue
-        previous = kind
-        chunks.append(BlockStart(index=index, block_type="tool-call" if kind == "tool" else kind))  # type: ignore[arg-type]
-        if kind == "tool":
-            arguments = json.dumps(draw(_json_value), ensure_ascii=draw(st.booleans()))
-            cuts = sorted(draw(st.lists(st.integers(0, len(arguments)), max_size=4)))
-            pieces = [arguments[a:b] for a, b in zip([0, *cuts], [*cuts, len(arguments)], strict=True)]
-            pieces = [pieces[0]] + [p for p in pieces[1:] if p]
-            call_id, name = CallId(f"call_{index}"), draw(st.sampled_from(["get_weather", "查询", "f"]))
-            chunks.append(ToolCallDelta(index=index, id=call_id, name=name, arguments_delta=pieces[0]))
-            chunks += [ToolCallDelta(index=index, arguments_delta=p) for p in pieces[1:]]
-            chunks.append(BlockEnd(index=index, block=ToolCallBlock(id=call_id, name=name, arguments=arguments)))
-        else:
-            pieces = draw(st.lists(_piece, min_size=1, max_size=4))
-            if kind == "text":
-                chunks += [TextDelta(index=index, text=p) for p in pieces]
-                chunks.append(BlockEnd(index=index, block=TextBlock(text="".join(pieces))))
-            else:
-                chunks += [ReasoningDelta(index=index, text=p) for p in pieces]
-                chunks.append(BlockEnd(index=index, block=ReasoningBlock(text="".join(pieces))))
-        index += 1
-    optional = st.none() | st.integers(0, 10**6)
-    if draw(st.booleans()):
-        usage = TokenUsage(
-            input_tokens=draw(st.integers(0, 10**6)),
-            output_tokens=draw(st.integers(0, 10**6)),
-            cached_input_tokens=draw(optional),
-            reasoning_tokens=draw(optional),
-        )
-        chunks.append(UsageChunk(usage=usage))
-    finish: FinishKind = draw(st.sampled_from(["stop", "tool-calls", "length", "content-filter", "error", "cancelled"]))
-    detail = draw(st.sampled_from([None, "insufficient_system_resource"])) if finish == "error" else None
-    chunks.append(Finish(reason=FinishReason(kind=finish, detail=detail)))
-    validate(chunks)
-    return chunks
-
-
-@given(chunks=valid_streams(), piece=st.integers(1, 64))
+@given(chunks=wire_streams(), piece=st.integers(1, 64))
 def test_encoder_decoder_round_trip(chunks: list[StreamChunk], piece: int) -> None:
     body = b"".join(chunks_to_openai_events(chunks, model="deepseek-chat", created=1, id="x"))
     parser, decoder = SseParser(), OpenAIChatDecoder()
@@ -571,7 +515,7 @@ def test_request_decoder_accepts_an_integer_temperature() -> None:
     assert isinstance(options.temperature, float)
 
 
-@given(chunks=valid_streams())
+@given(chunks=wire_streams())
 def test_the_incremental_encoder_matches_the_batch_one(chunks: list[StreamChunk]) -> None:
     encoder = OpenAIChatEncoder(model="m")
     incremental = [encoder.start()]

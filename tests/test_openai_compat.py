@@ -18,7 +18,6 @@ import pytest
 
 from chunktape import (
     AbortController,
-    BlockEnd,
     ErrorCode,
     Finish,
     FinishReason,
@@ -29,7 +28,6 @@ from chunktape import (
     RecordingAdapter,
     ReplayAdapter,
     StreamChunk,
-    StreamValidator,
     TextBlock,
     TokenUsage,
     ToolCallBlock,
@@ -53,6 +51,7 @@ from fake_provider import (
     raw_http_server,
     sse,
 )
+from helpers import blocks, stream_chunks, stream_outcome
 
 OPTIONS = GenerateOptions(model="deepseek-chat", messages=[Message(role="user", content="hi")])
 DELIVERIES = ["whole", "server-pieces", "client-dribble"]
@@ -69,22 +68,25 @@ needs_captures = pytest.mark.skipif(
 )
 
 
+class DribblingAdapter(OpenAICompatAdapter):
+    """An adapter over a client the test passes in (it dribbles the body), closed together with the adapter."""
+
+    def __init__(self, base_url: str, **kwargs: Any) -> None:
+        self.dribbling_client = httpx.AsyncClient(transport=DribbleTransport(3))
+        super().__init__(base_url, client=self.dribbling_client, **kwargs)
+
+    async def aclose(self) -> None:
+        await super().aclose()
+        await self.dribbling_client.aclose()
+
+
 def adapter_for(provider: FakeProvider, delivery: str = "whole", **kwargs: Any) -> OpenAICompatAdapter:
-    client = httpx.AsyncClient(transport=DribbleTransport(3)) if delivery == "client-dribble" else None
-    return OpenAICompatAdapter(provider.url, api_key="sk-test-0123456789", client=client, **kwargs)
+    kind = DribblingAdapter if delivery == "client-dribble" else OpenAICompatAdapter
+    return kind(provider.url, api_key="sk-test-0123456789", **kwargs)
 
 
 def response_for(body: bytes, delivery: str, **kwargs: Any) -> FakeResponse:
     return FakeResponse(body=body, piece_size=5 if delivery == "server-pieces" else None, **kwargs)
-
-
-async def collect(adapter: OpenAICompatAdapter, options: GenerateOptions = OPTIONS) -> list[StreamChunk]:
-    try:
-        return [c async for c in adapter.stream(options)]
-    finally:
-        await adapter.aclose()
-        if adapter._client is not None:  # a client we passed in (DribbleTransport)
-            await adapter._client.aclose()
 
 
 @dataclass
@@ -93,25 +95,9 @@ class Collected:
     error: LlmError | None = None
 
 
-async def collect_until_error(adapter: OpenAICompatAdapter, options: GenerateOptions = OPTIONS) -> Collected:
+async def consume(adapter: OpenAICompatAdapter, options: GenerateOptions = OPTIONS) -> Collected:
     """Consume the stream, checking each chunk incrementally, and keep the error it ended with."""
-    out = Collected()
-    validator = StreamValidator()
-    try:
-        async for c in adapter.stream(options):
-            validator.feed(c)
-            out.chunks.append(c)
-    except LlmError as exc:
-        out.error = exc
-    finally:
-        await adapter.aclose()
-        if adapter._client is not None:
-            await adapter._client.aclose()
-    return out
-
-
-def blocks(chunks: list[StreamChunk]) -> list[Any]:
-    return [c.block for c in chunks if isinstance(c, BlockEnd)]
+    return Collected(*await stream_outcome(adapter, options))
 
 
 # -- synthetic streams ------------------------------------------------------------------------------
@@ -120,7 +106,7 @@ def blocks(chunks: list[StreamChunk]) -> list[Any]:
 @pytest.mark.parametrize("delivery", DELIVERIES)
 async def test_reasoning_then_text_with_keepalives(fake_provider: FakeProvider, delivery: str) -> None:
     fake_provider.enqueue(response_for(deepseek_reasoning_then_text(), delivery))
-    chunks = await collect(adapter_for(fake_provider, delivery))
+    chunks = await stream_chunks(adapter_for(fake_provider, delivery), OPTIONS)
     validate(chunks)
     assert blocks(chunks) == [ReasoningBlock(text="Hmm, a greeting. 🤔"), TextBlock(text="Hello there! 😊")]
     assert chunks[-2:] == [
@@ -135,7 +121,7 @@ async def test_parallel_tool_calls_with_split_multibyte_arguments(
     fake_provider: FakeProvider, delivery: str, interleaved: bool
 ) -> None:
     fake_provider.enqueue(response_for(deepseek_parallel_tools(interleaved=interleaved), delivery))
-    chunks = await collect(adapter_for(fake_provider, delivery))
+    chunks = await stream_chunks(adapter_for(fake_provider, delivery), OPTIONS)
     validate(chunks)
     calls = [b for b in blocks(chunks) if isinstance(b, ToolCallBlock)]
     assert [(c.id, c.name, json.loads(c.arguments)) for c in calls] == [
@@ -148,7 +134,7 @@ async def test_parallel_tool_calls_with_split_multibyte_arguments(
 @pytest.mark.parametrize("delivery", DELIVERIES)
 async def test_openai_usage_chunk_after_finish(fake_provider: FakeProvider, delivery: str) -> None:
     fake_provider.enqueue(response_for(openai_usage_after_finish(), delivery))
-    chunks = await collect(adapter_for(fake_provider, delivery))
+    chunks = await stream_chunks(adapter_for(fake_provider, delivery), OPTIONS)
     validate(chunks)
     assert isinstance(chunks[-2], UsageChunk)
     assert chunks[-2].usage.input_tokens == 417
@@ -172,7 +158,7 @@ async def test_in_band_errors_raise_with_the_providers_message(
     fake_provider: FakeProvider, delivery: str, body: bytes, message: str, status: int | None
 ) -> None:
     fake_provider.enqueue(response_for(body, delivery))
-    result = await collect_until_error(adapter_for(fake_provider, delivery))
+    result = await consume(adapter_for(fake_provider, delivery))
     assert result.error is not None
     assert message in str(result.error)
     assert result.error.status == status
@@ -182,7 +168,7 @@ async def test_in_band_errors_raise_with_the_providers_message(
 
 async def test_garbage_data_is_an_invalid_response(fake_provider: FakeProvider) -> None:
     fake_provider.enqueue(FakeResponse(body=sse(chunk({"content": "ok"}), "data: <html>502 Bad Gateway</html>\n\n")))
-    result = await collect_until_error(adapter_for(fake_provider))
+    result = await consume(adapter_for(fake_provider))
     assert result.error is not None
     assert result.error.code is ErrorCode.INVALID_RESPONSE
     assert "502 Bad Gateway" in str(result.error)
@@ -192,7 +178,7 @@ async def test_garbage_data_is_an_invalid_response(fake_provider: FakeProvider) 
 async def test_connection_reset_mid_body_is_stream_aborted(fake_provider: FakeProvider, delivery: str) -> None:
     body = deepseek_parallel_tools()
     fake_provider.enqueue(response_for(body, delivery, reset_after=len(body) // 2))
-    result = await collect_until_error(adapter_for(fake_provider, delivery))
+    result = await consume(adapter_for(fake_provider, delivery))
     assert result.error is not None
     assert result.error.code is ErrorCode.STREAM_ABORTED
     assert result.error.recoverable
@@ -205,7 +191,7 @@ async def test_a_close_delimited_body_cut_mid_event_is_stream_aborted(delivery: 
     head = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n"
     async with raw_http_server(head + body) as url:
         client = httpx.AsyncClient(transport=DribbleTransport(3)) if delivery == "client-dribble" else None
-        result = await collect_until_error(OpenAICompatAdapter(url, api_key="k", client=client))
+        result = await consume(OpenAICompatAdapter(url, api_key="k", client=client))
     assert result.error is not None
     assert result.error.code is ErrorCode.STREAM_ABORTED, result.error
     assert result.error.recoverable
@@ -216,7 +202,7 @@ async def test_a_close_delimited_body_cut_mid_event_is_stream_aborted(delivery: 
 async def test_a_complete_last_event_without_its_blank_line_still_completes(fake_provider: FakeProvider) -> None:
     body = sse(chunk({"content": "hi"}, finish_reason="stop"), done=False) + b"data: [DONE]\n"
     fake_provider.enqueue(FakeResponse(body=body))
-    chunks = await collect(adapter_for(fake_provider))
+    chunks = await stream_chunks(adapter_for(fake_provider), OPTIONS)
     assert blocks(chunks) == [TextBlock(text="hi")]
     assert chunks[-1] == Finish(reason=FinishReason(kind="stop"))
 
@@ -245,7 +231,7 @@ async def test_http_errors_carry_status_and_the_providers_message(
         FakeResponse(body=error_body, status=status, headers=headers, content_type="application/json")
     )
     with pytest.raises(LlmError) as info:
-        await collect(adapter_for(fake_provider))
+        await stream_chunks(adapter_for(fake_provider), OPTIONS)
     error = info.value
     assert error.code is ErrorCode.PROVIDER_HTTP_ERROR
     assert error.status == status
@@ -258,7 +244,7 @@ async def test_retry_after_as_an_http_date(fake_provider: FakeProvider) -> None:
     later = email.utils.formatdate(time.time() + 3600, usegmt=True)
     fake_provider.enqueue(FakeResponse(body=b"{}", status=429, headers={"Retry-After": later}))
     with pytest.raises(LlmError) as info:
-        await collect(adapter_for(fake_provider))
+        await stream_chunks(adapter_for(fake_provider), OPTIONS)
     assert info.value.retry_after is not None
     assert info.value.retry_after > 60
 
@@ -280,7 +266,7 @@ async def test_retry_after_garbage_is_ignored_and_far_dates_are_capped(
 ) -> None:
     fake_provider.enqueue(FakeResponse(body=b'{"error": {"message": "slow"}}', status=429, headers=headers))
     with pytest.raises(LlmError) as info:
-        await collect(adapter_for(fake_provider))
+        await stream_chunks(adapter_for(fake_provider), OPTIONS)
     assert info.value.retry_after == expected
 
 
@@ -290,10 +276,10 @@ async def test_error_body_served_as_octet_stream_and_plain_text(fake_provider: F
         FakeResponse(body=b"upstream connect error", status=502, content_type="text/plain"),
     )
     with pytest.raises(LlmError, match=r"No tool output found for tool call call-a\.") as info:
-        await collect(adapter_for(fake_provider))
+        await stream_chunks(adapter_for(fake_provider), OPTIONS)
     assert info.value.status == 400
     with pytest.raises(LlmError, match="upstream connect error") as info:
-        await collect(adapter_for(fake_provider))
+        await stream_chunks(adapter_for(fake_provider), OPTIONS)
     assert info.value.status == 502
 
 
@@ -303,10 +289,10 @@ async def test_a_json_body_instead_of_a_stream(fake_provider: FakeProvider) -> N
         FakeResponse(body=b'{"choices": []}', content_type="application/json"),
     )
     with pytest.raises(LlmError, match="quota exceeded") as info:
-        await collect(adapter_for(fake_provider))
+        await stream_chunks(adapter_for(fake_provider), OPTIONS)
     assert info.value.status == 429
     with pytest.raises(LlmError, match=r"not an event stream \(application/json\)") as info:
-        await collect(adapter_for(fake_provider))
+        await stream_chunks(adapter_for(fake_provider), OPTIONS)
     assert info.value.code is ErrorCode.INVALID_RESPONSE
 
 
@@ -315,7 +301,7 @@ async def test_connection_refused_is_stream_aborted() -> None:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     with pytest.raises(LlmError) as info:
-        await collect(OpenAICompatAdapter(f"http://127.0.0.1:{port}", api_key="k"))
+        await stream_chunks(OpenAICompatAdapter(f"http://127.0.0.1:{port}", api_key="k"), OPTIONS)
     assert info.value.code is ErrorCode.STREAM_ABORTED
     assert info.value.recoverable
     assert f"could not connect to http://127.0.0.1:{port}/chat/completions" in info.value.message
@@ -334,7 +320,7 @@ async def test_a_200_that_is_not_an_event_stream_is_an_invalid_response(
     fake_provider: FakeProvider, delivery: str, body: bytes, content_type: str
 ) -> None:
     fake_provider.enqueue(response_for(body, delivery, content_type=content_type))
-    result = await collect_until_error(adapter_for(fake_provider, delivery))
+    result = await consume(adapter_for(fake_provider, delivery))
     assert result.error is not None
     assert result.error.code is ErrorCode.INVALID_RESPONSE
     assert not result.error.recoverable
@@ -347,7 +333,7 @@ async def test_a_200_json_error_object_served_as_text_is_the_providers_error(fak
     fake_provider.enqueue(
         FakeResponse(body=b'{"error": {"message": "quota exceeded", "code": 429}}', content_type="text/plain")
     )
-    result = await collect_until_error(adapter_for(fake_provider))
+    result = await consume(adapter_for(fake_provider))
     assert result.error is not None
     assert result.error.status == 429
     assert "quota exceeded" in result.error.message
@@ -355,7 +341,7 @@ async def test_a_200_json_error_object_served_as_text_is_the_providers_error(fak
 
 async def test_keepalives_then_a_clean_close_is_still_a_broken_stream(fake_provider: FakeProvider) -> None:
     fake_provider.enqueue(FakeResponse(body=b": keep-alive\n\n: keep-alive\n\n"))
-    result = await collect_until_error(adapter_for(fake_provider))
+    result = await consume(adapter_for(fake_provider))
     assert result.error is not None
     assert result.error.code is ErrorCode.STREAM_ABORTED
 
@@ -369,7 +355,7 @@ async def test_request_headers_body_and_secrets(fake_provider: FakeProvider, mon
     adapter = OpenAICompatAdapter(fake_provider.url + "/v1", headers={"X-Extra": "1"}, reasoning=DEEPSEEK_REASONING)
     assert adapter.secrets == ("sk-from-env-42",)
     options = GenerateOptions(model="deepseek-chat", messages=OPTIONS.messages, reasoning="thinking", max_tokens=50)
-    await collect(adapter)
+    await stream_chunks(adapter, OPTIONS)
     (seen,) = fake_provider.requests
     assert seen.path == "/v1/chat/completions"
     assert seen.headers["authorization"] == "Bearer sk-from-env-42"
@@ -382,7 +368,7 @@ async def test_request_headers_body_and_secrets(fake_provider: FakeProvider, mon
     assert "thinking" not in seen.json  # OPTIONS had no reasoning
     fake_provider.reset()
     fake_provider.enqueue(FakeResponse(body=deepseek_reasoning_then_text()))
-    await collect(adapter, options)
+    await stream_chunks(adapter, options)
     assert fake_provider.requests[0].json["thinking"] == {"type": "enabled"}
     assert fake_provider.requests[0].json["max_tokens"] == 50
 
@@ -412,7 +398,7 @@ async def test_unsupported_options_are_refused_before_any_request(
     fake_provider: FakeProvider, options: GenerateOptions
 ) -> None:
     with pytest.raises(LlmError) as info:
-        await collect(adapter_for(fake_provider), options)
+        await stream_chunks(adapter_for(fake_provider), options)
     assert info.value.code is ErrorCode.UNSUPPORTED_OPTION
     assert fake_provider.requests == []
 
@@ -423,7 +409,7 @@ async def test_unsupported_options_are_refused_before_any_request(
 async def test_keepalive_comments_do_not_reset_the_idle_deadline(fake_provider: FakeProvider) -> None:
     first = sse(chunk({"content": "Hel"}), done=False)
     fake_provider.enqueue(FakeResponse(body=first, stall=True, keepalive_interval=0.01))
-    result = await collect_until_error(adapter_for(fake_provider, idle_timeout=0.3))
+    result = await consume(adapter_for(fake_provider, idle_timeout=0.3))
     assert result.error is not None
     assert result.error.code is ErrorCode.TIMEOUT
     assert [type(c).__name__ for c in result.chunks] == ["BlockStart", "TextDelta"]
@@ -434,7 +420,7 @@ async def test_real_data_moves_the_idle_deadline(fake_provider: FakeProvider) ->
     events = [sse(chunk({"content": f"{n} "}), done=False) for n in range(6)]
     events.append(sse(chunk({}, finish_reason="stop")))
     fake_provider.enqueue(FakeResponse(body=events, piece_delay=0.25))
-    chunks = await collect(adapter_for(fake_provider, idle_timeout=1.0))  # 1.5 s in all, no gap near 1 s
+    chunks = await stream_chunks(adapter_for(fake_provider, idle_timeout=1.0), OPTIONS)  # 1.5 s in all, no gap near 1 s
     validate(chunks)
     assert blocks(chunks) == [TextBlock(text="0 1 2 3 4 5 ")]
 
@@ -541,7 +527,7 @@ async def test_abort_signal_while_waiting_for_the_response_headers(fake_provider
     asyncio.get_running_loop().call_later(0.05, controller.abort)
     async with asyncio.timeout(10):  # a bound for a hung test, not a timing assertion
         with pytest.raises(LlmError) as info:
-            await collect(adapter_for(fake_provider), _with_signal(controller))
+            await stream_chunks(adapter_for(fake_provider), _with_signal(controller))
     assert info.value.code is ErrorCode.CANCELLED
 
 
@@ -549,7 +535,7 @@ async def test_no_response_within_the_timeout(fake_provider: FakeProvider) -> No
     fake_provider.enqueue(FakeResponse(body=deepseek_reasoning_then_text(), headers_delay=60))
     async with asyncio.timeout(10):
         with pytest.raises(LlmError) as info:
-            await collect(adapter_for(fake_provider, timeout=0.1))
+            await stream_chunks(adapter_for(fake_provider, timeout=0.1), OPTIONS)
     assert info.value.code is ErrorCode.TIMEOUT
     assert info.value.recoverable
 
@@ -558,7 +544,7 @@ async def test_already_aborted_signal_sends_nothing(fake_provider: FakeProvider)
     controller = AbortController()
     controller.abort()
     with pytest.raises(LlmError) as info:
-        await collect(adapter_for(fake_provider), _with_signal(controller))
+        await stream_chunks(adapter_for(fake_provider), _with_signal(controller))
     assert info.value.code is ErrorCode.CANCELLED
     assert fake_provider.requests == []
 
@@ -655,7 +641,7 @@ async def test_real_captures_stream_to_what_the_provider_said(
     body = (CAPTURES / f"{name}.sse").read_bytes()
     expected = reference_reassembly(body)
     fake_provider.enqueue(response_for(body, delivery))
-    chunks = await collect(adapter_for(fake_provider, delivery))
+    chunks = await stream_chunks(adapter_for(fake_provider, delivery), OPTIONS)
     validate(chunks)
     got = blocks(chunks)
     assert "".join(b.text for b in got if isinstance(b, ReasoningBlock)) == expected.reasoning
@@ -682,7 +668,7 @@ async def test_real_captures_stream_to_what_the_provider_said(
 async def test_real_captures_with_in_band_errors(fake_provider: FakeProvider, name: str, delivery: str) -> None:
     body = (CAPTURES / f"{name}.sse").read_bytes()
     fake_provider.enqueue(response_for(body, delivery))
-    result = await collect_until_error(adapter_for(fake_provider, delivery))
+    result = await consume(adapter_for(fake_provider, delivery))
     assert result.error is not None
     assert ERROR_CAPTURES[name] in str(result.error)
     assert result.error.status == 400
@@ -697,7 +683,7 @@ async def test_real_deepseek_400_body_served_as_octet_stream(fake_provider: Fake
     body = (CAPTURES / meta["body_file"]).read_bytes()
     fake_provider.enqueue(FakeResponse(body=body, status=meta["status"], content_type="application/octet-stream"))
     with pytest.raises(LlmError) as info:
-        await collect(adapter_for(fake_provider))
+        await stream_chunks(adapter_for(fake_provider), OPTIONS)
     assert info.value.code is ErrorCode.PROVIDER_HTTP_ERROR
     assert info.value.status == 400
     assert json.loads(body)["error"]["message"] in info.value.message
@@ -746,7 +732,7 @@ async def test_a_provider_echoing_the_key_in_an_error_never_shows_it(fake_provid
     body = b'{"error": {"message": "Incorrect API key provided: sk-test-0123456789", "type": "auth"}}'
     fake_provider.enqueue(FakeResponse(body=body, status=401, content_type="application/json"))
     with pytest.raises(LlmError) as info:
-        await collect(adapter_for(fake_provider))
+        await stream_chunks(adapter_for(fake_provider), OPTIONS)
     assert info.value.status == 401
     assert "Incorrect API key provided" in str(info.value)
     assert "sk-test-0123456789" not in str(info.value)

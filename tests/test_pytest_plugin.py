@@ -1,6 +1,6 @@
 """The pytest plugin, driven through ``pytester`` on small test projects, as a user would run it.
 
-Each ``run`` is a pytest subprocess (about a second), so each test batches its assertions per run.
+Each ``run`` is an in-process pytest session (``pytester.runpytest``); only the xdist test spawns processes.
 """
 
 from __future__ import annotations
@@ -83,6 +83,12 @@ def project(pytester: pytest.Pytester, asyncio_mode: str = "auto", ini: str = ""
 
 
 def run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
+    """One pytest session over the project, in this interpreter (the suite itself runs with ``-p no:chunktape``)."""
+    return pytester.runpytest("-p", "chunktape", *args)
+
+
+def run_in_subprocess(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
+    """A fresh interpreter, for the runs whose subject is process-level (xdist workers)."""
     return pytester.runpytest_subprocess("-p", "chunktape", *args)
 
 
@@ -345,14 +351,14 @@ def test_recording_under_xdist_writes_every_cassette_and_appends_to_a_shared_one
             assert await ask(tape, f"s{n}") == f"echo: s{n}"
         """,
     )
-    result = run(pytester, "-n", "2", "-k", "test_own", "--tape-mode", "once")
+    result = run_in_subprocess(pytester, "-n", "2", "-k", "test_own", "--tape-mode", "once")
     result.assert_outcomes(passed=4)
     folder = pytester.path / "cassettes" / "test_parallel"
     for n in range(4):
         assert questions(folder / f"test_own[{n}].msgpack") == [f"q{n}"]
     result.stdout.fnmatch_lines(["chunktape: wrote 4 cassette(s), 4 interaction(s):"])
 
-    run(pytester, "-n", "2", "-k", "test_shared").assert_outcomes(passed=4)
+    run_in_subprocess(pytester, "-n", "2", "-k", "test_shared").assert_outcomes(passed=4)
     assert sorted(map(str, questions(folder / "shared.msgpack"))) == ["s0", "s1", "s2", "s3"]
 
 
@@ -448,6 +454,8 @@ def test_async_tests_under_pytest_asyncio_strict_mode_and_anyio(
 
 
 def test_markers_are_registered_with_their_signature(pytester: pytest.Pytester) -> None:
+    # The project's ini keeps pytest-asyncio's unset-loop-scope warning out of this interpreter.
+    pytester.makefile(".ini", pytest=INI.format(asyncio_mode="auto", extra=""))
     result = run(pytester, "--markers")
     result.stdout.fnmatch_lines(
         [

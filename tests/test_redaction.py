@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import pytest
@@ -18,13 +20,11 @@ from chunktape import (
     CassetteMeta,
     Completed,
     ErrorCode,
-    Event,
     Finish,
     FinishReason,
     GenerateOptions,
-    Interaction,
     LlmError,
-    Message,
+    Outcome,
     Raised,
     ReasoningBlock,
     ReasoningDelta,
@@ -43,7 +43,7 @@ from chunktape import (
 )
 from chunktape.cassettes.codec import journal_path
 from chunktape.cassettes.redaction import REDACTED, env_secrets, find_secrets
-from helpers import PacedAdapter, collect, options, paced, text_stream, tool_stream
+from helpers import PacedAdapter, collect, interaction_of, options, paced, text_stream, tool_stream
 
 DECLARED = "hunter2-very-secret-value"
 PATTERN_KEY = "sk-abcdefghijklmnopqrstuvwxyz012345"
@@ -146,17 +146,9 @@ def test_env_secrets_picks_credential_names_only() -> None:
 
 
 def test_redact_function_redacts_request_chunks_and_errors() -> None:
-    from chunktape import Cassette, Event, Interaction, Raised, RecordedRequest
-
     chunks = tool_stream("f", '{"k": "sk-abcdefghij', 'klmnopqrstuvwxyz012345"}')
-    interaction = Interaction(
-        request=RecordedRequest.from_options(
-            GenerateOptions(model="m", messages=[Message(role="user", content=f"key {DECLARED}")])
-        ),
-        events=[Event(t_ns=n, chunk=chunk) for n, chunk in enumerate(chunks)],
-        outcome=Raised(t_ns=9, code="PROVIDER_HTTP_ERROR", message=f"bad {DECLARED}"),
-    )
-    cassette = Cassette(interactions=[interaction])
+    raised = Raised(t_ns=9, code="PROVIDER_HTTP_ERROR", message=f"bad {DECLARED}")
+    cassette = _one(chunks, f"key {DECLARED}", raised, model="m")
     assert len(find_secrets(cassette, [DECLARED])) >= 3
     cleaned = redact(cassette, [DECLARED])
     assert find_secrets(cleaned, [DECLARED]) == []
@@ -181,19 +173,20 @@ async def test_redact_and_find_take_a_path_too(tmp_path: Path) -> None:
 # -- before it reaches disk: every place a credential can hide, with a cassette already on disk --------------
 
 
-def _leak(where: str, secret: str) -> tuple[PacedAdapter, GenerateOptions]:
-    """An adapter and request that put ``secret`` in one place: split over two text deltas, inside a tool
-    call's arguments (split too), in a request message, or in an error message."""
+def _leak(where: str, secret: str, *, declared: Sequence[str] = ()) -> tuple[PacedAdapter, GenerateOptions]:
+    """An adapter (declaring ``declared`` as its secrets) and request that put ``secret`` in one place: split
+    over two text deltas, inside a tool call's arguments (split too), in a request message, or in an error
+    message."""
     half = len(secret) // 2
     if where == "split-text":
-        return PacedAdapter(paced(text_stream("key: ", secret[:half], secret[half:]))), options()
+        return PacedAdapter(paced(text_stream("key: ", secret[:half], secret[half:])), secrets=declared), options()
     if where == "tool-argument":
         chunks = tool_stream("login", '{"token": "' + secret[:half], secret[half:] + '"}')
-        return PacedAdapter(paced(chunks)), options()
+        return PacedAdapter(paced(chunks), secrets=declared), options()
     if where == "request-message":
-        return PacedAdapter(paced(text_stream("ok"))), options(f"use {secret} please")
+        return PacedAdapter(paced(text_stream("ok")), secrets=declared), options(f"use {secret} please")
     error = LlmError(f"401: key {secret} is invalid", ErrorCode.PROVIDER_HTTP_ERROR, status=401)
-    return PacedAdapter(paced(text_stream("x")[:1]), error=error), options()
+    return PacedAdapter(paced(text_stream("x")[:1]), error=error, secrets=declared), options()
 
 
 WHERE = ["split-text", "tool-argument", "request-message", "error-message"]
@@ -222,8 +215,7 @@ async def test_a_key_is_refused_before_disk_and_the_cassette_on_disk_is_unchange
 @pytest.mark.parametrize("where", WHERE)
 async def test_a_declared_secret_anywhere_is_redacted_on_the_way_to_disk(tmp_path: Path, where: str) -> None:
     path = tmp_path / "c.json"
-    inner, request = _leak(where, DECLARED)
-    inner = PacedAdapter(inner._steps, error=inner._error, secrets=[DECLARED])
+    inner, request = _leak(where, DECLARED, declared=[DECLARED])
     await _record(path, inner, request)
     data = path.read_bytes()
     assert DECLARED[: len(DECLARED) // 2].encode() not in data
@@ -234,24 +226,14 @@ async def test_a_declared_secret_anywhere_is_redacted_on_the_way_to_disk(tmp_pat
 
 @pytest.mark.parametrize("where", WHERE)
 async def test_redact_removes_a_key_pattern_wherever_it_is(tmp_path: Path, where: str) -> None:
-    from chunktape import Cancelled, Cassette, Completed, Event, Interaction, Raised, RecordedRequest
-
     inner, request = _leak(where, PATTERN_KEY)
     chunks: list[StreamChunk] = []
-    outcome: Completed | Raised | Cancelled = Completed(t_ns=1)
+    outcome: Outcome = Completed(t_ns=1)
     try:
         chunks = await collect(inner.stream(request))
     except LlmError as error:
         outcome = Raised(t_ns=1, code=error.code.value, message=error.message, status=error.status)
-    cassette = Cassette(
-        interactions=[
-            Interaction(
-                request=RecordedRequest.from_options(request),
-                events=[Event(t_ns=n, chunk=chunk) for n, chunk in enumerate(chunks)],
-                outcome=outcome,
-            )
-        ]
-    )
+    cassette = _one(chunks, outcome=outcome, request=RecordedRequest.from_options(request))
     assert find_secrets(cassette)
     cleaned = redact(cassette)
     assert find_secrets(cleaned) == []
@@ -299,16 +281,9 @@ def test_no_cassette_in_the_repository_holds_a_key() -> None:
 # -- gaps the review found: finish details, escapes, ids, and matches that redaction itself creates ---------------
 
 
-def _one(chunks: list[StreamChunk], content: str = "x", outcome: object = None) -> Cassette:
-    return Cassette(
-        interactions=[
-            Interaction(
-                request=RecordedRequest.from_options(options(content)),
-                events=[Event(t_ns=n, chunk=chunk) for n, chunk in enumerate(chunks)],
-                outcome=outcome or Completed(t_ns=len(chunks)),  # type: ignore[arg-type]
-            )
-        ]
-    )
+def _one(chunks: list[StreamChunk], content: str = "x", outcome: Outcome | None = None, **fields: Any) -> Cassette:
+    """A one-interaction cassette, one chunk per nanosecond (see ``helpers.interaction`` for ``fields``)."""
+    return Cassette(interactions=[interaction_of(chunks, outcome, content=content, gap_ns=1, start_ns=0, **fields)])
 
 
 def test_a_secret_in_a_finish_detail_is_found_and_redacted() -> None:

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Coroutine
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import httpx
 import pytest
@@ -15,33 +13,21 @@ from chunktape import (
     Cancelled,
     Completed,
     ErrorCode,
-    Event,
     GenerateOptions,
-    Interaction,
     LlmError,
     Message,
     Raised,
-    RecordedRequest,
     StreamChunk,
     load_cassette,
 )
 from chunktape.http import render_sse
 from chunktape.providers import OpenAICompatAdapter
 from chunktape.wire.sse import SseEvent, parse_sse
-from helpers import text_stream
-from test_openai_chat import valid_streams as wire_streams
+from helpers import drain, interaction_of, recorded_request, run_sync, text_stream
+from strategies import wire_streams
 
 EXAMPLES = sorted((Path(__file__).resolve().parents[1] / "cassettes").glob("*.json"))
-REQUEST = RecordedRequest.from_options(GenerateOptions(model="m", messages=[Message(role="user", content="hi")]))
-T = TypeVar("T")
-
-
-def run_sync(coroutine: Coroutine[Any, Any, T]) -> T:
-    loop = asyncio.new_event_loop()
-    try:
-        return loop.run_until_complete(coroutine)
-    finally:
-        loop.close()
+REQUEST = recorded_request("hi", model="m")
 
 
 async def parse_with_adapter(body: bytes, model: str = "m") -> tuple[list[StreamChunk], LlmError | None]:
@@ -52,22 +38,8 @@ async def parse_with_adapter(body: bytes, model: str = "m") -> tuple[list[Stream
 
     async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as client:
         adapter = OpenAICompatAdapter("http://127.0.0.1:9", api_key="k", client=client)
-        chunks: list[StreamChunk] = []
         options = GenerateOptions(model=model, messages=[Message(role="user", content="hi")])
-        try:
-            async for chunk in adapter.stream(options):
-                chunks.append(chunk)
-        except LlmError as exc:
-            return chunks, exc
-    return chunks, None
-
-
-def interaction(chunks: list[StreamChunk], outcome: Any = None) -> Interaction:
-    return Interaction(
-        request=REQUEST,
-        events=[Event(t_ns=position, chunk=chunk) for position, chunk in enumerate(chunks)],
-        outcome=outcome or Completed(t_ns=len(chunks)),
-    )
+        return await drain(adapter.stream(options))
 
 
 def test_there_are_example_cassettes() -> None:
@@ -97,13 +69,13 @@ async def test_every_example_cassette_round_trips(path: Path) -> None:
 @settings(max_examples=60, deadline=None)
 @given(chunks=wire_streams())
 def test_valid_streams_round_trip(chunks: list[StreamChunk]) -> None:
-    decoded, error = run_sync(parse_with_adapter(render_sse(interaction(chunks))))
+    decoded, error = run_sync(parse_with_adapter(render_sse(interaction_of(chunks, request=REQUEST))))
     assert error is None
     assert decoded == chunks
 
 
 def test_the_body_looks_like_openai() -> None:
-    body = render_sse(interaction(text_stream("Hel", "lo")), model="gpt-x")
+    body = render_sse(interaction_of(text_stream("Hel", "lo"), request=REQUEST), model="gpt-x")
     items = parse_sse(body)
     assert all(isinstance(item, SseEvent) for item in items)
     assert items[-1] == SseEvent(data="[DONE]")
@@ -128,14 +100,14 @@ def test_the_body_looks_like_openai() -> None:
 )
 async def test_outcomes_mid_stream(outcome: Any, code: str, status: int | None) -> None:
     prefix = text_stream("Hel", "lo")[:2]
-    chunks, error = await parse_with_adapter(render_sse(interaction(prefix, outcome)))
+    chunks, error = await parse_with_adapter(render_sse(interaction_of(prefix, outcome, request=REQUEST)))
     assert chunks == prefix
     assert error is not None
     assert (error.code, error.status) == (code, status)
     if isinstance(outcome, Raised) and outcome.code == "PROVIDER_HTTP_ERROR":
         assert "Token limit reached" in error.message
     if isinstance(outcome, Cancelled):
-        assert b"[DONE]" not in render_sse(interaction(prefix, outcome))
+        assert b"[DONE]" not in render_sse(interaction_of(prefix, outcome, request=REQUEST))
 
 
 # -- Retry-After: robust headers, and carried in the body ------------------------------------------------
@@ -163,11 +135,8 @@ def test_error_headers_cap_a_huge_retry_after_and_the_body_carries_it() -> None:
 
 
 def test_an_in_band_error_event_carries_retry_after() -> None:
-    interaction = Interaction(
-        request=REQUEST,
-        events=[Event(t_ns=0, chunk=chunk) for chunk in text_stream("Hi")[:2]],
-        outcome=Raised(t_ns=1, code="PROVIDER_HTTP_ERROR", message="slow down", status=429, retry_after=2.5),
-    )
-    events = [item for item in parse_sse(render_sse(interaction)) if isinstance(item, SseEvent)]
+    raised = Raised(t_ns=1, code="PROVIDER_HTTP_ERROR", message="slow down", status=429, retry_after=2.5)
+    body = render_sse(interaction_of(text_stream("Hi")[:2], raised, request=REQUEST))
+    events = [item for item in parse_sse(body) if isinstance(item, SseEvent)]
     assert events[-1].data is not None
     assert '"retry_after":2.5' in events[-1].data

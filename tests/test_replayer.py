@@ -3,55 +3,34 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from chunktape import (
     AbortController,
     Cancelled,
-    Cassette,
     Completed,
     ErrorCode,
     Event,
     Finish,
     Interaction,
     LlmError,
-    Outcome,
     Raised,
     RecordedRequest,
     RecordingAdapter,
     ReplayAdapter,
-    StreamChunk,
     TextDelta,
     Timing,
     save_cassette,
 )
 from chunktape.faults import Disconnect, FailFirst, HttpError, Latency, Stall, Targeted
 from chunktape.providers import ScriptedAdapter, ScriptedError, ScriptedTurn
-from helpers import collect, collect_until_error, options, text_stream
+from helpers import cassette_of, collect, collect_until_error, interaction_of, options, text_stream
 
-
-def interaction(
-    chunks: Sequence[StreamChunk],
-    *,
-    content: str = "hello",
-    gap_ns: int = 100_000_000,
-    outcome: Outcome | None = None,
-    **fields: Any,
-) -> Interaction:
-    events = [Event(t_ns=gap_ns * (n + 1), chunk=chunk) for n, chunk in enumerate(chunks)]
-    return Interaction(
-        request=RecordedRequest.from_options(options(content, **fields)),
-        events=events,
-        outcome=outcome or Completed(t_ns=gap_ns * (len(chunks) + 1)),
-    )
-
-
-def cassette(*interactions: Interaction) -> Cassette:
-    return Cassette(interactions=list(interactions))
+# The recorded-timing tests read the gaps: one chunk every 100 ms.
+interaction = partial(interaction_of, gap_ns=100_000_000)
 
 
 # -- matching ----------------------------------------------------------------------------------------
@@ -59,7 +38,7 @@ def cassette(*interactions: Interaction) -> Cassette:
 
 async def test_replays_equal_chunks_from_a_cassette_object_or_a_path(tmp_path: Path) -> None:
     chunks = text_stream("a", "b")
-    tape = cassette(interaction(chunks))
+    tape = cassette_of(interaction(chunks))
     assert await collect(ReplayAdapter(tape).stream(options())) == chunks
     save_cassette(tape, tmp_path / "c.msgpack")
     assert await collect(ReplayAdapter(tmp_path / "c.msgpack").stream(options())) == chunks
@@ -90,13 +69,13 @@ async def test_identical_requests_replay_in_recorded_order(tmp_path: Path) -> No
 
 async def test_allow_repeats_plays_interactions_again() -> None:
     first, second = text_stream("one"), text_stream("two")
-    replay = ReplayAdapter(cassette(interaction(first), interaction(second)), allow_repeats=True)
+    replay = ReplayAdapter(cassette_of(interaction(first), interaction(second)), allow_repeats=True)
     got = [await collect(replay.stream(options())) for _ in range(5)]
     assert got == [first, second, first, second, first]
 
 
 async def test_a_mismatch_shows_the_closest_request_and_a_diff() -> None:
-    tape = cassette(
+    tape = cassette_of(
         interaction(text_stream("x"), content="what is the weather in Paris?", temperature=0.2),
         interaction(text_stream("y"), content="something else entirely", model="other-model"),
     )
@@ -115,7 +94,7 @@ async def test_a_mismatch_shows_the_closest_request_and_a_diff() -> None:
 
 async def test_match_on_by_name_and_by_callable() -> None:
     chunks = text_stream("a")
-    tape = cassette(interaction(chunks, content="recorded", temperature=0.1))
+    tape = cassette_of(interaction(chunks, content="recorded", temperature=0.1))
     by_model = ReplayAdapter(tape, match_on=["model"])
     assert await collect(by_model.stream(options("anything", temperature=0.9))) == chunks
 
@@ -132,7 +111,7 @@ async def test_match_on_by_name_and_by_callable() -> None:
 
 
 async def test_assert_all_played_lists_unplayed_interactions() -> None:
-    replay = ReplayAdapter(cassette(interaction(text_stream("a")), interaction(text_stream("b"), content="second")))
+    replay = ReplayAdapter(cassette_of(interaction(text_stream("a")), interaction(text_stream("b"), content="second")))
     await collect(replay.stream(options()))
     with pytest.raises(AssertionError, match=r"1 of 2 .* never played: #1 \(model 'test-model', last user message"):
         replay.assert_all_played()
@@ -141,7 +120,7 @@ async def test_assert_all_played_lists_unplayed_interactions() -> None:
 
 
 async def test_concurrent_replays_are_matched_independently() -> None:
-    tape = cassette(*(interaction(text_stream(f"answer {n}"), content=f"q{n}") for n in range(10)))
+    tape = cassette_of(*(interaction(text_stream(f"answer {n}"), content=f"q{n}") for n in range(10)))
     replay = ReplayAdapter(tape, timing=Timing.fixed(0.0, 0.0))
     results = await asyncio.gather(*(collect(replay.stream(options(f"q{n}"))) for n in (3, 1, 4, 5, 9, 2, 6)))
     assert results == [text_stream(f"answer {n}") for n in (3, 1, 4, 5, 9, 2, 6)]
@@ -154,7 +133,7 @@ async def test_a_recorded_error_is_raised_at_the_same_position() -> None:
     chunks = text_stream("a", "b")[:3]
     raised = Raised(t_ns=1, code="STREAM_ABORTED", message="connection reset", status=None, retry_after=None)
     got, error = await collect_until_error(
-        ReplayAdapter(cassette(interaction(chunks, outcome=raised))).stream(options())
+        ReplayAdapter(cassette_of(interaction(chunks, outcome=raised))).stream(options())
     )
     assert got == chunks
     assert (error.code, error.message) == (ErrorCode.STREAM_ABORTED, "connection reset")
@@ -163,7 +142,7 @@ async def test_a_recorded_error_is_raised_at_the_same_position() -> None:
 
 async def test_a_cut_short_recording_raises_exhausted_only_when_read_further() -> None:
     chunks = text_stream("a", "b")[:2]
-    tape = cassette(interaction(chunks, outcome=Cancelled(t_ns=5, reason="consumer closed the stream")))
+    tape = cassette_of(interaction(chunks, outcome=Cancelled(t_ns=5, reason="consumer closed the stream")))
     stream = ReplayAdapter(tape).stream(options())
     assert [await anext(stream), await anext(stream)] == chunks
     with pytest.raises(LlmError) as caught:
@@ -174,7 +153,7 @@ async def test_a_cut_short_recording_raises_exhausted_only_when_read_further() -
 
 async def test_an_unknown_recorded_code_becomes_invalid_response() -> None:
     raised = Raised(t_ns=1, code="FROM_THE_FUTURE", message="?")
-    _, error = await collect_until_error(ReplayAdapter(cassette(interaction([], outcome=raised))).stream(options()))
+    _, error = await collect_until_error(ReplayAdapter(cassette_of(interaction([], outcome=raised))).stream(options()))
     assert error.code is ErrorCode.INVALID_RESPONSE
     assert "FROM_THE_FUTURE" in error.message
 
@@ -194,7 +173,7 @@ async def test_recorded_timing_reproduces_first_chunk_delay_and_gaps() -> None:
     times = [400_000_000, 430_000_000, 1_430_000_000, 1_431_000_000, 1_500_000_000, 1_600_000_000, 1_700_000_000]
     events = [Event(t_ns=t, chunk=c) for t, c in zip(times, chunks, strict=True)]
     request = RecordedRequest.from_options(options())
-    tape = cassette(Interaction(request=request, events=events, outcome=Completed(t_ns=2_000_000_000)))
+    tape = cassette_of(Interaction(request=request, events=events, outcome=Completed(t_ns=2_000_000_000)))
     recorded = [t / 1e9 for t in times]
     assert await _arrivals(ReplayAdapter(tape, timing=Timing.recorded())) == pytest.approx(recorded, abs=1e-6)
     half = await _arrivals(ReplayAdapter(tape, timing=Timing.recorded(speed=2.0)))
@@ -203,7 +182,7 @@ async def test_recorded_timing_reproduces_first_chunk_delay_and_gaps() -> None:
 
 @pytest.mark.looptime
 async def test_fixed_and_instant_timing() -> None:
-    tape = cassette(interaction(text_stream("a", "b")))
+    tape = cassette_of(interaction(text_stream("a", "b")))
     fixed = await _arrivals(ReplayAdapter(tape, timing=Timing.fixed(1.0, 0.25)))
     assert fixed == pytest.approx([1.0, 1.25, 1.5, 1.75, 2.0, 2.25], abs=1e-6)
     assert await _arrivals(ReplayAdapter(tape)) == [0.0] * 6
@@ -220,7 +199,7 @@ def test_timing_rejects_nonsense() -> None:
 
 @pytest.mark.looptime
 async def test_task_cancellation_stops_replay_mid_sleep() -> None:
-    tape = cassette(interaction(text_stream("a", "b"), gap_ns=3_600_000_000_000))
+    tape = cassette_of(interaction(text_stream("a", "b"), gap_ns=3_600_000_000_000))
     replay = ReplayAdapter(tape, timing=Timing.recorded())
     loop = asyncio.get_running_loop()
     start = loop.time()
@@ -234,7 +213,7 @@ async def test_task_cancellation_stops_replay_mid_sleep() -> None:
 
 @pytest.mark.looptime
 async def test_an_abort_signal_stops_replay_mid_sleep() -> None:
-    tape = cassette(interaction(text_stream("a", "b"), gap_ns=60_000_000_000))
+    tape = cassette_of(interaction(text_stream("a", "b"), gap_ns=60_000_000_000))
     controller = AbortController()
     loop = asyncio.get_running_loop()
     start = loop.time()
@@ -248,7 +227,7 @@ async def test_an_abort_signal_stops_replay_mid_sleep() -> None:
 
 
 async def test_an_abort_signal_stops_instant_replay_between_chunks() -> None:
-    tape = cassette(interaction(text_stream("a", "b")))
+    tape = cassette_of(interaction(text_stream("a", "b")))
     controller = AbortController()
     stream = ReplayAdapter(tape).stream(options(signal=controller.signal))
     await anext(stream)
@@ -260,7 +239,7 @@ async def test_an_abort_signal_stops_instant_replay_between_chunks() -> None:
 
 @pytest.mark.looptime
 async def test_aclose_stops_a_timed_replay() -> None:
-    tape = cassette(interaction(text_stream("a", "b")))
+    tape = cassette_of(interaction(text_stream("a", "b")))
     stream = ReplayAdapter(tape, timing=Timing.recorded()).stream(options())
     await anext(stream)
     await stream.aclose()  # type: ignore[attr-defined]
@@ -274,7 +253,7 @@ async def test_aclose_stops_a_timed_replay() -> None:
 async def test_injected_failures_do_not_use_up_the_interaction() -> None:
     chunks = text_stream("a", "b")
     replay = ReplayAdapter(
-        cassette(interaction(chunks)),
+        cassette_of(interaction(chunks)),
         faults=[Targeted(HttpError(503), calls=[1]), Targeted(Disconnect(after_chunks=2), calls=[2])],
     )
     got, error = await collect_until_error(replay.stream(options()))
@@ -288,7 +267,7 @@ async def test_injected_failures_do_not_use_up_the_interaction() -> None:
 
 async def test_fail_first_over_one_interaction_fails_twice_then_succeeds() -> None:
     chunks = text_stream("a")
-    replay = ReplayAdapter(cassette(interaction(chunks)), faults=[FailFirst(2, HttpError(503))])
+    replay = ReplayAdapter(cassette_of(interaction(chunks)), faults=[FailFirst(2, HttpError(503))])
     for _ in range(2):
         _, error = await collect_until_error(replay.stream(options()))
         assert error.status == 503
@@ -301,7 +280,7 @@ async def test_fail_first_over_one_interaction_fails_twice_then_succeeds() -> No
 @pytest.mark.looptime
 async def test_a_completed_stall_serves_and_uses_up_the_interaction() -> None:
     chunks = text_stream("a", "b")
-    replay = ReplayAdapter(cassette(interaction(chunks)), faults=[Stall(after_chunks=1, seconds=30)])
+    replay = ReplayAdapter(cassette_of(interaction(chunks)), faults=[Stall(after_chunks=1, seconds=30)])
     loop = asyncio.get_running_loop()
     start = loop.time()
     assert await collect(replay.stream(options())) == chunks
@@ -311,13 +290,13 @@ async def test_a_completed_stall_serves_and_uses_up_the_interaction() -> None:
 
 def test_an_invalid_fault_is_refused_when_the_adapter_is_built() -> None:
     with pytest.raises(LlmError) as caught:
-        ReplayAdapter(cassette(), faults=("no-such-fault",))
+        ReplayAdapter(cassette_of(), faults=("no-such-fault",))
     assert caught.value.code is ErrorCode.INVALID_CONFIG
 
 
 async def test_replayed_chunks_are_the_recorded_objects_equal() -> None:
     delta = TextDelta(index=0, text="x")
-    tape = cassette(interaction([delta]))
+    tape = cassette_of(interaction([delta]))
     (got,) = await collect(ReplayAdapter(tape, timing=Timing.fixed(0, 0)).stream(options()))
     assert got == delta
 
@@ -325,7 +304,7 @@ async def test_replayed_chunks_are_the_recorded_objects_equal() -> None:
 @pytest.mark.looptime
 async def test_a_recorded_error_is_raised_at_its_recorded_time() -> None:
     raised = Raised(t_ns=2_500_000_000, code="PROVIDER_HTTP_ERROR", message="busy", status=503)
-    replay = ReplayAdapter(cassette(interaction([], outcome=raised)), timing=Timing.recorded())
+    replay = ReplayAdapter(cassette_of(interaction([], outcome=raised)), timing=Timing.recorded())
     loop = asyncio.get_running_loop()
     start = loop.time()
     _, error = await collect_until_error(replay.stream(options()))
@@ -343,7 +322,7 @@ async def test_a_recorded_error_is_raised_at_its_recorded_time() -> None:
     ids=["latency", "stall"],
 )
 async def test_fault_delays_shift_the_recorded_schedule(fault: Latency | Stall, expected_ms: list[int]) -> None:
-    replay = ReplayAdapter(cassette(interaction(text_stream("a", "b"))), timing=Timing.recorded(), faults=[fault])
+    replay = ReplayAdapter(cassette_of(interaction(text_stream("a", "b"))), timing=Timing.recorded(), faults=[fault])
     loop = asyncio.get_running_loop()
     start = loop.time()
     arrivals = [round((loop.time() - start) * 1000) async for _ in replay.stream(options())]
@@ -353,7 +332,7 @@ async def test_fault_delays_shift_the_recorded_schedule(fault: Latency | Stall, 
 @pytest.mark.parametrize("fault", [Latency(first_chunk_s=0, between_s=0), Stall(after_chunks=1, seconds=0)])
 async def test_a_consumer_stopping_at_finish_uses_up_a_slowed_interaction(fault: Latency | Stall) -> None:
     first, second = interaction(text_stream("first")), interaction(text_stream("second"))
-    replay = ReplayAdapter(cassette(first, second), faults=[fault])
+    replay = ReplayAdapter(cassette_of(first, second), faults=[fault])
     for expected in ("first", "second"):
         async for chunk in replay.stream(options()):
             if isinstance(chunk, Finish):

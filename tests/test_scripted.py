@@ -22,15 +22,12 @@ from chunktape import (
     UsageChunk,
     validate,
 )
-from chunktape.protocol import BlockEnd, TextDelta, ToolCallDelta
+from chunktape.protocol import TextDelta, ToolCallDelta
 from chunktape.providers import ScriptedAdapter, ScriptedError, ScriptedToolCall, ScriptedTurn
 from chunktape.providers.demo import DEMO_TURNS, demo_adapter
+from helpers import blocks, collect_until_error, stream_chunks
 
 OPTIONS = GenerateOptions(model="scripted-1", messages=[Message(role="user", content="hi")])
-
-
-async def collect(adapter: ScriptedAdapter, options: GenerateOptions = OPTIONS) -> list[StreamChunk]:
-    return [chunk async for chunk in adapter.stream(options)]
 
 
 async def test_a_turn_streams_reasoning_text_and_tool_calls_as_a_valid_sequence() -> None:
@@ -42,9 +39,9 @@ async def test_a_turn_streams_reasoning_text_and_tool_calls_as_a_valid_sequence(
             ScriptedToolCall(name="bash", arguments='{"command": "ls -la"}'),
         ],
     )
-    chunks = await collect(ScriptedAdapter([turn], args_piece=4))
+    chunks = await stream_chunks(ScriptedAdapter([turn], args_piece=4), OPTIONS)
     validate(chunks)
-    ends = [c.block for c in chunks if isinstance(c, BlockEnd)]
+    ends = blocks(chunks)
     assert [type(b).__name__ for b in ends] == ["ReasoningBlock", "TextBlock", "ToolCallBlock", "ToolCallBlock"]
     assert ends[1] == TextBlock(text="Calling two tools.")
     assert ends[2] == ToolCallBlock(id="call_a", name="read_file", arguments='{"path":"a.py"}')  # type: ignore[arg-type]
@@ -60,22 +57,22 @@ async def test_a_turn_streams_reasoning_text_and_tool_calls_as_a_valid_sequence(
 
 
 async def test_text_is_split_into_word_deltas() -> None:
-    chunks = await collect(ScriptedAdapter([ScriptedTurn(text="one two  three")]))
+    chunks = await stream_chunks(ScriptedAdapter([ScriptedTurn(text="one two  three")]), OPTIONS)
     assert [c.text for c in chunks if isinstance(c, TextDelta)] == ["one ", "two  ", "three"]
 
 
 async def test_every_demo_turn_is_valid() -> None:
     adapter = demo_adapter(first_chunk_s=0, between_s=0)
     for _ in DEMO_TURNS:
-        validate(await collect(adapter))
+        validate(await stream_chunks(adapter, OPTIONS))
 
 
 async def test_turns_serve_calls_in_order_then_run_out() -> None:
     adapter = ScriptedAdapter([ScriptedTurn(text="first"), ScriptedTurn(text="second")])
-    assert TextBlock(text="first") in [getattr(c, "block", None) for c in await collect(adapter)]
-    assert TextBlock(text="second") in [getattr(c, "block", None) for c in await collect(adapter)]
+    assert TextBlock(text="first") in [getattr(c, "block", None) for c in await stream_chunks(adapter, OPTIONS)]
+    assert TextBlock(text="second") in [getattr(c, "block", None) for c in await stream_chunks(adapter, OPTIONS)]
     with pytest.raises(LlmError) as raised:
-        await collect(adapter)
+        await stream_chunks(adapter, OPTIONS)
     assert raised.value.code is ErrorCode.SCRIPT_EXHAUSTED
     assert "call #3 but the script has only 2 turn(s)" in str(raised.value)
 
@@ -83,13 +80,13 @@ async def test_turns_serve_calls_in_order_then_run_out() -> None:
 async def test_cycle_and_callable_turns() -> None:
     cycling = ScriptedAdapter([ScriptedTurn(text="again")], cycle=True)
     for _ in range(3):
-        validate(await collect(cycling))
+        validate(await stream_chunks(cycling, OPTIONS))
 
     def respond(options: GenerateOptions, number: int) -> ScriptedTurn:
         return ScriptedTurn(text=f"{options.model} call {number}")
 
     echo = ScriptedAdapter(respond)
-    chunks = await collect(echo)
+    chunks = await stream_chunks(echo, OPTIONS)
     assert TextBlock(text="scripted-1 call 0") in [getattr(c, "block", None) for c in chunks]
 
 
@@ -140,17 +137,17 @@ async def test_task_cancellation_stops_the_stream() -> None:
 async def test_unsupported_options_are_refused_not_dropped() -> None:
     adapter = ScriptedAdapter([ScriptedTurn(text="x")], reasoning_options=[ReasoningOption(id="high")])
     with pytest.raises(LlmError) as raised:
-        await collect(adapter, GenerateOptions(model="m", messages=[], reasoning="max"))
+        await stream_chunks(adapter, GenerateOptions(model="m", messages=[], reasoning="max"))
     assert raised.value.code is ErrorCode.UNSUPPORTED_OPTION
     assert "'max' is not offered (offered: ['high'])" in str(raised.value)
     with pytest.raises(LlmError, match=r"extra fields \['logprobs'\]"):
-        await collect(adapter, GenerateOptions(model="m", messages=[], extra={"logprobs": True}))
-    validate(await collect(adapter, GenerateOptions(model="m", messages=[], reasoning="high")))
+        await stream_chunks(adapter, GenerateOptions(model="m", messages=[], extra={"logprobs": True}))
+    validate(await stream_chunks(adapter, GenerateOptions(model="m", messages=[], reasoning="high")))
 
 
 async def test_max_tokens_cuts_the_output_and_finishes_with_length() -> None:
     adapter = ScriptedAdapter([ScriptedTurn(text="one two three four five", tool_calls=[ScriptedToolCall(name="x")])])
-    chunks = await collect(adapter, GenerateOptions(model="m", messages=[], max_tokens=2))
+    chunks = await stream_chunks(adapter, GenerateOptions(model="m", messages=[], max_tokens=2))
     validate(chunks)
     assert [c.text for c in chunks if isinstance(c, TextDelta)] == ["one ", "two "]
     assert isinstance(chunks[-1], Finish)
@@ -162,13 +159,10 @@ async def test_a_scripted_error_is_raised_after_the_given_chunks() -> None:
         text="a b c",
         error=ScriptedError(message="slow down", status=429, retry_after=2.0, after_chunks=3),
     )
-    received: list[StreamChunk] = []
-    with pytest.raises(LlmError) as raised:
-        async for chunk in ScriptedAdapter([failing]).stream(OPTIONS):
-            received.append(chunk)
+    received, error = await collect_until_error(ScriptedAdapter([failing]).stream(OPTIONS))
     assert len(received) == 3
-    assert (raised.value.code, raised.value.status, raised.value.retry_after) == ("PROVIDER_HTTP_ERROR", 429, 2.0)
-    assert raised.value.recoverable
+    assert (error.code, error.status, error.retry_after) == ("PROVIDER_HTTP_ERROR", 429, 2.0)
+    assert error.recoverable
 
 
 def test_bad_construction_arguments_are_refused_with_invalid_config() -> None:

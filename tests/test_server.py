@@ -17,7 +17,6 @@ from chunktape import (
     Cassette,
     Completed,
     ErrorCode,
-    Event,
     GenerateOptions,
     Interaction,
     LlmError,
@@ -26,7 +25,6 @@ from chunktape import (
     ReasoningBlock,
     RecordedRequest,
     StreamChunk,
-    StreamValidator,
     TextBlock,
     ToolCallBlock,
     load_cassette,
@@ -36,7 +34,7 @@ from chunktape.http import SCENARIO_HEADER, ReplayServer, serve
 from chunktape.providers import OpenAICompatAdapter
 from chunktape.replayer import Timing
 from chunktape.wire.openai_chat import options_to_openai_request
-from helpers import text_stream
+from helpers import interaction_of, stream_outcome, text_stream
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "cassettes"
 DEMO = EXAMPLES / "demo-session.json"
@@ -47,18 +45,7 @@ INSTANT = Timing.instant()
 async def replay(
     server: ReplayServer, options: GenerateOptions, base: str = ""
 ) -> tuple[list[StreamChunk], LlmError | None]:
-    adapter = OpenAICompatAdapter(server.url + base, api_key="sk-test")
-    chunks: list[StreamChunk] = []
-    validator = StreamValidator()
-    try:
-        async for chunk in adapter.stream(options):
-            validator.feed(chunk)
-            chunks.append(chunk)
-    except LlmError as exc:
-        return chunks, exc
-    finally:
-        await adapter.aclose()
-    return chunks, None
+    return await stream_outcome(OpenAICompatAdapter(server.url + base, api_key="sk-test"), options)
 
 
 def check(recorded: Interaction, chunks: list[StreamChunk], error: LlmError | None) -> None:
@@ -357,17 +344,12 @@ def test_serve_announces_its_url(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def synthetic(*outcomes: Any) -> Cassette:
-    interactions = []
-    for number, outcome in enumerate(outcomes):
-        options = GenerateOptions(model="m", messages=[Message(role="user", content=f"question {number}")])
-        chunks = text_stream("Hel", "lo", " there")[:3]
-        interactions.append(
-            Interaction(
-                request=RecordedRequest.from_options(options),
-                events=[Event(t_ns=position * 1_000_000, chunk=chunk) for position, chunk in enumerate(chunks)],
-                outcome=outcome,
-            )
-        )
+    """One interaction per outcome, each a cut text stream (a chunk every millisecond) asked as "question N"."""
+    chunks = text_stream("Hel", "lo", " there")[:3]
+    interactions = [
+        interaction_of(chunks, outcome, content=f"question {number}", model="m", start_ns=0)
+        for number, outcome in enumerate(outcomes)
+    ]
     return Cassette(interactions=interactions)
 
 
@@ -428,17 +410,8 @@ def test_a_port_out_of_range_is_one_clear_error(port: int) -> None:
 @pytest.mark.parametrize("retry_after", [float("nan"), float("inf"), 1e300, 2.5])
 async def test_a_recorded_retry_after_of_any_value_is_an_answer_not_a_500(retry_after: float) -> None:
     options = GenerateOptions(model="m", messages=[Message(role="user", content="hi")])
-    cassette = Cassette(
-        interactions=[
-            Interaction(
-                request=RecordedRequest.from_options(options),
-                events=[],
-                outcome=Raised(
-                    t_ns=0, code="PROVIDER_HTTP_ERROR", message="slow down", status=429, retry_after=retry_after
-                ),
-            )
-        ]
-    )
+    raised = Raised(t_ns=0, code="PROVIDER_HTTP_ERROR", message="slow down", status=429, retry_after=retry_after)
+    cassette = Cassette(interactions=[interaction_of([], raised, request=RecordedRequest.from_options(options))])
     body = {**options_to_openai_request(options), "stream": True}
     async with ReplayServer(cassette, timing=INSTANT) as server, httpx.AsyncClient() as client:
         response = await client.post(server.url + "/v1/chat/completions", json=body)
@@ -552,15 +525,7 @@ async def test_without_streaming_a_recorded_stream_without_finish_is_a_502() -> 
     options = GenerateOptions(model="m", messages=[Message(role="user", content="hi")])
     chunks = text_stream("Hel", "lo")
     cut = [chunk for chunk in chunks if type(chunk).__name__ not in ("Finish", "UsageChunk")]
-    cassette = Cassette(
-        interactions=[
-            Interaction(
-                request=RecordedRequest.from_options(options),
-                events=[Event(t_ns=0, chunk=chunk) for chunk in cut],
-                outcome=Completed(t_ns=1),
-            )
-        ]
-    )
+    cassette = Cassette(interactions=[interaction_of(cut, request=RecordedRequest.from_options(options))])
     async with ReplayServer(cassette, timing=INSTANT) as server, httpx.AsyncClient() as client:
         response = await client.post(
             server.url + "/v1/chat/completions", json=options_to_openai_request(options) | {"stream": False}

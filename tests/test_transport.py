@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -13,15 +15,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from chunktape import (
-    Completed,
     ErrorCode,
-    Event,
     GenerateOptions,
-    Interaction,
     LlmError,
     Message,
     StreamChunk,
-    StreamValidator,
     validate,
 )
 from chunktape.faults import (
@@ -39,38 +37,28 @@ from chunktape.faults import (
 from chunktape.http import FaultTransport, render_sse
 from chunktape.providers import OpenAICompatAdapter
 from fake_provider import FakeProvider, FakeResponse, deepseek_parallel_tools, deepseek_reasoning_then_text
-from test_openai_chat import valid_streams as wire_streams
-from test_render_sse import REQUEST, run_sync
+from helpers import collect_until_error, drain, interaction_of, run_sync
+from strategies import wire_streams
 
 DEMO = Path(__file__).resolve().parents[1] / "cassettes" / "demo-session.json"
 OPTIONS = GenerateOptions(model="deepseek-chat", messages=[Message(role="user", content="weather in Beijing?")])
 
 
-def faulty_adapter(provider: FakeProvider, *faults: Fault | str, **kwargs: Any) -> OpenAICompatAdapter:
+@asynccontextmanager
+async def faulty_adapter(
+    provider: FakeProvider, *faults: Fault | str, **kwargs: Any
+) -> AsyncIterator[tuple[OpenAICompatAdapter, FaultTransport]]:
+    """An adapter whose client goes through a ``FaultTransport`` (both yielded), the client closed on exit."""
     transport = FaultTransport(httpx.AsyncHTTPTransport(), faults, dribble=kwargs.pop("dribble", None))
-    return OpenAICompatAdapter(provider.url, api_key="sk-test", client=httpx.AsyncClient(transport=transport), **kwargs)
-
-
-def transport_of(adapter: OpenAICompatAdapter) -> FaultTransport:
-    assert adapter._client is not None
-    transport = adapter._client._transport
-    assert isinstance(transport, FaultTransport)
-    return transport
+    async with httpx.AsyncClient(transport=transport) as client:
+        yield OpenAICompatAdapter(provider.url, api_key="sk-test", client=client, **kwargs), transport
 
 
 async def run(
     adapter: OpenAICompatAdapter, options: GenerateOptions = OPTIONS
 ) -> tuple[list[StreamChunk], LlmError | None]:
     """The chunks (checked incrementally: always a valid prefix) and the error the stream ended with."""
-    chunks: list[StreamChunk] = []
-    validator = StreamValidator()
-    try:
-        async for chunk in adapter.stream(options):
-            validator.feed(chunk)
-            chunks.append(chunk)
-    except LlmError as exc:
-        return chunks, exc
-    return chunks, None
+    return await drain(adapter.stream(options), validate=True)
 
 
 async def reference(provider: FakeProvider, body: bytes) -> list[StreamChunk]:
@@ -82,29 +70,18 @@ async def reference(provider: FakeProvider, body: bytes) -> list[StreamChunk]:
     return chunks
 
 
-@pytest.fixture
-async def close_clients() -> Any:
-    adapters: list[OpenAICompatAdapter] = []
-    yield adapters
-    for adapter in adapters:
-        if adapter._client is not None:
-            await adapter._client.aclose()
-
-
 async def test_no_fault_passes_the_stream_through(fake_provider: FakeProvider) -> None:
     expected = await reference(fake_provider, deepseek_parallel_tools())
     fake_provider.enqueue(FakeResponse(body=deepseek_parallel_tools()))
-    adapter = faulty_adapter(fake_provider, Targeted(fault=HttpError(status=500), calls=[2]))
-    async with adapter._client:  # type: ignore[union-attr]
+    async with faulty_adapter(fake_provider, Targeted(fault=HttpError(status=500), calls=[2])) as (adapter, transport):
         chunks, error = await run(adapter)
     assert error is None
     assert chunks == expected
-    assert transport_of(adapter).injected == [None]
+    assert transport.injected == [None]
 
 
 async def test_http_error_never_reaches_the_provider(fake_provider: FakeProvider) -> None:
-    adapter = faulty_adapter(fake_provider, "http-429")
-    async with adapter._client:  # type: ignore[union-attr]
+    async with faulty_adapter(fake_provider, "http-429") as (adapter, _):
         chunks, error = await run(adapter)
     assert chunks == []
     assert error is not None
@@ -130,8 +107,7 @@ async def test_disconnect_is_a_reset_mid_body(
 ) -> None:
     expected = await reference(fake_provider, deepseek_parallel_tools())
     fake_provider.enqueue(FakeResponse(body=deepseek_parallel_tools()))
-    adapter = faulty_adapter(fake_provider, fault)
-    async with adapter._client:  # type: ignore[union-attr]
+    async with faulty_adapter(fake_provider, fault) as (adapter, _):
         chunks, error = await run(adapter)
     assert error is not None
     assert error.code is ErrorCode.STREAM_ABORTED
@@ -145,8 +121,7 @@ async def test_disconnect_is_a_reset_mid_body(
 
 async def test_disconnect_after_seconds(fake_provider: FakeProvider) -> None:
     fake_provider.enqueue(FakeResponse(body=deepseek_reasoning_then_text(), stall=True))
-    adapter = faulty_adapter(fake_provider, Disconnect(after_s=0.05))
-    async with adapter._client:  # type: ignore[union-attr]
+    async with faulty_adapter(fake_provider, Disconnect(after_s=0.05)) as (adapter, _):
         _, error = await run(adapter)
     assert error is not None
     assert error.code is ErrorCode.STREAM_ABORTED
@@ -155,8 +130,7 @@ async def test_disconnect_after_seconds(fake_provider: FakeProvider) -> None:
 async def test_truncate_ends_the_body_without_done(fake_provider: FakeProvider) -> None:
     expected = await reference(fake_provider, deepseek_reasoning_then_text())
     fake_provider.enqueue(FakeResponse(body=deepseek_reasoning_then_text()))
-    adapter = faulty_adapter(fake_provider, Truncate(after_chunks=2))
-    async with adapter._client:  # type: ignore[union-attr]
+    async with faulty_adapter(fake_provider, Truncate(after_chunks=2)) as (adapter, _):
         chunks, error = await run(adapter)
     assert error is not None
     assert error.code is ErrorCode.STREAM_ABORTED
@@ -168,8 +142,7 @@ async def test_truncate_ends_the_body_without_done(fake_provider: FakeProvider) 
 @pytest.mark.parametrize("seed", [0, 1, 2, 3, 4, 5])
 async def test_corrupt_is_unparseable_data(fake_provider: FakeProvider, seed: int) -> None:
     fake_provider.enqueue(FakeResponse(body=deepseek_parallel_tools()))
-    adapter = faulty_adapter(fake_provider, Corrupt(kind="malformed-data", seed=seed))
-    async with adapter._client:  # type: ignore[union-attr]
+    async with faulty_adapter(fake_provider, Corrupt(kind="malformed-data", seed=seed)) as (adapter, _):
         _, error = await run(adapter)
     assert error is not None
     assert error.code is ErrorCode.INVALID_RESPONSE
@@ -177,8 +150,10 @@ async def test_corrupt_is_unparseable_data(fake_provider: FakeProvider, seed: in
 
 async def test_stall_trips_the_idle_timeout(fake_provider: FakeProvider) -> None:
     fake_provider.enqueue(FakeResponse(body=deepseek_reasoning_then_text()))
-    adapter = faulty_adapter(fake_provider, Stall(after_chunks=2, seconds=60), idle_timeout=0.2)
-    async with adapter._client:  # type: ignore[union-attr]
+    async with faulty_adapter(fake_provider, Stall(after_chunks=2, seconds=60), idle_timeout=0.2) as (
+        adapter,
+        _,
+    ):
         chunks, error = await run(adapter)
     assert error is not None
     assert error.code is ErrorCode.TIMEOUT
@@ -193,8 +168,7 @@ async def test_stall_trips_the_idle_timeout(fake_provider: FakeProvider) -> None
 async def test_slow_faults_deliver_the_whole_stream(fake_provider: FakeProvider, fault: Fault) -> None:
     expected = await reference(fake_provider, deepseek_parallel_tools())
     fake_provider.enqueue(FakeResponse(body=deepseek_parallel_tools()))
-    adapter = faulty_adapter(fake_provider, fault, dribble=2)
-    async with adapter._client:  # type: ignore[union-attr]
+    async with faulty_adapter(fake_provider, fault, dribble=2) as (adapter, _):
         chunks, error = await run(adapter)
     assert error is None
     validate(chunks)
@@ -204,8 +178,7 @@ async def test_slow_faults_deliver_the_whole_stream(fake_provider: FakeProvider,
 async def test_fail_first_then_success(fake_provider: FakeProvider) -> None:
     expected = await reference(fake_provider, deepseek_reasoning_then_text())
     fake_provider.enqueue(FakeResponse(body=deepseek_reasoning_then_text()))
-    adapter = faulty_adapter(fake_provider, FailFirst(n=2, fault=HttpError(status=503)))
-    async with adapter._client:  # type: ignore[union-attr]
+    async with faulty_adapter(fake_provider, FailFirst(n=2, fault=HttpError(status=503))) as (adapter, transport):
         for _ in range(2):
             _, error = await run(adapter)
             assert error is not None
@@ -213,21 +186,23 @@ async def test_fail_first_then_success(fake_provider: FakeProvider) -> None:
         chunks, error = await run(adapter)
     assert error is None
     assert chunks == expected
-    assert transport_of(adapter).injected == ["http-503", "http-503", None]
+    assert transport.injected == ["http-503", "http-503", None]
     assert len(fake_provider.requests) == 1
 
 
 async def test_targeted_reads_the_request_body(fake_provider: FakeProvider) -> None:
     fake_provider.enqueue(FakeResponse(body=deepseek_reasoning_then_text()))
-    adapter = faulty_adapter(fake_provider, Targeted(fault=HttpError(status=400), match="Beijing"))
     other = GenerateOptions(model="deepseek-chat", messages=[Message(role="user", content="hello")])
-    async with adapter._client:  # type: ignore[union-attr]
+    async with faulty_adapter(fake_provider, Targeted(fault=HttpError(status=400), match="Beijing")) as (
+        adapter,
+        transport,
+    ):
         _, error = await run(adapter)
         assert error is not None
         assert error.status == 400
         _, error = await run(adapter, other)
     assert error is None
-    assert transport_of(adapter).injected == ["http-400", None]
+    assert transport.injected == ["http-400", None]
 
 
 def test_chaos_is_reproducible_from_its_seed() -> None:
@@ -361,9 +336,7 @@ _QUICK_FAULTS = st.one_of(
 def test_any_fault_over_any_stream_gives_a_valid_prefix_and_a_documented_code(
     chunks: list[StreamChunk], fault: Fault, dribble: int | None
 ) -> None:
-    body = render_sse(
-        Interaction(request=REQUEST, events=[Event(t_ns=0, chunk=c) for c in chunks], outcome=Completed(t_ns=0))
-    )
+    body = render_sse(interaction_of(chunks))
 
     async def go() -> tuple[list[StreamChunk], LlmError | None]:
         transport = FaultTransport(mock_provider(body), [fault], dribble=dribble)
@@ -428,11 +401,8 @@ async def test_the_role_event_is_not_a_chunk_disconnect_after_first_chunk_delive
         return chunks
 
     async def at_chunk_level(fault: Disconnect) -> list[StreamChunk]:
-        chunks: list[StreamChunk] = []
-        with pytest.raises(LlmError) as info:
-            async for chunk in ReplayAdapter(demo, faults=[fault]).stream(options):
-                chunks.append(chunk)
-        assert info.value.code is ErrorCode.STREAM_ABORTED
+        chunks, error = await collect_until_error(ReplayAdapter(demo, faults=[fault]).stream(options))
+        assert error.code is ErrorCode.STREAM_ABORTED
         return chunks
 
     http_first = await over_http(Disconnect(after_chunks=1))

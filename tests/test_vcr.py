@@ -32,6 +32,7 @@ from fake_provider import (
     deepseek_reasoning_then_text,
     openai_usage_after_finish,
 )
+from helpers import drain
 
 KEY = "sk-vcr-secret-0123456789abcdef"
 OPTIONS = [
@@ -62,14 +63,7 @@ async def live_run(provider: FakeProvider) -> list[tuple[list[StreamChunk], LlmE
     results: list[tuple[list[StreamChunk], LlmError | None]] = []
     try:
         for options in OPTIONS:
-            chunks: list[StreamChunk] = []
-            try:
-                async for chunk in adapter.stream(options):
-                    chunks.append(chunk)
-            except LlmError as exc:
-                results.append((chunks, exc))
-            else:
-                results.append((chunks, None))
+            results.append(await drain(adapter.stream(options)))
     finally:
         await adapter.aclose()
     return results
@@ -104,15 +98,9 @@ async def test_vcrpy_round_trip(fake_provider: FakeProvider, tmp_path: Path) -> 
     # The imported cassette replays what the live run saw.
     replay = ReplayAdapter(cassette)
     for options, (chunks, error) in zip(OPTIONS, live, strict=True):
-        replayed: list[StreamChunk] = []
-        status: int | None = None
-        try:
-            async for chunk in replay.stream(options):
-                replayed.append(chunk)
-        except LlmError as exc:
-            status = exc.status
+        replayed, replay_error = await drain(replay.stream(options))
         assert replayed == chunks
-        assert status == (None if error is None else error.status)
+        assert (None if replay_error is None else replay_error.status) == (None if error is None else error.status)
 
 
 def test_vcr_config_defaults() -> None:
