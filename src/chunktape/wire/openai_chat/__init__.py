@@ -6,7 +6,14 @@ protocol the wire layer speaks has this shape; this package re-exports all three
 """
 
 from chunktape.wire.http_errors import error_from_payload, not_an_event_stream
-from chunktape.wire.openai_chat._fields import DONE, finish_from_wire, finish_to_wire, usage_from_wire, usage_to_wire
+from chunktape.wire.openai_chat._fields import (
+    DONE,
+    finish_from_wire,
+    finish_to_wire,
+    tool_call_to_wire,
+    usage_from_wire,
+    usage_to_wire,
+)
 from chunktape.wire.openai_chat.decoder import (
     ChatChunk,
     OpenAIChatDecoder,
@@ -54,6 +61,7 @@ __all__ = [
     "not_an_event_stream",
     "options_from_openai_request",
     "options_to_openai_request",
+    "tool_call_to_wire",
     "usage_from_wire",
     "usage_to_wire",
 ]

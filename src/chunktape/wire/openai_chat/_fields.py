@@ -8,9 +8,17 @@ from typing import Any
 
 import msgspec
 
-from chunktape.protocol import FinishKind, FinishReason, TokenUsage
+from chunktape.protocol import FinishKind, FinishReason, TokenUsage, ToolCallBlock
 
-__all__ = ["DONE", "WireUsage", "finish_from_wire", "finish_to_wire", "usage_from_wire", "usage_to_wire"]
+__all__ = [
+    "DONE",
+    "WireUsage",
+    "finish_from_wire",
+    "finish_to_wire",
+    "tool_call_to_wire",
+    "usage_from_wire",
+    "usage_to_wire",
+]
 
 DONE = "[DONE]"
 """The ``data:`` payload that ends an OpenAI stream."""
@@ -97,3 +105,8 @@ def usage_to_wire(usage: TokenUsage) -> dict[str, Any]:
     if usage.reasoning_tokens is not None:
         wire["completion_tokens_details"] = {"reasoning_tokens": usage.reasoning_tokens}
     return wire
+
+
+def tool_call_to_wire(call: ToolCallBlock) -> dict[str, Any]:
+    """A complete tool call as an assistant message lists it (in a request's history or a completion)."""
+    return {"id": call.id, "type": "function", "function": {"name": call.name, "arguments": call.arguments}}

@@ -14,6 +14,7 @@ import msgspec
 
 from chunktape.errors import ErrorCode, LlmError
 from chunktape.protocol import CallId, GenerateOptions, Message, Role, ToolCallBlock, ToolSpec
+from chunktape.wire.openai_chat._fields import tool_call_to_wire
 
 __all__ = [
     "DEEPSEEK_REASONING",
@@ -55,10 +56,7 @@ def message_to_openai(message: Message) -> dict[str, Any]:
     if message.tool_calls:
         if message.role != "assistant":
             raise LlmError(f"tool_calls on a {message.role} message", ErrorCode.UNSUPPORTED_OPTION)
-        wire["tool_calls"] = [
-            {"id": call.id, "type": "function", "function": {"name": call.name, "arguments": call.arguments}}
-            for call in message.tool_calls
-        ]
+        wire["tool_calls"] = [tool_call_to_wire(call) for call in message.tool_calls]
         if message.reasoning_content is not None:
             wire["reasoning_content"] = message.reasoning_content
     return wire
