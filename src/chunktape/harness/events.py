@@ -155,34 +155,31 @@ class Transcript(msgspec.Struct, kw_only=True):
 async def collect(events: AsyncIterable[HarnessEvent]) -> Transcript:
     """Consume a harness stream or an agent run; text of an attempt that was retried is dropped, never duplicated."""
     transcript = Transcript()
-    turns: list[ReplyBuilder] = []  # the folds of finished turns, which no later retry supersedes
-    attempt = ReplyBuilder()  # the fold of the attempt still going
-    kept_calls = 0
+    output: list[StreamChunk] = []  # the text and reasoning that count so far, folded at the end
+    kept = (0, 0)  # output and tool calls of finished turns, which no later retry supersedes
     async for event in events:
         transcript.events.append(event)
         match event:
             case TextEvent() | ReasoningEvent():
-                attempt.feed(_as_chunk(event))
+                output.append(_as_chunk(event))
             case ToolCallEvent():
                 transcript.tool_calls.append(event)
             case ToolResultEvent():
                 transcript.tool_results.append(event)
             case TurnEvent():
                 transcript.turns.append(event)
-                turns.append(attempt)
-                attempt = ReplyBuilder()
-                kept_calls = len(transcript.tool_calls)
+                kept = (len(output), len(transcript.tool_calls))
             case ErrorEvent():
                 transcript.errors.append(event)
                 if event.will_retry:
-                    attempt = ReplyBuilder()
-                    del transcript.tool_calls[kept_calls:]
+                    del output[kept[0] :], transcript.tool_calls[kept[1] :]
             case DoneEvent():
                 transcript.done = event
             case _:
                 assert_never(event)
-    transcript.text = "".join(fold.text for fold in (*turns, attempt))
-    transcript.reasoning = "".join(fold.reasoning for fold in (*turns, attempt))
+    fold = ReplyBuilder(output)
+    transcript.text = fold.text
+    transcript.reasoning = fold.reasoning
     return transcript
 
 
