@@ -210,29 +210,36 @@ class Reply(_Wire, frozen=True, kw_only=True):
 
 
 class ReplyBuilder:
-    """The protocol-level fold of a chunk stream into a ``Reply``: ``feed`` each chunk, then ``reply()``.
+    """The fold of a chunk stream into a ``Reply``, written once: ``feed`` each chunk, then ``reply()``.
 
-    It reads the complete blocks of the block-ends (the protocol's own totals), the usage and the finish;
-    it does not validate the stream (``StreamValidator`` does that).
+    What the stream has said so far can be read at any time, also from a stream cut short or one that
+    raised (``text``, ``reasoning``, ``tool_calls``, ``usage``, ``finish``): text and reasoning are their
+    deltas joined, so a block cut mid-way still shows what came; tool calls are the complete blocks of their
+    block-ends; usage and finish are the last ones seen. It does not validate the stream (``StreamValidator``
+    does that); for a valid stream the deltas and the block-ends agree.
     """
 
     __slots__ = ("_finish", "_reasoning", "_text", "_tool_calls", "_usage", "chunks")
 
-    def __init__(self) -> None:
+    def __init__(self, chunks: Iterable[StreamChunk] = ()) -> None:
+        """Start a fold, fed with ``chunks`` (e.g. a recorded interaction's) if given."""
         self._text: list[str] = []
         self._reasoning: list[str] = []
         self._tool_calls: list[ToolCallBlock] = []
         self._usage: TokenUsage | None = None
         self._finish: FinishReason | None = None
         self.chunks = 0
+        """How many chunks were fed."""
+        for chunk in chunks:
+            self.feed(chunk)
 
     def feed(self, chunk: StreamChunk) -> None:
         self.chunks += 1
         match chunk:
-            case BlockEnd(block=TextBlock() as block):
-                self._text.append(block.text)
-            case BlockEnd(block=ReasoningBlock() as block):
-                self._reasoning.append(block.text)
+            case TextDelta():
+                self._text.append(chunk.text)
+            case ReasoningDelta():
+                self._reasoning.append(chunk.text)
             case BlockEnd(block=ToolCallBlock() as block):
                 self._tool_calls.append(block)
             case UsageChunk():
@@ -242,6 +249,30 @@ class ReplyBuilder:
             case _:
                 pass
 
+    @property
+    def text(self) -> str:
+        """The answer text so far."""
+        return "".join(self._text)
+
+    @property
+    def reasoning(self) -> str:
+        """The reasoning so far."""
+        return "".join(self._reasoning)
+
+    @property
+    def tool_calls(self) -> list[ToolCallBlock]:
+        """The tool calls completed so far, in stream order (a new list each time)."""
+        return list(self._tool_calls)
+
+    @property
+    def usage(self) -> TokenUsage | None:
+        return self._usage
+
+    @property
+    def finish(self) -> FinishReason | None:
+        """None until the finish chunk came."""
+        return self._finish
+
     def reply(self) -> Reply:
         """The reply; raises ``STREAM_ABORTED`` when the stream ended without its finish chunk (cut off)."""
         if self._finish is None:
@@ -250,9 +281,9 @@ class ReplyBuilder:
                 ErrorCode.STREAM_ABORTED,
             )
         return Reply(
-            text="".join(self._text),
-            reasoning="".join(self._reasoning),
-            tool_calls=list(self._tool_calls),
+            text=self.text,
+            reasoning=self.reasoning,
+            tool_calls=self.tool_calls,
             usage=self._usage,
             finish=self._finish,
         )
@@ -260,10 +291,7 @@ class ReplyBuilder:
     @classmethod
     def fold(cls, chunks: Iterable[StreamChunk]) -> Reply:
         """The reply of a complete chunk sequence (e.g. a recorded interaction's chunks)."""
-        builder = cls()
-        for chunk in chunks:
-            builder.feed(chunk)
-        return builder.reply()
+        return cls(chunks).reply()
 
 
 # -- adapters ----------------------------------------------------------------------------------

@@ -25,15 +25,7 @@ from chunktape.cassettes.model import (
     request_fingerprint,
 )
 from chunktape.errors import LlmError, ProtocolViolation
-from chunktape.protocol import (
-    BlockEnd,
-    Finish,
-    ReasoningDelta,
-    TextDelta,
-    TokenUsage,
-    ToolCallBlock,
-    UsageChunk,
-)
+from chunktape.protocol import Finish, ReplyBuilder, TokenUsage
 from chunktape.validation import _short, validate
 
 __all__ = [
@@ -92,19 +84,7 @@ def summarize(interaction: Interaction, index: int = 0) -> InteractionSummary:
     """The summary of ``interaction`` (``index`` is its position in the cassette)."""
     request = interaction.request
     last_user = next((m.content or "" for m in reversed(request.messages) if m.role == "user"), "")
-    text: list[str] = []
-    reasoning: list[str] = []
-    tools: list[str] = []
-    usage: TokenUsage | None = None
-    for chunk in interaction.chunks:
-        if type(chunk) is TextDelta:
-            text.append(chunk.text)
-        elif type(chunk) is ReasoningDelta:
-            reasoning.append(chunk.text)
-        elif type(chunk) is BlockEnd and type(chunk.block) is ToolCallBlock:
-            tools.append(f"{chunk.block.name}({chunk.block.arguments})")
-        elif type(chunk) is UsageChunk:
-            usage = chunk.usage
+    fold = ReplyBuilder(interaction.chunks)
     events = interaction.events
     return InteractionSummary(
         index=index,
@@ -114,11 +94,11 @@ def summarize(interaction: Interaction, index: int = 0) -> InteractionSummary:
         chunks=len(events),
         first_chunk_s=events[0].t_ns / 1e9 if events else None,
         duration_s=interaction.outcome.t_ns / 1e9,
-        usage=usage,
+        usage=fold.usage,
         outcome=describe_outcome(interaction),
-        text="".join(text),
-        reasoning="".join(reasoning),
-        tool_calls=tools,
+        text=fold.text,
+        reasoning=fold.reasoning,
+        tool_calls=[f"{call.name}({call.arguments})" for call in fold.tool_calls],
         attempt=interaction.attempt,
     )
 

@@ -105,12 +105,13 @@ class _Session:
             return shown
         finally:
             printer.done()
+        said = printer.reply
         reply = Message(
             role="assistant",
-            content="".join(printer.text) or None,
-            tool_calls=printer.tool_calls,
+            content=said.text or None,
+            tool_calls=said.tool_calls,
             # DeepSeek wants the reasoning back only on tool-call turns.
-            reasoning_content=("".join(printer.reasoning) or None) if printer.tool_calls else None,
+            reasoning_content=(said.reasoning or None) if said.tool_calls else None,
         )
         self.add(reply)
         return None

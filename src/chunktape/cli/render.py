@@ -15,6 +15,7 @@ from chunktape.protocol import (
     BlockStart,
     Finish,
     ReasoningDelta,
+    ReplyBuilder,
     StreamChunk,
     TextDelta,
     TokenUsage,
@@ -43,15 +44,15 @@ def _seconds(value: float | None) -> str:
 
 
 class ChunkPrinter:
-    """Prints a stream as it arrives: text plain, reasoning dimmed, tool calls, usage and how it ended."""
+    """Prints a stream as it arrives: text plain, reasoning dimmed, tool calls, usage and how it ended.
+
+    ``reply`` is the fold of what was printed, also when the stream broke off mid-way.
+    """
 
     def __init__(self, console: Console) -> None:
         self.console = console
         self._column = 0
-        self.text: list[str] = []
-        self.reasoning: list[str] = []
-        self.tool_calls: list[ToolCallBlock] = []
-        self.usage: TokenUsage | None = None
+        self.reply = ReplyBuilder()
 
     def _write(self, text: str, style: str = "") -> None:
         self.console.print(Text(text, style=style), end="", soft_wrap=True)
@@ -63,6 +64,7 @@ class ChunkPrinter:
             self._write("\n")
 
     def feed(self, chunk: StreamChunk) -> None:
+        self.reply.feed(chunk)
         match chunk:
             case BlockStart(block_type="reasoning"):
                 self._newline()
@@ -72,10 +74,8 @@ class ChunkPrinter:
             case BlockStart():
                 self._newline()
             case TextDelta():
-                self.text.append(chunk.text)
                 self._write(chunk.text)
             case ReasoningDelta():
-                self.reasoning.append(chunk.text)
                 self._write(chunk.text, "dim")
             case ToolCallDelta():
                 if chunk.name is not None:
@@ -83,12 +83,10 @@ class ChunkPrinter:
                 self._write(chunk.arguments_delta, "cyan")
             case BlockEnd():
                 if type(chunk.block) is ToolCallBlock:
-                    self.tool_calls.append(chunk.block)
                     self._write(")", "bold cyan")
                     self._write(f"  [{chunk.block.id}]", "dim")
                 self._newline()
             case UsageChunk():
-                self.usage = chunk.usage
                 self._newline()
                 self._write(f"usage: {format_usage(chunk.usage)}\n", "dim")
             case Finish():

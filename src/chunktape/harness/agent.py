@@ -30,19 +30,12 @@ from chunktape.harness.events import (
     ToolCallEvent,
     ToolResultEvent,
     TurnEvent,
+    turn_reply,
 )
 from chunktape.harness.metrics import StreamMetrics, StreamObserver
 from chunktape.harness.retry import RetryPolicy, stream_with_retry
 from chunktape.harness.tools import Tool, ToolRunner
-from chunktape.protocol import (
-    CallId,
-    FinishReason,
-    GenerateOptions,
-    LlmAdapter,
-    Message,
-    Reply,
-    ToolCallBlock,
-)
+from chunktape.protocol import GenerateOptions, LlmAdapter, Message
 
 __all__ = ["run_agent"]
 
@@ -142,13 +135,7 @@ def _turn_messages(
     results: list[ToolResultEvent | None],
 ) -> list[Message]:
     """The assistant turn with its tool calls, then one ``tool`` message per call, in call order."""
-    reply = Reply(
-        text="".join(event.text for event in output if isinstance(event, TextEvent)),
-        reasoning="".join(event.text for event in output if isinstance(event, ReasoningEvent)),
-        tool_calls=[ToolCallBlock(id=CallId(call.id), name=call.name, arguments=call.raw_arguments) for call in calls],
-        usage=done.usage,
-        finish=FinishReason(kind=done.finish or "tool-calls"),
-    )
+    reply = turn_reply([*output, *calls], done)
     tool_messages = [
         Message(role="tool", tool_call_id=result.tool_call_id, content=result.content)
         for result in results

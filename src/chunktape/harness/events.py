@@ -17,14 +17,28 @@ one ``DoneEvent`` for the whole run. A retry then supersedes only the output of 
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterable
+from collections.abc import AsyncIterable, Iterable
 from typing import Any, Literal, TypeAlias, assert_never
 
 import msgspec
 
 from chunktape.errors import LlmError
 from chunktape.harness.metrics import StreamMetrics
-from chunktape.protocol import FinishKind, TokenUsage
+from chunktape.protocol import (
+    BlockEnd,
+    CallId,
+    Finish,
+    FinishKind,
+    FinishReason,
+    ReasoningDelta,
+    Reply,
+    ReplyBuilder,
+    StreamChunk,
+    TextDelta,
+    TokenUsage,
+    ToolCallBlock,
+    UsageChunk,
+)
 
 __all__ = [
     "DoneEvent",
@@ -38,6 +52,7 @@ __all__ = [
     "Transcript",
     "TurnEvent",
     "collect",
+    "turn_reply",
 ]
 
 DoneReason: TypeAlias = Literal["stop", "tool_use", "length", "cancel", "error"]
@@ -140,31 +155,52 @@ class Transcript(msgspec.Struct, kw_only=True):
 async def collect(events: AsyncIterable[HarnessEvent]) -> Transcript:
     """Consume a harness stream or an agent run; text of an attempt that was retried is dropped, never duplicated."""
     transcript = Transcript()
-    text: list[str] = []
-    reasoning: list[str] = []
-    kept = (0, 0, 0)  # text, reasoning and tool calls of finished turns, which no later retry supersedes
+    output: list[StreamChunk] = []  # the text and reasoning that count so far, folded at the end
+    kept = (0, 0)  # output and tool calls of finished turns, which no later retry supersedes
     async for event in events:
         transcript.events.append(event)
         match event:
-            case TextEvent():
-                text.append(event.text)
-            case ReasoningEvent():
-                reasoning.append(event.text)
+            case TextEvent() | ReasoningEvent():
+                output.append(_as_chunk(event))
             case ToolCallEvent():
                 transcript.tool_calls.append(event)
             case ToolResultEvent():
                 transcript.tool_results.append(event)
             case TurnEvent():
                 transcript.turns.append(event)
-                kept = (len(text), len(reasoning), len(transcript.tool_calls))
+                kept = (len(output), len(transcript.tool_calls))
             case ErrorEvent():
                 transcript.errors.append(event)
                 if event.will_retry:
-                    del text[kept[0] :], reasoning[kept[1] :], transcript.tool_calls[kept[2] :]
+                    del output[kept[0] :], transcript.tool_calls[kept[1] :]
             case DoneEvent():
                 transcript.done = event
             case _:
                 assert_never(event)
-    transcript.text = "".join(text)
-    transcript.reasoning = "".join(reasoning)
+    fold = ReplyBuilder(output)
+    transcript.text = fold.text
+    transcript.reasoning = fold.reasoning
     return transcript
+
+
+def _as_chunk(event: TextEvent | ReasoningEvent | ToolCallEvent) -> StreamChunk:
+    """The chunk an output event stands for, so harness events fold with the protocol's ``ReplyBuilder``."""
+    match event:
+        case TextEvent():
+            return TextDelta(index=event.index, text=event.text)
+        case ReasoningEvent():
+            return ReasoningDelta(index=event.index, text=event.text)
+        case ToolCallEvent():
+            block = ToolCallBlock(id=CallId(event.id), name=event.name, arguments=event.raw_arguments)
+            return BlockEnd(index=event.index, block=block)
+        case _:
+            assert_never(event)
+
+
+def turn_reply(output: Iterable[TextEvent | ReasoningEvent | ToolCallEvent], done: DoneEvent) -> Reply:
+    """The reply of one model turn: its output events (of the attempt that counted) folded, with its usage and end."""
+    fold = ReplyBuilder(_as_chunk(event) for event in output)
+    if done.usage is not None:
+        fold.feed(UsageChunk(usage=done.usage))
+    fold.feed(Finish(reason=FinishReason(kind=done.finish or "tool-calls")))
+    return fold.reply()

@@ -18,7 +18,7 @@ from typing import Any
 
 from chunktape.cassettes.model import Cancelled, Completed, Interaction, Outcome, Raised
 from chunktape.errors import ErrorCode, LlmError
-from chunktape.protocol import BlockEnd, Finish, ReasoningBlock, StreamChunk, TextBlock, ToolCallBlock, UsageChunk
+from chunktape.protocol import ReplyBuilder, StreamChunk
 from chunktape.secrets import redact_text
 from chunktape.wire.http_errors import clamp_retry_after
 from chunktape.wire.openai_chat import (
@@ -26,6 +26,7 @@ from chunktape.wire.openai_chat import (
     OpenAIChatEncoder,
     data_event,
     finish_to_wire,
+    tool_call_to_wire,
     usage_to_wire,
 )
 
@@ -157,39 +158,32 @@ def render_sse(interaction: Interaction, *, model: str | None = None) -> bytes:
 
 
 def completion_from_chunks(chunks: Iterable[StreamChunk], *, model: str, id: str = "chatcmpl-chunktape") -> Any:
-    """A non-streamed ``chat.completion`` object assembled from a chunk stream."""
-    texts: list[str] = []
-    reasoning: list[str] = []
-    calls: list[dict[str, Any]] = []
-    finish: str | None = None
-    usage: dict[str, Any] | None = None
-    for chunk in chunks:
-        if isinstance(chunk, BlockEnd):
-            block = chunk.block
-            if isinstance(block, TextBlock):
-                texts.append(block.text)
-            elif isinstance(block, ReasoningBlock):
-                reasoning.append(block.text)
-            elif isinstance(block, ToolCallBlock):
-                calls.append(
-                    {"id": block.id, "type": "function", "function": {"name": block.name, "arguments": block.arguments}}
-                )
-        elif isinstance(chunk, UsageChunk):
-            usage = usage_to_wire(chunk.usage)
-        elif isinstance(chunk, Finish):
-            finish = finish_to_wire(chunk.reason)
-    message: dict[str, Any] = {"role": "assistant", "content": "".join(texts) if texts or not calls else None}
-    if reasoning:
-        message["reasoning_content"] = "".join(reasoning)
+    """A non-streamed ``chat.completion`` object: the reply the chunks fold into (``ReplyBuilder``), on the wire.
+
+    A stream without a finish chunk gives ``finish_reason: null``.
+    """
+    fold = ReplyBuilder(chunks)
+    text, calls = fold.text, fold.tool_calls
+    message: dict[str, Any] = {"role": "assistant", "content": text if text or not calls else None}
+    if fold.reasoning:
+        message["reasoning_content"] = fold.reasoning
     if calls:
-        message["tool_calls"] = calls
+        message["tool_calls"] = [tool_call_to_wire(call) for call in calls]
+    finish = fold.finish
     body: dict[str, Any] = {
         "id": id,
         "object": "chat.completion",
         "created": 0,
         "model": model,
-        "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": finish}],
+        "choices": [
+            {
+                "index": 0,
+                "message": message,
+                "logprobs": None,
+                "finish_reason": None if finish is None else finish_to_wire(finish),
+            }
+        ],
     }
-    if usage is not None:
-        body["usage"] = usage
+    if fold.usage is not None:
+        body["usage"] = usage_to_wire(fold.usage)
     return body

@@ -1,10 +1,17 @@
-"""The OpenAI-compatible wire format, written once: lossless SSE and chat-completion chunk JSON <-> StreamChunk.
+"""The wire formats, written once: lossless SSE, provider errors, and each protocol <-> StreamChunk.
 
-Imports only ``protocol`` and ``errors``; the adapter, the replay server, ``render_sse`` and the vcrpy import
-all sit above it.
+``sse`` and ``http_errors`` are protocol-neutral. Each protocol is a package of a decoder, an encoder and a
+request codec (``openai_chat``: OpenAI chat completions). Imports only ``protocol`` and ``errors``; the
+adapter, the replay server, ``render_sse`` and the vcrpy import all sit above it.
 """
 
-from chunktape.wire.http_errors import error_from_payload, http_error, parse_retry_after, retry_after_from_headers
+from chunktape.wire.http_errors import (
+    error_from_payload,
+    http_error,
+    not_an_event_stream,
+    parse_retry_after,
+    retry_after_from_headers,
+)
 from chunktape.wire.openai_chat import (
     REASONING_FIELDS,
     OpenAIChatDecoder,
@@ -13,7 +20,6 @@ from chunktape.wire.openai_chat import (
     chunks_to_openai_events,
     decode_openai_completion,
     decode_openai_sse,
-    not_an_event_stream,
     options_from_openai_request,
     options_to_openai_request,
 )

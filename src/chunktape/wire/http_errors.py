@@ -2,7 +2,7 @@
 
 The adapter (live responses) and the vcrpy import (recorded ones) both use ``http_error``; the chunk decoder
 uses ``error_from_payload`` for in-band errors; anything that reads a ``Retry-After`` value uses
-``parse_retry_after``.
+``parse_retry_after``. ``not_an_event_stream`` and ``snippet`` serve every streamed protocol alike.
 """
 
 from __future__ import annotations
@@ -25,9 +25,11 @@ __all__ = [
     "error_from_payload",
     "header_value",
     "http_error",
+    "not_an_event_stream",
     "parse_retry_after",
     "parse_retry_after_ms",
     "retry_after_from_headers",
+    "snippet",
 ]
 
 MAX_RETRY_AFTER = 86_400.0
@@ -194,3 +196,31 @@ def http_error(
         text = body.decode(errors="replace").strip()
         message = f"{who} answered HTTP {status}" + (f": {text[:500]}" if text else "")
     return LlmError(message, ErrorCode.PROVIDER_HTTP_ERROR, status=status, retry_after=retry_after)
+
+
+def not_an_event_stream(
+    body: bytes, content_type: str | None, *, who: str = "the provider", streams: str = "chat completions"
+) -> LlmError:
+    """A 2xx body that held no SSE at all (an HTML page, a proxy's login form): ``INVALID_RESPONSE`` with a snippet.
+
+    A JSON error object (whatever the content type) becomes ``error_from_payload``'s error instead. ``streams``
+    names what the endpoint should have streamed, for the hint.
+    """
+    try:
+        payload: Any = _any_decoder.decode(body)
+    except msgspec.DecodeError:
+        payload = None
+    if isinstance(payload, dict) and payload.get("error") is not None:
+        return error_from_payload(payload, what=f"{who} answered with an error")
+    kind = content_type or "no content-type"
+    return LlmError(
+        f"{who} answered with something that is not an event stream ({kind}): {snippet(body, 200)}",
+        ErrorCode.INVALID_RESPONSE,
+        hint=f"check the base URL (a proxy or login page?) and that the endpoint streams {streams}",
+    )
+
+
+def snippet(data: str | bytes, limit: int = 120) -> str:
+    """The start of a body or payload, quoted, for an error message (bytes decoded leniently)."""
+    text = data.decode(errors="replace") if isinstance(data, bytes) else data
+    return repr(text if len(text) <= limit else text[: limit - 3] + "...")

@@ -1,6 +1,6 @@
-"""The OpenAI-compatible ``chat.completion.chunk`` format in both directions, written once.
+"""The decoder of OpenAI chat completions (provider -> us): ``chat.completion.chunk`` JSON and SSE -> StreamChunk.
 
-Decoding (provider -> us): ``OpenAIChatDecoder`` turns chunk JSON into a *valid* StreamChunk sequence:
+``OpenAIChatDecoder`` turns chunk JSON into a *valid* StreamChunk sequence:
 
 - ``delta.reasoning_content`` (DeepSeek) or ``delta.reasoning`` (OpenRouter, Groq) -> a reasoning block,
   ``delta.content`` -> a text block; empty strings, ``null`` and ``delta: {}`` are ignored. A ``content`` that is
@@ -23,18 +23,12 @@ Decoding (provider -> us): ``OpenAIChatDecoder`` turns chunk JSON into a *valid*
   ``status_code``), else ``STREAM_ABORTED`` (the provider gave up mid-stream; a retry may help).
   Unparseable data raises ``INVALID_RESPONSE``.
 
-Encoding (us -> wire): ``chunks_to_openai_dicts`` / ``chunks_to_openai_events`` render a chunk stream as an
-OpenAI-style stream (role chunk, one chunk per delta, finish chunk, usage-only chunk, ``[DONE]``) that the
-decoder turns back into ``==`` chunks. What the format cannot carry: a finish ``detail`` except on ``error``
-(where it becomes the ``finish_reason``), two adjacent blocks of the same text/reasoning type (they merge),
-and blocks without deltas.
-
-``options_to_openai_request`` builds the request body from ``GenerateOptions``.
+``decode_openai_sse`` decodes a whole recorded body; ``decode_openai_completion`` a non-streamed ``chat.completion``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any, Literal
 
 import msgspec
@@ -45,62 +39,28 @@ from chunktape.protocol import (
     BlockStart,
     CallId,
     Finish,
-    FinishKind,
     FinishReason,
-    GenerateOptions,
-    Message,
     ReasoningBlock,
     ReasoningDelta,
-    Role,
     StreamChunk,
     TextBlock,
     TextDelta,
     TokenUsage,
     ToolCallBlock,
     ToolCallDelta,
-    ToolSpec,
     UsageChunk,
 )
-from chunktape.wire.http_errors import error_from_payload
+from chunktape.wire.http_errors import error_from_payload, snippet
+from chunktape.wire.openai_chat._fields import DONE, WireUsage, finish_from_wire, usage_from_wire
 from chunktape.wire.sse import SseComment, SseItem, SseParser
 
 __all__ = [
     "ChatChunk",
-    "DEEPSEEK_REASONING",
-    "DONE",
-    "DONE_EVENT",
-    "OPENAI_REASONING",
     "OpenAIChatDecoder",
-    "OpenAIChatEncoder",
-    "REASONING_FIELDS",
-    "chunks_to_openai_dicts",
-    "chunks_to_openai_events",
-    "data_event",
     "decode_chat_chunk",
     "decode_openai_completion",
     "decode_openai_sse",
-    "error_from_payload",
-    "not_an_event_stream",
-    "options_from_openai_request",
-    "options_to_openai_request",
 ]
-
-DONE = "[DONE]"
-
-DEEPSEEK_REASONING: Mapping[str, Mapping[str, Any]] = {
-    "thinking": {"thinking": {"type": "enabled"}},
-    "no-thinking": {"thinking": {"type": "disabled"}},
-}
-"""DeepSeek's thinking switch, as request fields per effort id."""
-
-OPENAI_REASONING: Mapping[str, Mapping[str, Any]] = {
-    effort: {"reasoning_effort": effort} for effort in ("low", "medium", "high")
-}
-"""The ``reasoning_effort`` most OpenAI-compatible providers accept."""
-
-REASONING_FIELDS: Mapping[str, Mapping[str, Any]] = {**DEEPSEEK_REASONING, **OPENAI_REASONING}
-"""Request fields per reasoning effort, in both vocabularies ``OpenAICompatAdapter`` speaks: decoding a request
-(``options_from_openai_request(body, reasoning=REASONING_FIELDS)``) maps them back to ``reasoning=<effort>``."""
 
 # -- the provider's JSON, typed and lenient (unknown fields are ignored) ----------------------------
 
@@ -131,29 +91,13 @@ class _Choice(msgspec.Struct):
     finish_reason: str | None = None
 
 
-class _PromptDetails(msgspec.Struct):
-    cached_tokens: int | None = None
-
-
-class _CompletionDetails(msgspec.Struct):
-    reasoning_tokens: int | None = None
-
-
-class _Usage(msgspec.Struct):
-    prompt_tokens: int | None = None
-    completion_tokens: int | None = None
-    prompt_cache_hit_tokens: int | None = None
-    prompt_tokens_details: _PromptDetails | None = None
-    completion_tokens_details: _CompletionDetails | None = None
-
-
 class _Groq(msgspec.Struct):
-    usage: _Usage | None = None
+    usage: WireUsage | None = None
 
 
 class _Chunk(msgspec.Struct):
     choices: list[_Choice] | None = None
-    usage: _Usage | None = None
+    usage: WireUsage | None = None
     x_groq: _Groq | None = None
     """Groq sends the stream's usage here, on the finish chunk."""
     error: Any = None
@@ -174,7 +118,7 @@ class _CompletionChoice(msgspec.Struct):
 
 class _Completion(msgspec.Struct):
     choices: list[_CompletionChoice] | None = None
-    usage: _Usage | None = None
+    usage: WireUsage | None = None
 
 
 _chunk_decoder = msgspec.json.Decoder(_Chunk)
@@ -190,65 +134,6 @@ def decode_chat_chunk(data: str | bytes) -> ChatChunk:
 
 _completion_decoder = msgspec.json.Decoder(_Completion)
 _any_decoder = msgspec.json.Decoder()
-_encoder = msgspec.json.Encoder()
-
-_FINISH_FROM_WIRE: dict[str, FinishKind] = {
-    "stop": "stop",
-    "length": "length",
-    "tool_calls": "tool-calls",
-    "function_call": "tool-calls",
-    "content_filter": "content-filter",
-    "error": "error",
-    "cancelled": "cancelled",
-}
-_FINISH_TO_WIRE: dict[FinishKind, str] = {
-    "stop": "stop",
-    "length": "length",
-    "tool-calls": "tool_calls",
-    "content-filter": "content_filter",
-    "error": "error",
-    "cancelled": "cancelled",
-}
-
-
-def finish_from_wire(reason: str) -> FinishReason:
-    """Map a ``finish_reason``; unknown ones (``insufficient_system_resource``) are errors with the reason."""
-    kind = _FINISH_FROM_WIRE.get(reason)
-    if kind is None:
-        return FinishReason(kind="error", detail=reason)
-    return FinishReason(kind=kind)
-
-
-def usage_from_wire(usage: _Usage) -> TokenUsage:
-    cached = usage.prompt_cache_hit_tokens
-    if cached is None and usage.prompt_tokens_details is not None:
-        cached = usage.prompt_tokens_details.cached_tokens
-    details = usage.completion_tokens_details
-    return TokenUsage(
-        input_tokens=usage.prompt_tokens or 0,
-        output_tokens=usage.completion_tokens or 0,
-        cached_input_tokens=cached,
-        reasoning_tokens=details.reasoning_tokens if details is not None else None,
-    )
-
-
-def not_an_event_stream(body: bytes, content_type: str | None, *, who: str = "the provider") -> LlmError:
-    """A 2xx body that held no SSE at all (an HTML page, a proxy's login form): ``INVALID_RESPONSE`` with a snippet.
-
-    A JSON error object (whatever the content type) becomes ``error_from_payload``'s error instead.
-    """
-    try:
-        payload: Any = _any_decoder.decode(body)
-    except msgspec.DecodeError:
-        payload = None
-    if isinstance(payload, dict) and payload.get("error") is not None:
-        return error_from_payload(payload, what=f"{who} answered with an error")
-    kind = content_type or "no content-type"
-    return LlmError(
-        f"{who} answered with something that is not an event stream ({kind}): {_snippet(body, 200)}",
-        ErrorCode.INVALID_RESPONSE,
-        hint="check the base URL (a proxy or login page?) and that the endpoint streams chat completions",
-    )
 
 
 # -- decoding ---------------------------------------------------------------------------------------
@@ -328,7 +213,7 @@ class OpenAIChatDecoder:
         if not stripped:
             return []  # a blank ``data:`` line, as some proxies send to keep the connection alive
         if self._done:
-            raise LlmError(f"data after [DONE]: {_snippet(data)}", ErrorCode.INVALID_RESPONSE)
+            raise LlmError(f"data after [DONE]: {snippet(data)}", ErrorCode.INVALID_RESPONSE)
         if stripped == DONE or stripped == DONE.encode():
             self._done = True
             return []
@@ -337,10 +222,10 @@ class OpenAIChatDecoder:
         except msgspec.DecodeError as exc:
             if unterminated:
                 raise LlmError(
-                    f"the stream ended in the middle of an event: {_snippet(data)}", ErrorCode.STREAM_ABORTED, cause=exc
+                    f"the stream ended in the middle of an event: {snippet(data)}", ErrorCode.STREAM_ABORTED, cause=exc
                 ) from exc
             raise LlmError(
-                f"unparseable chunk from the provider ({exc}): {_snippet(data)}", ErrorCode.INVALID_RESPONSE, cause=exc
+                f"unparseable chunk from the provider ({exc}): {snippet(data)}", ErrorCode.INVALID_RESPONSE, cause=exc
             ) from exc
         return self._feed_chunk(chunk)
 
@@ -520,7 +405,7 @@ class OpenAIChatDecoder:
             raise LlmError(f"tool call #{call.block_index} never got a function name", ErrorCode.INVALID_RESPONSE)
         if not _complete_json(arguments):
             raise LlmError(
-                f"tool call {call.name!r} has arguments that are not valid JSON: {_snippet(arguments)}",
+                f"tool call {call.name!r} has arguments that are not valid JSON: {snippet(arguments)}",
                 ErrorCode.INVALID_RESPONSE,
             )
         # A provider that never sends an id still gets a stable one, derived from the block position.
@@ -549,7 +434,7 @@ def _content_parts(parts: list[Any]) -> Iterator[tuple[Literal["text", "reasonin
         texts = [piece.get("text") if isinstance(piece, dict) else piece for piece in pieces]
         if not all(isinstance(text, str) for text in texts):  # an image, a reference, a malformed part
             raise LlmError(
-                f"the provider sent a content part that is not text or thinking text: {_snippet(repr(part))}",
+                f"the provider sent a content part that is not text or thinking text: {snippet(repr(part))}",
                 ErrorCode.INVALID_RESPONSE,
             )
         for text in texts:
@@ -562,11 +447,6 @@ def _complete_json(text: str) -> bool:
     except msgspec.DecodeError:
         return False
     return True
-
-
-def _snippet(data: str | bytes, limit: int = 120) -> str:
-    text = data.decode(errors="replace") if isinstance(data, bytes) else data
-    return repr(text if len(text) <= limit else text[: limit - 3] + "...")
 
 
 def decode_openai_sse(body: bytes) -> list[StreamChunk]:
@@ -617,312 +497,3 @@ def decode_openai_completion(body: bytes | str | Mapping[str, Any]) -> list[Stre
     out.extend(decoder.feed_data(DONE))
     out.extend(decoder.close())
     return out
-
-
-# -- encoding ---------------------------------------------------------------------------------------
-
-
-class OpenAIChatEncoder:
-    """Incremental form of ``chunks_to_openai_dicts``: ``start()``, then ``feed(chunk)`` per chunk, then ``close()``.
-
-    For servers that render a stream as it is replayed; each call returns the chunk objects ready to send.
-    """
-
-    __slots__ = ("_base", "_tool_numbers", "_usage", "finished")
-
-    def __init__(self, *, model: str, created: int = 0, id: str = "chatcmpl-chunktape") -> None:
-        self._base: dict[str, Any] = {"id": id, "object": "chat.completion.chunk", "created": created, "model": model}
-        self._tool_numbers: dict[int, int] = {}
-        self._usage: TokenUsage | None = None
-        self.finished = False
-        """True once a ``Finish`` was fed (the stream may then end with ``[DONE]``)."""
-
-    def _chunk(self, delta: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
-        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
-        return {**self._base, "choices": [choice]}
-
-    def start(self) -> dict[str, Any]:
-        """The role chunk every OpenAI stream opens with."""
-        return self._chunk({"role": "assistant", "content": ""})
-
-    def feed(self, item: StreamChunk) -> list[dict[str, Any]]:
-        """The chunk objects for one StreamChunk (none for block starts/ends and usage, which waits for the end)."""
-        match item:
-            case TextDelta():
-                return [self._chunk({"content": item.text})]
-            case ReasoningDelta():
-                return [self._chunk({"reasoning_content": item.text})]
-            case ToolCallDelta():
-                number = self._tool_numbers.setdefault(item.index, len(self._tool_numbers))
-                call: dict[str, Any] = {"index": number}
-                function: dict[str, Any] = {}
-                if item.id is not None:
-                    call["id"] = item.id
-                    call["type"] = "function"
-                if item.name is not None:
-                    function["name"] = item.name
-                function["arguments"] = item.arguments_delta
-                call["function"] = function
-                return [self._chunk({"tool_calls": [call]})]
-            case UsageChunk():
-                self._usage = item.usage
-                return []
-            case Finish():
-                self.finished = True
-                return [self._chunk({}, finish_to_wire(item.reason))]
-            case BlockStart() | BlockEnd():
-                return []
-
-    def close(self) -> list[dict[str, Any]]:
-        """The usage-only chunk (``choices: []``), when the stream had usage."""
-        if self._usage is None:
-            return []
-        return [{**self._base, "choices": [], "usage": usage_to_wire(self._usage)}]
-
-
-def chunks_to_openai_dicts(
-    chunks: Iterable[StreamChunk], *, model: str, created: int = 0, id: str = "chatcmpl-chunktape"
-) -> Iterator[dict[str, Any]]:
-    """Render StreamChunks as ``chat.completion.chunk`` objects that ``OpenAIChatDecoder`` maps back to ``==``.
-
-    Layout: a role chunk, one chunk per delta, a chunk with ``finish_reason``, then a usage-only chunk with
-    ``choices: []`` (OpenAI's ``include_usage`` shape). Block starts and ends are implicit in the format.
-    """
-    encoder = OpenAIChatEncoder(model=model, created=created, id=id)
-    yield encoder.start()
-    for item in chunks:
-        yield from encoder.feed(item)
-    yield from encoder.close()
-
-
-DONE_EVENT = b"data: [DONE]\n\n"
-
-
-def data_event(obj: Any) -> bytes:
-    """One chunk object as an SSE ``data:`` event (compact JSON holds no newline, so one line is enough)."""
-    return b"data: " + _encoder.encode(obj) + b"\n\n"
-
-
-def chunks_to_openai_events(
-    chunks: Iterable[StreamChunk], *, model: str, created: int = 0, id: str = "chatcmpl-chunktape"
-) -> Iterator[bytes]:
-    """The SSE bytes of ``chunks_to_openai_dicts``, one ``data:`` event each, then ``data: [DONE]``.
-
-    ``[DONE]`` is written only when the stream has a ``finish`` (a cut-short recording ends without it).
-    """
-    encoder = OpenAIChatEncoder(model=model, created=created, id=id)
-    yield data_event(encoder.start())
-    for item in chunks:
-        for obj in encoder.feed(item):
-            yield data_event(obj)
-    for obj in encoder.close():
-        yield data_event(obj)
-    if encoder.finished:
-        yield DONE_EVENT
-
-
-def finish_to_wire(reason: FinishReason) -> str:
-    if reason.kind == "error" and reason.detail and reason.detail not in _FINISH_FROM_WIRE:
-        return reason.detail
-    return _FINISH_TO_WIRE[reason.kind]
-
-
-def usage_to_wire(usage: TokenUsage) -> dict[str, Any]:
-    wire: dict[str, Any] = {
-        "prompt_tokens": usage.input_tokens,
-        "completion_tokens": usage.output_tokens,
-        "total_tokens": usage.input_tokens + usage.output_tokens,
-    }
-    if usage.cached_input_tokens is not None:
-        wire["prompt_tokens_details"] = {"cached_tokens": usage.cached_input_tokens}
-        wire["prompt_cache_hit_tokens"] = usage.cached_input_tokens
-    if usage.reasoning_tokens is not None:
-        wire["completion_tokens_details"] = {"reasoning_tokens": usage.reasoning_tokens}
-    return wire
-
-
-# -- requests ---------------------------------------------------------------------------------------
-
-
-def message_to_openai(message: Message) -> dict[str, Any]:
-    """One message; ``reasoning_content`` goes back only on assistant tool-call turns (DeepSeek's rule)."""
-    wire: dict[str, Any] = {"role": message.role, "content": message.content}
-    if message.name is not None:
-        wire["name"] = message.name
-    if message.role == "tool":
-        if message.tool_call_id is None:
-            raise LlmError("a tool message needs tool_call_id", ErrorCode.UNSUPPORTED_OPTION)
-        wire["tool_call_id"] = message.tool_call_id
-    if message.tool_calls:
-        if message.role != "assistant":
-            raise LlmError(f"tool_calls on a {message.role} message", ErrorCode.UNSUPPORTED_OPTION)
-        wire["tool_calls"] = [
-            {"id": call.id, "type": "function", "function": {"name": call.name, "arguments": call.arguments}}
-            for call in message.tool_calls
-        ]
-        if message.reasoning_content is not None:
-            wire["reasoning_content"] = message.reasoning_content
-    return wire
-
-
-def options_to_openai_request(
-    options: GenerateOptions, *, model: str | None = None, extra_fields: dict[str, Any] | None = None
-) -> dict[str, Any]:
-    """The streaming request body: messages, tools, limits, ``stream_options.include_usage``, then ``extra``.
-
-    ``extra_fields`` (e.g. what a reasoning effort maps to) are merged before ``options.extra``.
-    """
-    body: dict[str, Any] = {
-        "model": model or options.model,
-        "messages": [message_to_openai(message) for message in options.messages],
-        "stream": True,
-        "stream_options": {"include_usage": True},
-    }
-    if options.tools:
-        body["tools"] = [
-            {
-                "type": "function",
-                "function": {"name": tool.name, "description": tool.description, "parameters": tool.parameters},
-            }
-            for tool in options.tools
-        ]
-    if options.max_tokens is not None:
-        body["max_tokens"] = options.max_tokens
-    if options.temperature is not None:
-        body["temperature"] = options.temperature
-    body.update(extra_fields or {})
-    body.update(options.extra)
-    return body
-
-
-_TRANSPORT_FIELDS = ("stream", "stream_options")
-"""Request fields that say how to deliver the answer, not what to generate: never part of ``extra``."""
-_ROLES: dict[str, Role] = {
-    "system": "system",
-    "developer": "system",
-    "user": "user",
-    "assistant": "assistant",
-    "tool": "tool",
-}
-
-
-def _bad_request(message: str) -> LlmError:
-    return LlmError(f"not an OpenAI chat-completions request: {message}", ErrorCode.UNSUPPORTED_OPTION)
-
-
-def _typed(value: Any, kind: Any, field: str) -> Any:
-    """``value`` as ``kind`` (strictly: ``"5"`` is not an int), or ``_bad_request`` naming ``field``."""
-    try:
-        return msgspec.convert(value, kind)
-    except msgspec.ValidationError as exc:
-        raise _bad_request(f"`{field}`: {exc} (got {value!r:.80})") from None
-
-
-def _content_text(content: Any, where: str) -> str | None:
-    """``content`` as a string: a list of ``{"type": "text"}`` parts is joined; other parts are refused."""
-    if content is None or isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        texts: list[str] = []
-        for part in content:
-            if isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str):
-                texts.append(part["text"])
-            else:
-                kind = part.get("type") if isinstance(part, dict) else type(part).__name__
-                raise _bad_request(f"{where}: content part {kind!r} cannot be represented (only text parts)")
-        return "".join(texts)
-    raise _bad_request(f"{where}: content must be a string, a list of text parts or null")
-
-
-def message_from_openai(wire: Any, where: str = "messages[0]") -> Message:
-    """The inverse of ``message_to_openai``."""
-    if not isinstance(wire, dict):
-        raise _bad_request(f"{where} must be an object")
-    role = _ROLES.get(wire.get("role"))  # type: ignore[arg-type]
-    if role is None:
-        raise _bad_request(f"{where}: unknown role {wire.get('role')!r} (valid: {', '.join(_ROLES)})")
-    calls: list[ToolCallBlock] = []
-    listed = wire.get("tool_calls")
-    if listed is not None and not isinstance(listed, list):
-        raise _bad_request(f"{where}.tool_calls must be a list, got {type(listed).__name__}")
-    for position, call in enumerate(listed or ()):
-        function = call.get("function") if isinstance(call, dict) else None
-        if not isinstance(function, dict) or not isinstance(function.get("name"), str):
-            raise _bad_request(f"{where}.tool_calls[{position}] needs function.name")
-        arguments = function.get("arguments")
-        calls.append(
-            ToolCallBlock(
-                id=CallId(str(call.get("id") or f"call_{position}")),
-                name=function["name"],
-                arguments=arguments if isinstance(arguments, str) else _encoder.encode(arguments or {}).decode(),
-            )
-        )
-    return Message(
-        role=role,
-        content=_content_text(wire.get("content"), where),
-        tool_calls=calls,
-        tool_call_id=_typed(wire.get("tool_call_id"), str | None, f"{where}.tool_call_id"),
-        name=_typed(wire.get("name"), str | None, f"{where}.name"),
-        reasoning_content=_typed(wire.get("reasoning_content"), str | None, f"{where}.reasoning_content")
-        if calls
-        else None,
-    )
-
-
-def options_from_openai_request(
-    body: Any, *, reasoning: Mapping[str, Mapping[str, Any]] | None = None
-) -> GenerateOptions:
-    """The inverse of ``options_to_openai_request``: a chat-completions request body as ``GenerateOptions``.
-
-    ``stream`` and ``stream_options`` are dropped (they say how to deliver, not what to generate). When the
-    body carries exactly the fields one of ``reasoning``'s efforts maps to (e.g. DeepSeek's
-    ``{"thinking": {"type": "enabled"}}``), they become ``reasoning=<effort id>``; every other field goes to
-    ``extra``. Raises ``LlmError(UNSUPPORTED_OPTION)`` for a body this format cannot represent.
-    """
-    if not isinstance(body, dict):
-        raise _bad_request(f"the body must be a JSON object, got {type(body).__name__}")
-    rest = {key: value for key, value in body.items() if key not in _TRANSPORT_FIELDS}
-    model = rest.pop("model", None)
-    if not isinstance(model, str):
-        raise _bad_request("`model` must be a string")
-    messages = rest.pop("messages", None)
-    if not isinstance(messages, list):
-        raise _bad_request("`messages` must be a list")
-    tools: list[ToolSpec] = []
-    listed = rest.pop("tools", None)
-    if listed is not None and not isinstance(listed, list):
-        raise _bad_request(f"`tools` must be a list of function tools, got {type(listed).__name__}")
-    for position, tool in enumerate(listed or ()):
-        function = tool.get("function") if isinstance(tool, dict) else None
-        if not isinstance(function, dict) or not isinstance(function.get("name"), str):
-            raise _bad_request(f"tools[{position}] must be a function tool with a name")
-        tools.append(
-            ToolSpec(
-                name=function["name"],
-                description=_typed(function.get("description") or "", str, f"tools[{position}].description"),
-                parameters=_typed(function.get("parameters") or {}, dict[str, Any], f"tools[{position}].parameters"),
-            )
-        )
-    max_tokens = _typed(rest.pop("max_tokens", None), int | None, "max_tokens")
-    if max_tokens is None and "max_completion_tokens" in rest:
-        max_tokens = _typed(rest.pop("max_completion_tokens"), int | None, "max_completion_tokens")
-    temperature = _typed(rest.pop("temperature", None), float | None, "temperature")
-    effort: str | None = None
-    for name, fields in (reasoning or {}).items():
-        if fields and all(key in rest and rest[key] == value for key, value in fields.items()):
-            effort = name
-            for key in fields:
-                del rest[key]
-            break
-    try:
-        return GenerateOptions(
-            model=model,
-            messages=[message_from_openai(message, f"messages[{i}]") for i, message in enumerate(messages)],
-            tools=tools,
-            max_tokens=max_tokens,
-            temperature=temperature,
-            reasoning=effort,
-            extra=rest,
-        )
-    except (TypeError, ValueError, msgspec.ValidationError) as exc:
-        raise _bad_request(str(exc)) from exc

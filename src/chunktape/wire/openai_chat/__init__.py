@@ -1,0 +1,67 @@
+"""OpenAI chat completions on the wire, written once: a decoder, an encoder and a request codec.
+
+``decoder`` (SSE / chunk JSON -> StreamChunk), ``encoder`` (StreamChunk -> chunk JSON / SSE events) and
+``requests`` (``GenerateOptions`` <-> request body) share the finish and usage mapping in ``_fields``. Every
+protocol the wire layer speaks has this shape; this package re-exports all three, so callers import from here.
+"""
+
+from chunktape.wire.http_errors import error_from_payload, not_an_event_stream
+from chunktape.wire.openai_chat._fields import (
+    DONE,
+    finish_from_wire,
+    finish_to_wire,
+    tool_call_to_wire,
+    usage_from_wire,
+    usage_to_wire,
+)
+from chunktape.wire.openai_chat.decoder import (
+    ChatChunk,
+    OpenAIChatDecoder,
+    decode_chat_chunk,
+    decode_openai_completion,
+    decode_openai_sse,
+)
+from chunktape.wire.openai_chat.encoder import (
+    DONE_EVENT,
+    OpenAIChatEncoder,
+    chunks_to_openai_dicts,
+    chunks_to_openai_events,
+    data_event,
+)
+from chunktape.wire.openai_chat.requests import (
+    DEEPSEEK_REASONING,
+    OPENAI_REASONING,
+    REASONING_FIELDS,
+    message_from_openai,
+    message_to_openai,
+    options_from_openai_request,
+    options_to_openai_request,
+)
+
+__all__ = [
+    "ChatChunk",
+    "DEEPSEEK_REASONING",
+    "DONE",
+    "DONE_EVENT",
+    "OPENAI_REASONING",
+    "OpenAIChatDecoder",
+    "OpenAIChatEncoder",
+    "REASONING_FIELDS",
+    "chunks_to_openai_dicts",
+    "chunks_to_openai_events",
+    "data_event",
+    "decode_chat_chunk",
+    "decode_openai_completion",
+    "decode_openai_sse",
+    "error_from_payload",
+    "finish_from_wire",
+    "finish_to_wire",
+    "message_from_openai",
+    "message_to_openai",
+    "not_an_event_stream",
+    "options_from_openai_request",
+    "options_to_openai_request",
+    "tool_call_to_wire",
+    "usage_from_wire",
+    "usage_to_wire",
+]
