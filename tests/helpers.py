@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from pathlib import Path
 
 import msgspec
@@ -80,7 +80,7 @@ class PacedAdapter(LlmAdapter):
     ) -> None:
         self._steps = steps
         self._error = error
-        self._secrets = tuple(secrets)
+        self.secrets = tuple(secrets)
         self._name = name
         self.calls = 0
         self.closed = 0
@@ -89,11 +89,7 @@ class PacedAdapter(LlmAdapter):
     def name(self) -> str:
         return self._name
 
-    @property
-    def secrets(self) -> Sequence[str]:
-        return self._secrets
-
-    async def stream(self, options: GenerateOptions) -> AsyncIterator[StreamChunk]:
+    async def stream(self, options: GenerateOptions) -> AsyncGenerator[StreamChunk, None]:
         self.calls += 1
         steps = self._steps(options) if callable(self._steps) else self._steps
         try:
@@ -121,7 +117,7 @@ class GatedAdapter(LlmAdapter):
     def name(self) -> str:
         return "gated"
 
-    async def stream(self, options: GenerateOptions) -> AsyncIterator[StreamChunk]:
+    async def stream(self, options: GenerateOptions) -> AsyncGenerator[StreamChunk, None]:
         yield self.chunks[0]
         await self.release.wait()
         for chunk in self.chunks[1:]:

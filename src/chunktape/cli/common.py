@@ -16,7 +16,7 @@ from chunktape.cassettes.codec import load_cassette
 from chunktape.cassettes.model import Cassette
 from chunktape.errors import ErrorCode, LlmError
 from chunktape.faults import Fault, parse_fault
-from chunktape.replayer.timing import Timing
+from chunktape.timing import Timing
 
 __all__ = [
     "EXIT_FAILED",
