@@ -7,6 +7,7 @@ import dataclasses
 import re
 import typing
 from pathlib import Path
+from typing import Any
 
 import httpx
 import msgspec
@@ -70,7 +71,7 @@ def test_options_are_frozen_compared_by_value_and_hashable() -> None:
     assert first == second
     assert hash(first) == hash(second)
     with pytest.raises(dataclasses.FrozenInstanceError):
-        first.allow_repeats = True  # type: ignore[misc]
+        setattr(first, "allow_repeats", True)  # noqa: B010 - the point is that it fails
 
 
 @pytest.mark.parametrize(
@@ -86,12 +87,12 @@ def test_options_are_frozen_compared_by_value_and_hashable() -> None:
     ],
 )
 def test_a_bad_name_or_value_is_invalid_config_naming_what_is_valid(
-    tmp_path: Path, keywords: dict[str, object], message: str
+    tmp_path: Path, keywords: dict[str, Any], message: str
 ) -> None:
     for build in (
-        lambda: ReplayOptions(**keywords),  # type: ignore[arg-type]
-        lambda: ReplayAdapter(Cassette(), **keywords),  # type: ignore[arg-type]
-        lambda: use_cassette(tmp_path / "missing.msgpack", mode="once", **keywords),  # type: ignore[arg-type]
+        lambda: ReplayOptions(**keywords),
+        lambda: ReplayAdapter(Cassette(), **keywords),
+        lambda: use_cassette(tmp_path / "missing.msgpack", mode="once", **keywords),
     ):
         with pytest.raises(LlmError) as caught:
             build()
