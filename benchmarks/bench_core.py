@@ -23,7 +23,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -163,7 +163,7 @@ class InstantAdapter(LlmAdapter):
     def name(self) -> str:
         return "instant"
 
-    async def stream(self, options: GenerateOptions) -> AsyncIterator[StreamChunk]:
+    async def stream(self, options: GenerateOptions) -> AsyncGenerator[StreamChunk, None]:
         for chunk in self.chunks:
             yield chunk
 
@@ -466,7 +466,7 @@ class CountingAdapter(LlmAdapter):
     def name(self) -> str:
         return "counting"
 
-    async def stream(self, options: GenerateOptions) -> AsyncIterator[StreamChunk]:
+    async def stream(self, options: GenerateOptions) -> AsyncGenerator[StreamChunk, None]:
         yield BlockStart(index=0, block_type="text")
         pieces = [f"w{n % 9973} " for n in range(self.count - 4)]
         for piece in pieces:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -130,7 +130,7 @@ class PacedAdapter(LlmAdapter):
     ) -> None:
         self._steps = steps
         self._error = error
-        self._secrets = tuple(secrets)
+        self.secrets = tuple(secrets)
         self._name = name
         self.calls = 0
         self.closed = 0
@@ -139,11 +139,7 @@ class PacedAdapter(LlmAdapter):
     def name(self) -> str:
         return self._name
 
-    @property
-    def secrets(self) -> Sequence[str]:
-        return self._secrets
-
-    async def stream(self, options: GenerateOptions) -> AsyncIterator[StreamChunk]:
+    async def stream(self, options: GenerateOptions) -> AsyncGenerator[StreamChunk, None]:
         self.calls += 1
         steps = self._steps(options) if callable(self._steps) else self._steps
         try:
@@ -171,7 +167,7 @@ class GatedAdapter(LlmAdapter):
     def name(self) -> str:
         return "gated"
 
-    async def stream(self, options: GenerateOptions) -> AsyncIterator[StreamChunk]:
+    async def stream(self, options: GenerateOptions) -> AsyncGenerator[StreamChunk, None]:
         yield self.chunks[0]
         await self.release.wait()
         for chunk in self.chunks[1:]:

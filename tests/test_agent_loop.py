@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -414,7 +414,7 @@ class Permissive(LlmAdapter):
     def reasoning_options(self) -> Sequence[ReasoningOption]:
         return self.offered
 
-    async def stream(self, options: GenerateOptions) -> AsyncIterator[StreamChunk]:
+    async def stream(self, options: GenerateOptions) -> AsyncGenerator[StreamChunk, None]:
         self.calls += 1
         yield Finish(reason=FinishReason(kind="stop"))
 

@@ -339,7 +339,7 @@ async def test_recover_turns_a_journal_into_a_cassette(runner: CliRunner, tmp_pa
     assert not journal.exists()
     again = run(runner, "recover", journal)
     assert again.exit_code == 3
-    await stream.aclose()  # type: ignore[attr-defined]
+    await stream.aclose()
     assert run(runner, "recover", tmp_path).exit_code == 3
 
 

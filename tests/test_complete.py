@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from pathlib import Path
 
 import msgspec
@@ -108,7 +108,7 @@ class Closing(LlmAdapter):
     def name(self) -> str:
         return "closing"
 
-    async def stream(self, options: GenerateOptions) -> AsyncIterator[StreamChunk]:
+    async def stream(self, options: GenerateOptions) -> AsyncGenerator[StreamChunk, None]:
         try:
             for chunk in script_chunks(ScriptedTurn(text="a b"))[:2]:
                 yield chunk

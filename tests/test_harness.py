@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -395,7 +395,7 @@ async def test_task_cancellation_reports_cancel_to_observers_and_propagates() ->
         def name(self) -> str:
             return "slow"
 
-        async def stream(self, options: GenerateOptions) -> AsyncIterator[StreamChunk]:
+        async def stream(self, options: GenerateOptions) -> AsyncGenerator[StreamChunk, None]:
             try:
                 yield BlockStart(index=0, block_type="text")
                 yield TextDelta(index=0, text="hello")
@@ -444,7 +444,7 @@ class ListAdapter(LlmAdapter):
     def name(self) -> str:
         return "list"
 
-    async def stream(self, options: GenerateOptions) -> AsyncIterator[StreamChunk]:
+    async def stream(self, options: GenerateOptions) -> AsyncGenerator[StreamChunk, None]:
         self.calls += 1
         for chunk in self.chunks:
             await asyncio.sleep(0)

@@ -56,7 +56,7 @@ async def _stop(adapter: LlmAdapter, number: int) -> str:
         stream = adapter.stream(options())
         for _ in range(after):
             await anext(stream)
-        await stream.aclose()  # type: ignore[attr-defined]
+        await stream.aclose()
     elif how == "cancel":
 
         async def consume() -> None:

@@ -9,7 +9,7 @@ import signal
 import subprocess
 import sys
 import textwrap
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from pathlib import Path
 
 import pytest
@@ -89,7 +89,7 @@ async def _record(tmp_path: Path, inner: PacedAdapter, consume: int | None = Non
     got: list[object] = []
     async with (
         RecordingAdapter(inner, tmp_path / "c.msgpack") as recorder,
-        contextlib.aclosing(recorder.stream(options())) as stream,  # type: ignore[type-var]
+        contextlib.aclosing(recorder.stream(options())) as stream,
     ):
         async for chunk in stream:
             got.append(chunk)
@@ -373,7 +373,7 @@ async def test_two_live_recorders_of_one_cassette_get_separate_journals(tmp_path
 
 async def test_an_adapter_failing_before_its_generator_starts_is_recorded(tmp_path: Path) -> None:
     class Refusing(PacedAdapter):
-        def stream(self, options: GenerateOptions) -> AsyncIterator[StreamChunk]:
+        def stream(self, options: GenerateOptions) -> AsyncGenerator[StreamChunk, None]:
             raise LlmError("no such model", ErrorCode.UNSUPPORTED_OPTION)
 
     async with RecordingAdapter(Refusing([]), tmp_path / "c.msgpack") as recorder:

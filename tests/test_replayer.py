@@ -242,7 +242,7 @@ async def test_aclose_stops_a_timed_replay() -> None:
     tape = cassette_of(interaction(text_stream("a", "b")))
     stream = ReplayAdapter(tape, timing=Timing.recorded()).stream(options())
     await anext(stream)
-    await stream.aclose()  # type: ignore[attr-defined]
+    await stream.aclose()
     with pytest.raises(StopAsyncIteration):
         await anext(stream)
 

@@ -12,7 +12,8 @@ import chunktape.scenarios as scenarios_module
 from chunktape.errors import ErrorCode, LlmError
 from chunktape.faults import STANDARD_FAULTS, Disconnect, FailFirst, HttpError, Stall
 from chunktape.faults.plan import FaultPlan
-from chunktape.scenarios import Scenario, ScenarioTiming, load_scenarios, parse_scenarios
+from chunktape.scenarios import Scenario, load_scenarios, parse_scenarios
+from chunktape.timing import Timing
 from fault_support import first_request
 
 TOML = """
@@ -64,7 +65,7 @@ def _check(scenarios: list[Scenario], folder: Path) -> None:
         description="two 429s, then the answer",
     )
     assert second.cassette == "/abs/agent.json"
-    assert second.timing == ScenarioTiming(mode="recorded", speed=2.0)
+    assert second.timing == Timing(kind="recorded", speed=2.0)
     assert second.faults == (STANDARD_FAULTS["stall-30s"], Disconnect(after_chunks=3))
     matrix = scenarios[2:]
     assert [scenario.name for scenario in matrix] == [f"matrix[{name}]" for name in STANDARD_FAULTS]

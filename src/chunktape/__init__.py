@@ -52,10 +52,12 @@ from chunktape.protocol import (
     ToolCallDelta,
     ToolSpec,
     UsageChunk,
+    WrappingAdapter,
     attribution_headers,
     check_reasoning,
 )
 from chunktape.recorder import RecordingAdapter, StreamViolationWarning
+from chunktape.replay_options import ReplayOptions
 from chunktape.replayer import ReplayAdapter, Timing
 from chunktape.session import CassetteSession, RecordMode, SessionCall, use_cassette
 from chunktape.validation import StreamValidator, validate
@@ -100,6 +102,7 @@ __all__ = [
     "RecordedRequest",
     "RecordingAdapter",
     "ReplayAdapter",
+    "ReplayOptions",
     "Reply",
     "ReplyBuilder",
     "Role",
@@ -115,6 +118,7 @@ __all__ = [
     "ToolCallDelta",
     "ToolSpec",
     "UsageChunk",
+    "WrappingAdapter",
     "__version__",
     "attribution_headers",
     "check_reasoning",

@@ -8,7 +8,8 @@ protocol's documentation. Every chunk is frozen and tagged on ``type``.
 from __future__ import annotations
 
 import abc
-from collections.abc import AsyncIterator, Iterable, Sequence
+import contextlib
+from collections.abc import AsyncGenerator, Iterable, Sequence
 from typing import Any, Literal, NewType, Self, TypeAlias
 
 import msgspec
@@ -45,6 +46,7 @@ __all__ = [
     "ToolCallDelta",
     "ToolSpec",
     "UsageChunk",
+    "WrappingAdapter",
     "aclose_stream",
     "attribution_headers",
     "check_reasoning",
@@ -339,9 +341,13 @@ class LlmAdapter(abc.ABC):
     def name(self) -> str:
         """A short label recorded in cassettes, e.g. ``deepseek`` or ``scripted``."""
 
+    secrets: Sequence[str] = ()
+    """Credentials this adapter uses; recorders make sure none of them reaches a cassette. Assign it
+    (``self.secrets = [api_key]`` in ``__init__``) or override it with a property."""
+
     @abc.abstractmethod
-    def stream(self, options: GenerateOptions) -> AsyncIterator[StreamChunk]:
-        """Yield the chunks of one generation."""
+    def stream(self, options: GenerateOptions) -> AsyncGenerator[StreamChunk, None]:
+        """Yield the chunks of one generation (an async generator: callers ``aclose()`` it to stop early)."""
 
     async def complete(self, options: GenerateOptions) -> Reply:
         """One generation as a completed ``Reply``; by default the fold of ``stream(options)``, so it is one call.
@@ -351,18 +357,10 @@ class LlmAdapter(abc.ABC):
         answers it from one. Errors the stream raises propagate unchanged.
         """
         builder = ReplyBuilder()
-        stream = self.stream(options)
-        try:
+        async with contextlib.aclosing(self.stream(options)) as stream:
             async for chunk in stream:
                 builder.feed(chunk)
-        finally:
-            await aclose_stream(stream)
         return builder.reply()
-
-    @property
-    def secrets(self) -> Sequence[str]:
-        """Credentials this adapter uses; recorders make sure none of them reaches a cassette."""
-        return ()
 
     def reasoning_options(self) -> Sequence[ReasoningOption]:
         """The reasoning efforts this adapter accepts, in order; empty means none are configurable."""
@@ -376,3 +374,41 @@ class LlmAdapter(abc.ABC):
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
+
+
+class WrappingAdapter(LlmAdapter):
+    """An adapter in front of another one (``inner``), as pydantic-ai's ``WrapperModel`` is: ``name``, ``secrets``
+    and ``reasoning_options()`` are the inner adapter's, ``stream()`` passes through until a subclass overrides it.
+
+    ``complete()`` is the inner adapter's own while ``stream()`` is not overridden; once it is, ``complete()`` is
+    the fold of this adapter's ``stream()``, so what the override does (record, count) applies to it too. The
+    wrapper does not own ``inner``: ``aclose()`` leaves it open, whoever built it closes it. Assigning
+    ``secrets`` replaces the inner adapter's.
+    """
+
+    def __init__(self, inner: LlmAdapter) -> None:
+        self.inner = inner
+        self._assigned_secrets: Sequence[str] | None = None
+
+    @property
+    def name(self) -> str:
+        return self.inner.name
+
+    @property
+    def secrets(self) -> Sequence[str]:
+        return self.inner.secrets if self._assigned_secrets is None else self._assigned_secrets
+
+    @secrets.setter
+    def secrets(self, value: Sequence[str]) -> None:
+        self._assigned_secrets = tuple(value)
+
+    def reasoning_options(self) -> Sequence[ReasoningOption]:
+        return self.inner.reasoning_options()
+
+    def stream(self, options: GenerateOptions) -> AsyncGenerator[StreamChunk, None]:
+        return self.inner.stream(options)
+
+    async def complete(self, options: GenerateOptions) -> Reply:
+        if type(self).stream is WrappingAdapter.stream:
+            return await self.inner.complete(options)
+        return await super().complete(options)

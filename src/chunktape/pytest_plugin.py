@@ -19,36 +19,39 @@ which records when the mode says so) and once per fault, replaying that cassette
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import re
 import urllib.parse
 import uuid
-from collections.abc import AsyncIterator, Callable, Generator, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeAlias
 
 import pytest
 
-from chunktape.cassettes.matching import DEFAULT_MATCH
-from chunktape.cassettes.model import Cassette
 from chunktape.errors import ErrorCode, LlmError
 from chunktape.faults import STANDARD_FAULTS, Fault, fault_id, parse_fault, parse_faults
-from chunktape.protocol import GenerateOptions, LlmAdapter, ReasoningOption, StreamChunk
-from chunktape.replayer.timing import Timing
-from chunktape.session import CassetteSession, RecordMode, SessionCall, use_cassette
+from chunktape.protocol import LlmAdapter, WrappingAdapter
+from chunktape.replay_options import ReplayOptions
+from chunktape.session import MISS_CODES, CassetteSession, RecordMode, use_cassette
 
 __all__ = ["BASELINE_ID", "Tape"]
 
 BASELINE_ID = "no-fault"
 """The test id of the fault matrix's fault-free run, the one that records the shared cassette."""
 
+Tape: TypeAlias = CassetteSession
+"""What the ``tape`` fixture yields, for annotations (``def test_agent(tape: Tape)``): the test's session, with
+``fault`` set to the fault a ``tape_fault_matrix`` run injects. It is saved and closed at teardown, once the
+test's outcome is known, so ``aclose()`` and ``async with tape`` do nothing (``owner_closes``)."""
+
 LiveAdapter = LlmAdapter | Callable[[], LlmAdapter]
 """What a ``tape_live_adapter`` fixture returns: a factory (called only to record) or an adapter."""
 
 _MODES = [mode.value for mode in RecordMode]
-_TAPE_ARGS = ("name", "mode", "faults", "timing", "match_on", "allow_secrets")
-_CASSETTE_CODES = frozenset({ErrorCode.CASSETTE_NOT_FOUND, ErrorCode.CASSETTE_MISMATCH, ErrorCode.CASSETTE_EXHAUSTED})
+_REPLAY_ARGS = ("faults", "timing", "match_on", "allow_secrets")
+"""The marker's arguments that are replay options (``ReplayOptions`` checks them)."""
+_TAPE_ARGS = ("name", "mode", *_REPLAY_ARGS)
 _BAD_NAME = re.compile(r"[/\\\x00-\x1f\x7f]")
 """What a ``name=`` may not hold: a path separator would leave the cassette folder, a control character the
 terminal; ``.``/``..`` and empty names are refused separately."""
@@ -57,7 +60,7 @@ _PROPERTY = "chunktape"
 
 _SECRET_ADVICE = "list its value in @pytest.mark.tape(allow_secrets=[...])"
 
-_tape_key = pytest.StashKey["Tape"]()
+_tape_key = pytest.StashKey[CassetteSession]()
 _run_key = pytest.StashKey[str]()
 _reports_key = pytest.StashKey[dict[str, pytest.TestReport]]()
 
@@ -226,88 +229,6 @@ def _tape_fault(request: pytest.FixtureRequest) -> _MatrixFault | None:
 # -- the fixtures ---------------------------------------------------------------------------------
 
 
-class Tape(LlmAdapter):
-    """The ``tape`` fixture: the test's ``CassetteSession``, plus the fault the matrix injects (``fault``).
-
-    It is closed and saved by the fixture at teardown, once the test's outcome is known, so ``aclose()`` and
-    ``async with tape`` do nothing here.
-    """
-
-    def __init__(self, session: CassetteSession, matrix: _MatrixFault | None) -> None:
-        self.session = session
-        self.fault = None if matrix is None else matrix.fault
-        """The fault injected by ``tape_fault_matrix`` into every call (None when fault-free)."""
-        self.fault_id = None if matrix is None else matrix.ident
-        self.error: LlmError | None = None
-        """The first cassette miss (not found, mismatch, exhausted), reported even if the code under test caught it."""
-
-    @property
-    def name(self) -> str:
-        return self.session.name
-
-    @property
-    def path(self) -> Path:
-        return self.session.path
-
-    @property
-    def mode(self) -> RecordMode:
-        return self.session.mode
-
-    @property
-    def calls(self) -> list[SessionCall]:
-        return self.session.calls
-
-    @property
-    def cassette(self) -> Cassette:
-        return self.session.cassette
-
-    @property
-    def injected(self) -> list[str | None]:
-        """Per replayed call, the id of the fault injected into it, or None."""
-        replayer = self.session.replayer
-        return [] if replayer is None else list(replayer.injected)
-
-    def reasoning_options(self) -> Sequence[ReasoningOption]:
-        return self.session.reasoning_options()
-
-    async def stream(self, options: GenerateOptions) -> AsyncIterator[StreamChunk]:
-        try:
-            async with contextlib.aclosing(self.session.stream(options)) as chunks:  # type: ignore[type-var]
-                async for chunk in chunks:
-                    yield chunk
-        except LlmError as error:
-            if error.code in _CASSETTE_CODES and self.error is None:
-                self.error = error
-            raise
-
-    async def aclose(self) -> None:
-        """Nothing: the fixture saves at teardown, after the test's outcome is known."""
-
-
-class _Borrowed(LlmAdapter):
-    """An adapter the user's fixture owns: recorded through, never closed by the session."""
-
-    def __init__(self, inner: LlmAdapter) -> None:
-        self.inner = inner
-
-    @property
-    def name(self) -> str:
-        return self.inner.name
-
-    @property
-    def secrets(self) -> Sequence[str]:
-        return self.inner.secrets
-
-    def reasoning_options(self) -> Sequence[ReasoningOption]:
-        return self.inner.reasoning_options()
-
-    def stream(self, options: GenerateOptions) -> AsyncIterator[StreamChunk]:
-        return self.inner.stream(options)
-
-    async def aclose(self) -> None:
-        """Nothing: whoever made the adapter closes it."""
-
-
 @pytest.fixture
 def tape_live_adapter() -> LiveAdapter:
     """Override in conftest.py to return a factory of your real adapter (or an adapter); used only to record."""
@@ -410,7 +331,9 @@ def _marker_kwargs(item: pytest.Item) -> dict[str, Any]:
 
 def _live(value: LiveAdapter) -> Callable[[], LlmAdapter]:
     if isinstance(value, LlmAdapter):
-        return lambda: _Borrowed(value)
+        # The user's fixture owns the adapter: the session closes what the factory built, and a wrapper never
+        # closes its inner adapter.
+        return lambda: WrappingAdapter(value)
     if callable(value):
         return value
     pytest.fail(f"tape_live_adapter must return an LlmAdapter or a factory of one, got {value!r}", pytrace=False)
@@ -419,7 +342,7 @@ def _live(value: LiveAdapter) -> Callable[[], LlmAdapter]:
 @pytest.fixture
 def tape(
     request: pytest.FixtureRequest, tape_dir: Path, tape_live_adapter: LiveAdapter, _tape_fault: _MatrixFault | None
-) -> Iterator[Tape]:
+) -> Iterator[CassetteSession]:
     """This test's adapter: replays its cassette, or records it per the record mode; saved at teardown."""
     item = request.node
     assert isinstance(item, pytest.Item)
@@ -432,20 +355,14 @@ def tape(
         matrix_id = BASELINE_ID
     try:
         name = _check_name(options["name"]) if options.get("name") is not None else _test_name(item, matrix_id)
-        allow_secrets = options.get("allow_secrets", ())
-        if isinstance(allow_secrets, str) or not all(isinstance(value, str) for value in allow_secrets):
-            raise LlmError("allow_secrets= takes a list of str", ErrorCode.INVALID_CONFIG)
-        faults = parse_faults(options.get("faults", ()))
-        timing = options.get("timing") or Timing.instant()
-        if not isinstance(timing, Timing):
-            raise LlmError("@pytest.mark.tape(timing=...) takes a Timing", ErrorCode.INVALID_CONFIG)
+        replay = ReplayOptions(**{key: options[key] for key in _REPLAY_ARGS if options.get(key) is not None})
     except LlmError as error:
         raise pytest.fail.Exception(f"@pytest.mark.tape: {error.message}", pytrace=False) from None
     path = tape_dir / _file_name(name)
     if _tape_fault is not None:
         # A recording made under an injected fault would record the fault, not the provider: replay only.
         mode = RecordMode.NONE
-        faults.append(_tape_fault.fault)
+        replay = ReplayOptions.of(replay, faults=(*replay.faults, _tape_fault.fault))
         if not path.exists():
             baseline = item.nodeid.replace(f"[{matrix_id}]", f"[{BASELINE_ID}]").replace(
                 f"-{matrix_id}]", f"-{BASELINE_ID}]"
@@ -460,17 +377,16 @@ def tape(
             path,
             live=None if mode is RecordMode.NONE else _live(tape_live_adapter),
             mode=mode,
-            timing=timing,
-            faults=faults,
-            match_on=options.get("match_on") or DEFAULT_MATCH,
-            allow_secrets=list(allow_secrets),
+            options=replay,
             run_id=request.config.stash[_run_key],
         )
-    except LlmError as error:  # an unreadable cassette, a bad matcher: the message says what to do
+    except LlmError as error:  # an unreadable cassette: the message says what to do
         raise pytest.fail.Exception(f"{_show(request.config, path)}: {error}", pytrace=False) from None
-    adapter = Tape(session, _tape_fault)
-    item.stash[_tape_key] = adapter
-    yield adapter
+    session.owner_closes = True  # saved below, once the test's outcome is known
+    if _tape_fault is not None:
+        session.fault, session.fault_id = _tape_fault.fault, _tape_fault.ident
+    item.stash[_tape_key] = session
+    yield session
     reports = item.stash.get(_reports_key, {})
     call = reports.get("call")
     passed = call is not None and call.passed and not hasattr(call, "wasxfail")
@@ -504,10 +420,10 @@ def _show(config: pytest.Config, path: Path) -> str:
 def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
     """``--tape-strict``: a test that passed but left recorded interactions unplayed fails, listing them."""
     result = yield
-    adapter = item.stash.get(_tape_key, None)
-    if adapter is not None and adapter.fault is None and _strict(item.config):
+    session = item.stash.get(_tape_key, None)
+    if session is not None and session.fault is None and _strict(item.config):
         try:
-            adapter.session.assert_all_played()
+            session.assert_all_played()
         except AssertionError as error:
             raise pytest.fail.Exception(f"--tape-strict: {error}", pytrace=False) from None
     return result
@@ -518,7 +434,7 @@ def _cassette_error(error: BaseException | None) -> LlmError | None:
     seen: set[int] = set()
     while error is not None and id(error) not in seen:
         seen.add(id(error))
-        if isinstance(error, LlmError) and error.code in _CASSETTE_CODES:
+        if isinstance(error, LlmError) and error.code in MISS_CODES:
             return error
         error = error.__cause__ or error.__context__
     return None
@@ -531,20 +447,20 @@ def pytest_runtest_makereport(
     """Remember each phase's report (teardown saves by outcome); shorten cassette misses to their message."""
     report = yield
     item.stash.setdefault(_reports_key, {})[report.when] = report
-    adapter = item.stash.get(_tape_key, None)
-    if adapter is None or report.when != "call" or not report.failed:
+    session = item.stash.get(_tape_key, None)
+    if session is None or report.when != "call" or not report.failed:
         return report
     error = _cassette_error(call.excinfo.value if call.excinfo is not None else None)
     if error is not None:
         text = str(error)
         if error.code is ErrorCode.CASSETTE_NOT_FOUND:
             text = (
-                f"[CASSETTE_NOT_FOUND] no cassette at {_show(item.config, adapter.path)} (record mode "
-                f"{adapter.mode.value!r} only replays); record it with: pytest '{item.nodeid}' --tape-mode once"
+                f"[CASSETTE_NOT_FOUND] no cassette at {_show(item.config, session.path)} (record mode "
+                f"{session.mode.value!r} only replays); record it with: pytest '{item.nodeid}' --tape-mode once"
             )
         report.longrepr = f"{item.nodeid}: {text}"
-    elif adapter.error is not None:
-        report.sections.append(("chunktape", f"the cassette reported (and the test caught): {adapter.error}"))
+    elif session.miss is not None:
+        report.sections.append(("chunktape", f"the cassette reported (and the test caught): {session.miss}"))
     return report
 
 

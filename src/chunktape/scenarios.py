@@ -38,27 +38,11 @@ import msgspec
 
 from chunktape.errors import ErrorCode, LlmError
 from chunktape.faults import STANDARD_FAULTS, Fault, fault_id, parse_fault
+from chunktape.timing import Timing
 
-__all__ = [
-    "Scenario",
-    "ScenarioTiming",
-    "load_scenarios",
-    "parse_scenarios",
-]
+__all__ = ["Scenario", "load_scenarios", "parse_scenarios"]
 
 SCENARIO_FORMAT_VERSION = 1
-
-_NonNegFloat = Annotated[float, msgspec.Meta(ge=0)]
-_PositiveFloat = Annotated[float, msgspec.Meta(gt=0)]
-
-
-class ScenarioTiming(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """How the replay paces chunks: ``instant``, ``recorded`` (scaled by ``speed``) or ``fixed``."""
-
-    mode: Literal["instant", "recorded", "fixed"] = "instant"
-    speed: _PositiveFloat = 1.0
-    first_chunk_s: _NonNegFloat = 0.0
-    between_s: _NonNegFloat = 0.0
 
 
 class Scenario(msgspec.Struct, frozen=True, kw_only=True):
@@ -69,7 +53,7 @@ class Scenario(msgspec.Struct, frozen=True, kw_only=True):
     cassette: str
     """The cassette path; ``load_scenarios`` resolves relative paths against the scenario file's folder."""
     faults: tuple[Fault, ...] = ()
-    timing: ScenarioTiming = ScenarioTiming()
+    timing: Timing = Timing()
     description: str = ""
 
     def __post_init__(self) -> None:
@@ -101,7 +85,7 @@ class _ScenarioSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     cassette: Annotated[str, msgspec.Meta(min_length=1)]
     faults: list[Any] = []
     each: list[Any] | Literal["standard"] | None = None
-    timing: ScenarioTiming = ScenarioTiming()
+    timing: Timing = Timing()
     description: str = ""
 
 

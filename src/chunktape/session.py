@@ -5,22 +5,22 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Sequence
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Unpack
 
 import msgspec
 
-from chunktape.cassettes.matching import DEFAULT_MATCH, MatchOn
 from chunktape.cassettes.model import Cassette, RecordedRequest
 from chunktape.errors import ErrorCode, LlmError
+from chunktape.faults import Fault
 from chunktape.protocol import GenerateOptions, LlmAdapter, ReasoningOption, StreamChunk
 from chunktape.recorder.recording import LIBRARY_SECRET_ADVICE, RUN_TAG, RecordingAdapter, all_raised, failed_path
+from chunktape.replay_options import ReplayKeywords, ReplayOptions
 from chunktape.replayer.replaying import ReplayAdapter
-from chunktape.replayer.timing import Timing
 
-__all__ = ["CassetteSession", "RecordMode", "SessionCall", "use_cassette"]
+__all__ = ["MISS_CODES", "CassetteSession", "RecordMode", "SessionCall", "use_cassette"]
 
 
 class RecordMode(StrEnum):
@@ -52,12 +52,20 @@ class SessionCall(msgspec.Struct, frozen=True, kw_only=True):
     recorded: bool
 
 
-class CassetteSession(LlmAdapter):
-    """The adapter ``use_cassette`` returns: replays, records, or both, for one cassette file.
+MISS_CODES = frozenset({ErrorCode.CASSETTE_NOT_FOUND, ErrorCode.CASSETTE_MISMATCH, ErrorCode.CASSETTE_EXHAUSTED})
+"""The codes of a cassette miss: the request had no recording to replay."""
 
-    ``path``, ``mode``, ``calls`` (every call, in order) and ``cassette`` (what the file holds, or will hold
-    once saved) are for test fixtures and reports. Save happens on ``aclose()`` / leaving ``async with``, or on
-    ``close()`` where no event loop runs (a sync pytest fixture's teardown).
+
+class CassetteSession(LlmAdapter):
+    """The adapter ``use_cassette`` returns (and the pytest ``tape`` fixture yields): replays, records, or both,
+    for one cassette file.
+
+    ``path``, ``mode``, ``calls`` (every call, in order), ``cassette`` (what the file holds, or will hold once
+    saved), ``injected`` and ``miss`` are for test fixtures and reports. Save happens on ``aclose()`` / leaving
+    ``async with``, or on ``close()`` where no event loop runs (a sync pytest fixture's teardown).
+
+    It routes each call to a replayer or a recorder (built only when something is recorded), so it is not a
+    ``WrappingAdapter``: it has no one inner adapter.
     """
 
     def __init__(
@@ -66,16 +74,27 @@ class CassetteSession(LlmAdapter):
         *,
         live: Callable[[], LlmAdapter] | None,
         mode: str | RecordMode,
-        replay_options: Mapping[str, Any],
-        record_options: Mapping[str, Any],
+        options: ReplayOptions | None = None,
+        validate: bool = True,
         run_id: str | None = None,
     ) -> None:
         self.path = Path(path)
         self.mode = RecordMode.parse(mode)
+        self.options = ReplayOptions() if options is None else options
+        """How the cassette is replayed; its ``redact`` and ``allow_secrets`` also apply to what is recorded."""
         self.calls: list[SessionCall] = []
+        self.miss: LlmError | None = None
+        """The first cassette miss (not found, mismatch, exhausted) a call raised, even if the caller caught it."""
+        self.fault: Fault | None = None
+        """The fault a ``tape_fault_matrix`` run is about (set by the pytest plugin; None elsewhere)."""
+        self.fault_id: str | None = None
+        """That run's test id (``http-429``), or None."""
+        self.owner_closes = False
+        """True when the session's owner (the pytest fixture, at teardown) saves and closes it: ``aclose()`` and
+        leaving ``async with`` then do nothing, so the code under test cannot save it before its outcome is known."""
         self._live_factory = live
         self._live: LlmAdapter | None = None
-        self._record_options = dict(record_options)
+        self._validate = validate
         self._run_id = run_id
         self._recorder: RecordingAdapter | None = None
         self._replayer: ReplayAdapter | None = None
@@ -85,11 +104,7 @@ class CassetteSession(LlmAdapter):
         self.written: Path | None = None
         """The file this session wrote on save: ``path``, ``failed_path``, or None when nothing was recorded."""
         if self.path.exists() and self.mode is not RecordMode.ALL:
-            self._replayer = ReplayAdapter(self.path, **replay_options)
-        else:
-            # Check the replay options now, even though this run records: a bad matcher, fault or timing must
-            # not pass while recording and fail only later, offline, in CI.
-            ReplayAdapter(Cassette(), **replay_options)
+            self._replayer = ReplayAdapter(self.path, options=self.options)
 
     @property
     def name(self) -> str:
@@ -110,6 +125,11 @@ class CassetteSession(LlmAdapter):
     @property
     def recorder(self) -> RecordingAdapter | None:
         return self._recorder
+
+    @property
+    def injected(self) -> list[str | None]:
+        """Per replayed call, the id of the fault injected into it, or None."""
+        return [] if self._replayer is None else list(self._replayer.injected)
 
     @property
     def recording(self) -> bool:
@@ -145,25 +165,40 @@ class CassetteSession(LlmAdapter):
             # replaces, but only once per run: later writers of the same run (tagged with it) add to it.
             append = self.mode in (RecordMode.NEW_EPISODES, RecordMode.ONCE)
             tags = {RUN_TAG: self._run_id} if self.mode is RecordMode.ALL and self._run_id is not None else {}
-            self._recorder = RecordingAdapter(self._live, self.path, append=append, tags=tags, **self._record_options)
+            self._recorder = RecordingAdapter(
+                self._live,
+                self.path,
+                redact=self.options.redact,
+                allow_secrets=self.options.allow_secrets,
+                validate=self._validate,
+                append=append,
+                tags=tags,
+            )
         return self._recorder
 
-    def _route(self, options: GenerateOptions) -> tuple[LlmAdapter, bool]:
+    def _open(self, options: GenerateOptions, request: RecordedRequest) -> AsyncGenerator[StreamChunk, None]:
+        """The stream of the adapter this call goes to, given the request hashed once; the call is listed."""
         if self._closed:
             raise LlmError(f"the cassette session for {self.path} is closed", ErrorCode.INVALID_CONFIG)
         replayer = self._replayer
-        if replayer is not None and (self.mode is not RecordMode.NEW_EPISODES or replayer.can_play(options)):
-            return replayer, False
+        if replayer is not None and (self.mode is not RecordMode.NEW_EPISODES or replayer.can_play(request)):
+            self.calls.append(SessionCall(request=request, recorded=False))
+            return replayer.open(options, request=request).chunks
         if self.mode is RecordMode.NONE:
             raise LlmError(f"{self.path} does not exist", ErrorCode.CASSETTE_NOT_FOUND)
-        return self._recording_adapter(), True
+        recorder = self._recording_adapter()
+        self.calls.append(SessionCall(request=request, recorded=True))
+        return recorder.record(options, request)
 
-    async def stream(self, options: GenerateOptions) -> AsyncIterator[StreamChunk]:
-        adapter, recorded = self._route(options)
-        self.calls.append(SessionCall(request=RecordedRequest.from_options(options), recorded=recorded))
-        async with contextlib.aclosing(adapter.stream(options)) as chunks:  # type: ignore[type-var]
-            async for chunk in chunks:
-                yield chunk
+    async def stream(self, options: GenerateOptions) -> AsyncGenerator[StreamChunk, None]:
+        try:
+            async with contextlib.aclosing(self._open(options, RecordedRequest.from_options(options))) as chunks:
+                async for chunk in chunks:
+                    yield chunk
+        except LlmError as error:
+            if error.code in MISS_CODES and self.miss is None:
+                self.miss = error
+            raise
 
     def assert_all_played(self) -> None:
         """Fail if a replayable interaction was never played."""
@@ -207,7 +242,7 @@ class CassetteSession(LlmAdapter):
         return self.written
 
     async def aclose(self) -> None:
-        """Save what was recorded and close the live adapter (once)."""
+        """Save what was recorded and close the live adapter (once); nothing when ``owner_closes``."""
         await self._finish(failed=None)
 
     async def __aexit__(self, *exc_info: object) -> None:
@@ -215,7 +250,7 @@ class CassetteSession(LlmAdapter):
         await self._finish(failed=True if exc_info and exc_info[0] is not None else None)
 
     async def _finish(self, *, failed: bool | None) -> None:
-        if self._closed:
+        if self._closed or self.owner_closes:
             return
         self._closed = True
         try:
@@ -261,34 +296,21 @@ def use_cassette(
     *,
     live: Callable[[], LlmAdapter] | None = None,
     mode: str | RecordMode = RecordMode.NONE,
-    timing: Timing = Timing.instant(),  # noqa: B008 - Timing is frozen
-    faults: Sequence[object] = (),
-    match_on: MatchOn = DEFAULT_MATCH,
-    allow_repeats: bool = False,
-    redact: bool | Sequence[str] = True,
-    allow_secrets: Sequence[str] = (),
+    options: ReplayOptions | None = None,
     validate: bool = True,
     run_id: str | None = None,
+    **replay: Unpack[ReplayKeywords],
 ) -> CassetteSession:
     """An adapter that replays ``path`` or records into it with ``live()``, per ``mode`` (vcrpy semantics).
 
     ``live`` is a factory, called only when something is actually recorded, so a real adapter and its API key
     are never needed to replay. Use it as ``async with use_cassette(...) as adapter:``; it saves on exit.
+    The replay settings are ``options`` with the keywords (``timing=``, ``faults=``, ``match_on=``, ...) applied,
+    checked now even when this run records: a bad matcher, fault or timing must not pass while recording and
+    fail only later, offline, in CI. ``redact`` and ``allow_secrets`` apply to the recording too.
     ``run_id`` names the run in ``all`` mode: sessions sharing it (pytest-xdist workers of one run) together
     replace the cassette once, each adding its recording, instead of the last one replacing the others'.
     """
     return CassetteSession(
-        path,
-        live=live,
-        mode=mode,
-        replay_options={
-            "timing": timing,
-            "faults": faults,
-            "match_on": match_on,
-            "allow_repeats": allow_repeats,
-            "redact": redact,
-            "allow_secrets": allow_secrets,
-        },
-        record_options={"redact": redact, "allow_secrets": allow_secrets, "validate": validate},
-        run_id=run_id,
+        path, live=live, mode=mode, options=ReplayOptions.of(options, **replay), validate=validate, run_id=run_id
     )

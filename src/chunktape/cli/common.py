@@ -18,8 +18,8 @@ from chunktape.cassettes.model import Cassette
 from chunktape.cassettes.redaction import redact
 from chunktape.errors import ErrorCode, LlmError
 from chunktape.faults import Fault, parse_fault
-from chunktape.replayer.timing import Timing
 from chunktape.secrets import env_secrets
+from chunktape.timing import Timing
 
 __all__ = [
     "EXIT_FAILED",

@@ -45,7 +45,7 @@ from chunktape.protocol import GenerateOptions, LlmAdapter, Message
 from chunktape.providers.demo import DEMO_AGENT_TURNS, DEMO_PROMPT, DEMO_TOOLS, demo_adapter, demo_tools
 from chunktape.recorder.recording import RecordingAdapter
 from chunktape.replayer.replaying import ReplayAdapter
-from chunktape.replayer.timing import Timing
+from chunktape.timing import Timing
 
 __all__ = ["demo", "demo_agent"]
 

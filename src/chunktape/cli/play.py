@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Unpack
 
 import typer
 from rich.console import Console
@@ -25,21 +24,27 @@ from chunktape.cli.common import (
 )
 from chunktape.cli.render import ChunkPrinter
 from chunktape.errors import ErrorCode, LlmError
-from chunktape.faults import Fault
+from chunktape.replay_options import ReplayKeywords, ReplayOptions
 from chunktape.replayer.replaying import ReplayAdapter
-from chunktape.replayer.timing import Timing
+from chunktape.timing import Timing
 
 __all__ = ["play", "replay_to_console"]
 
 
 async def replay_to_console(
-    cassette: Cassette, out: Console, *, timing: Timing, faults: Sequence[Fault] = (), first_index: int = 0
+    cassette: Cassette,
+    out: Console,
+    *,
+    options: ReplayOptions | None = None,
+    first_index: int = 0,
+    **replay: Unpack[ReplayKeywords],
 ) -> int:
     """Replay every interaction of ``cassette`` through a ``ReplayAdapter``, printing each as it streams.
 
     Each interaction gets its own adapter (and fault plan), so each plays exactly as recorded. Returns how
     many interactions ended with an error (recorded or injected).
     """
+    settings = ReplayOptions.of(options, **replay)
     errors = 0
     for offset, interaction in enumerate(cassette.interactions):
         index = first_index + offset
@@ -47,9 +52,7 @@ async def replay_to_console(
         last = summary.last_user.replace("\n", " ")
         excerpt = last if len(last) <= 60 else last[:57] + "..."
         out.rule(Text(f"#{index} {summary.model} · {excerpt!r}"), align="left", style="blue")
-        adapter = ReplayAdapter(
-            Cassette(meta=cassette.meta, interactions=[interaction]), timing=timing, faults=list(faults)
-        )
+        adapter = ReplayAdapter(Cassette(meta=cassette.meta, interactions=[interaction]), options=settings)
         printer = ChunkPrinter(out)
         try:
             async for chunk in adapter.stream(interaction.request.to_options()):
@@ -90,8 +93,9 @@ def play(
     Example: chunktape play cassettes/demo-session.msgpack --speed 4 --fault disconnect-mid-tool-call
     """
     loaded = load(cassette)
-    timing = timing_option(speed, instant, Timing.recorded())
-    faults = parse_fault_option(fault or [])
+    options = ReplayOptions(
+        timing=timing_option(speed, instant, Timing.recorded()), faults=parse_fault_option(fault or [])
+    )
     first = 0
     if interaction is not None:
         count = len(loaded.interactions)
@@ -99,6 +103,4 @@ def play(
             raise CliError(f"--interaction {interaction}: {cassette} has interactions 0 to {count - 1}", EXIT_USAGE)
         loaded = Cassette(meta=loaded.meta, interactions=[loaded.interactions[interaction]])
         first = interaction
-    asyncio.run(
-        replay_to_console(shown(loaded, show_secrets), console(), timing=timing, faults=faults, first_index=first)
-    )
+    asyncio.run(replay_to_console(shown(loaded, show_secrets), console(), options=options, first_index=first))

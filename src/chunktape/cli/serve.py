@@ -11,7 +11,8 @@ from chunktape.cli.common import EXIT_USAGE, CliError, console, err_console, par
 from chunktape.http import ReplayServer, ServerLimits
 from chunktape.http import serve as serve_http
 from chunktape.http.limits import MAX_BODY_BYTES
-from chunktape.replayer.timing import Timing
+from chunktape.replay_options import ReplayOptions
+from chunktape.timing import Timing
 
 __all__ = ["serve"]
 
@@ -60,8 +61,11 @@ def serve(
     for path in [*(cassettes or []), *([scenarios] if scenarios is not None else [])]:
         if not path.is_file():
             raise CliError(f"{path} does not exist" if not path.exists() else f"{path} is not a file")
-    timing = timing_option(speed, instant, Timing.recorded())
-    faults = parse_fault_option(fault or [])
+    options = ReplayOptions(
+        timing=timing_option(speed, instant, Timing.recorded()),
+        faults=parse_fault_option(fault or []),
+        allow_repeats=repeat,
+    )
     out = console()
 
     def announce(server: ReplayServer) -> None:
@@ -76,10 +80,8 @@ def serve(
         [str(path) for path in cassettes or []],
         host=host,
         port=port,
-        timing=timing,
-        faults=faults,
+        options=options,
         scenarios=scenarios,
-        allow_repeats=repeat,
         allow_remote=allow_remote,
         limits=ServerLimits(max_body=max_body),
         on_ready=announce,

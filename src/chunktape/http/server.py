@@ -52,10 +52,10 @@ import socket
 import sys
 import threading
 import weakref
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any, NamedTuple, TypeAlias
+from typing import Any, NamedTuple, TypeAlias, Unpack
 from urllib.parse import quote, unquote
 
 import anyio
@@ -67,10 +67,9 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from chunktape.cassettes.codec import LazyCassette, as_cassette, as_lazy
-from chunktape.cassettes.matching import DEFAULT_MATCH, MatchOn
 from chunktape.cassettes.model import ERROR_STATUSES, Cassette
 from chunktape.errors import ErrorCode, LlmError
-from chunktape.faults import Fault, fault_id
+from chunktape.faults import fault_id
 from chunktape.http.limits import ServerLimits, read_body
 from chunktape.http.render import (
     MALFORMED_EVENT,
@@ -80,8 +79,10 @@ from chunktape.http.render import (
     error_headers,
 )
 from chunktape.protocol import GenerateOptions, StreamChunk
-from chunktape.replayer import ReplayAdapter, Timing
-from chunktape.scenarios import Scenario, ScenarioTiming, load_scenarios
+from chunktape.replay_options import ReplayKeywords, ReplayOptions
+from chunktape.replayer import ReplayAdapter
+from chunktape.scenarios import Scenario, load_scenarios
+from chunktape.timing import Timing
 from chunktape.validation import StreamValidator
 from chunktape.wire.openai_chat import REASONING_FIELDS, options_from_openai_request
 
@@ -97,6 +98,9 @@ SCENARIO_HEADER = "X-Chunktape-Scenario"
 
 _decoder = msgspec.json.Decoder()
 _SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
+
+_SERVED = ReplayOptions(timing=Timing.recorded())
+"""A server's replay options when none are given: the recorded timing, as a provider streamed it."""
 
 MAX_NESTING = 100
 """The deepest a request body may nest lists and objects: well below what the JSON codec (bound by Python's
@@ -211,14 +215,6 @@ class _QuietShutdown(logging.Filter):
         return True
 
 
-def _timing(spec: ScenarioTiming) -> Timing:
-    if spec.mode == "recorded":
-        return Timing.recorded(spec.speed)
-    if spec.mode == "fixed":
-        return Timing.fixed(spec.first_chunk_s, spec.between_s)
-    return Timing.instant()
-
-
 def _merge(sources: Sequence[CassetteSource]) -> Cassette | LazyCassette | str | os.PathLike[str]:
     """One source as is (lazily opened); several merged into one cassette, in the order given."""
     if len(sources) == 1:
@@ -300,37 +296,27 @@ def _bind(host: str, port: int, allow_remote: bool) -> socket.socket:
 
 
 class _Target:
-    """What answers one route: a ReplayAdapter built from a cassette, faults and timing."""
+    """What answers one route: a ReplayAdapter built from a cassette and the replay options."""
 
     def __init__(
         self,
         name: str | None,
         source: Cassette | LazyCassette | str | os.PathLike[str],
-        *,
-        timing: Timing,
-        faults: Sequence[Fault | str | Mapping[str, Any]],
-        match_on: MatchOn,
-        allow_repeats: bool,
+        options: ReplayOptions,
         description: str = "",
     ) -> None:
         self.name = name
         self.source = as_lazy(source)  # opened once: a reset replays the same content without re-reading it
-        self.timing = timing
-        self.faults = tuple(faults)
-        self.match_on = match_on
-        self.allow_repeats = allow_repeats
+        self.options = options
         self.description = description
         self.adapter = self._build()
 
+    @property
+    def timing(self) -> Timing:
+        return self.options.timing
+
     def _build(self) -> ReplayAdapter:
-        return ReplayAdapter(
-            self.source,
-            timing=self.timing,
-            faults=self.faults,
-            match_on=self.match_on,
-            allow_repeats=self.allow_repeats,
-            name=self.name,
-        )
+        return ReplayAdapter(self.source, options=self.options, name=self.name)
 
     def reset(self) -> None:
         self.adapter = self._build()
@@ -367,41 +353,28 @@ class ReplayServer:
         *,
         host: str = "127.0.0.1",
         port: int = 0,
-        timing: Timing = Timing.recorded(),  # noqa: B008 - Timing is frozen
-        faults: Iterable[Fault | str | Mapping[str, Any]] = (),
+        options: ReplayOptions | None = None,
         scenarios: str | os.PathLike[str] | Sequence[Scenario] | None = None,
-        match_on: MatchOn = DEFAULT_MATCH,
-        allow_repeats: bool = False,
         allow_remote: bool = False,
         limits: ServerLimits = ServerLimits(),  # noqa: B008 - ServerLimits is frozen
+        **replay: Unpack[ReplayKeywords],
     ) -> None:
         sources: list[CassetteSource] = (
             [cassettes] if isinstance(cassettes, Cassette | LazyCassette | str | os.PathLike) else list(cassettes)
         )
-        fault_list = list(faults)
+        self.options = ReplayOptions.of(_SERVED if options is None else options, **replay)
+        """How the default routes replay; each scenario replaces its ``timing`` and ``faults`` with its own."""
         self._default: _Target | None = None
         if sources:
-            self._default = _Target(
-                None,
-                _merge(sources),
-                timing=timing,
-                faults=fault_list,
-                match_on=match_on,
-                allow_repeats=allow_repeats,
-            )
+            self._default = _Target(None, _merge(sources), self.options)
         if isinstance(scenarios, str | os.PathLike):
             scenarios = load_scenarios(Path(scenarios))
         self.scenarios: dict[str, _Target] = {}
         """The scenario routes by name; ``scenarios[name].adapter`` is the ReplayAdapter behind it."""
         for scenario in scenarios or ():
+            replay_options = ReplayOptions.of(self.options, timing=scenario.timing, faults=scenario.faults)
             self.scenarios[scenario.name] = _Target(
-                scenario.name,
-                Path(scenario.cassette),
-                timing=_timing(scenario.timing),
-                faults=scenario.faults,
-                match_on=match_on,
-                allow_repeats=allow_repeats,
-                description=scenario.description,
+                scenario.name, Path(scenario.cassette), replay_options, description=scenario.description
             )
         if self._default is None and not self.scenarios:
             raise LlmError("nothing to serve: give a cassette or a scenario file", ErrorCode.INVALID_CONFIG)
@@ -598,7 +571,7 @@ class ReplayServer:
         try:
             first = await anext(chunks, None)
         except LlmError as exc:
-            await chunks.aclose()  # type: ignore[attr-defined]
+            await chunks.aclose()
             early = _early_error(exc, headers)
             if early is not None or not streaming:
                 return early or _problem(502, exc.message, exc.code.value, headers=headers)
@@ -778,32 +751,29 @@ def serve(
     *,
     host: str = "127.0.0.1",
     port: int = 0,
-    timing: Timing = Timing.recorded(),  # noqa: B008 - Timing is frozen
-    faults: Iterable[Fault | str | Mapping[str, Any]] = (),
+    options: ReplayOptions | None = None,
     scenarios: str | os.PathLike[str] | Sequence[Scenario] | None = None,
-    match_on: MatchOn = DEFAULT_MATCH,
-    allow_repeats: bool = False,
     allow_remote: bool = False,
     limits: ServerLimits = ServerLimits(),  # noqa: B008 - ServerLimits is frozen
     on_ready: Callable[[ReplayServer], None] | None = None,
+    **replay: Unpack[ReplayKeywords],
 ) -> None:
     """Run the replay server in the foreground until Ctrl-C (what ``chunktape serve`` does).
 
     Binds first (a busy port or a non-loopback host raises ``LlmError(INVALID_CONFIG)`` with a one-line
     message), then calls ``on_ready(server)`` (default: print the URL and the scenario routes), then serves.
+    The replay settings (``options``, the keywords) are ``ReplayServer``'s, passed on as they are.
     For tests, use ``ReplayServer`` as a (async) context manager instead.
     """
     server = ReplayServer(
         cassettes,
         host=host,
         port=port,
-        timing=timing,
-        faults=faults,
+        options=options,
         scenarios=scenarios,
-        match_on=match_on,
-        allow_repeats=allow_repeats,
         allow_remote=allow_remote,
         limits=limits,
+        **replay,
     )
     (on_ready or _announce)(server)
     server.run()

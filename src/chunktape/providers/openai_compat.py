@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
@@ -87,6 +87,7 @@ class OpenAICompatAdapter(LlmAdapter):
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.api_key = api_key if api_key is not None else os.environ.get("DEEPSEEK_API_KEY")
+        self.secrets = (self.api_key,) if self.api_key else ()
         self.model = model
         self.timeout = timeout
         self.idle_timeout = idle_timeout
@@ -102,10 +103,6 @@ class OpenAICompatAdapter(LlmAdapter):
     @property
     def name(self) -> str:
         return self._name
-
-    @property
-    def secrets(self) -> Sequence[str]:
-        return (self.api_key,) if self.api_key else ()
 
     def reasoning_options(self) -> Sequence[ReasoningOption]:
         return tuple(ReasoningOption(id=effort, label=effort) for effort in self._reasoning)
@@ -147,7 +144,7 @@ class OpenAICompatAdapter(LlmAdapter):
             self._owns_client = True
         return self._client
 
-    async def stream(self, options: GenerateOptions) -> AsyncIterator[StreamChunk]:
+    async def stream(self, options: GenerateOptions) -> AsyncGenerator[StreamChunk, None]:
         body = self.build_request_body(options)
         signal = options.signal
         if signal is not None:

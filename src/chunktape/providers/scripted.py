@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncGenerator, Callable, Sequence
 from typing import Any
 
 import msgspec
@@ -133,7 +133,7 @@ class ScriptedAdapter(LlmAdapter):
     def reasoning_options(self) -> Sequence[ReasoningOption]:
         return self._reasoning_options
 
-    async def stream(self, options: GenerateOptions) -> AsyncIterator[StreamChunk]:
+    async def stream(self, options: GenerateOptions) -> AsyncGenerator[StreamChunk, None]:
         self._check_options(options)
         turn = self._next_turn(options)
         signal = options.signal

@@ -8,7 +8,7 @@ import os
 import threading
 import warnings
 from collections import Counter
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -41,7 +41,7 @@ from chunktape.cassettes.redaction import (
     secrets_to_redact,
 )
 from chunktape.errors import ErrorCode, LlmError, ProtocolViolation
-from chunktape.protocol import Finish, GenerateOptions, LlmAdapter, ReasoningOption, StreamChunk, aclose_stream
+from chunktape.protocol import Finish, GenerateOptions, LlmAdapter, StreamChunk, WrappingAdapter
 from chunktape.validation import StreamValidator
 
 __all__ = [
@@ -148,7 +148,7 @@ def _close_validator(slot: _Slot, validator: StreamValidator | None) -> None:
         slot.violation = violation
 
 
-class RecordingAdapter(LlmAdapter):
+class RecordingAdapter(WrappingAdapter):
     """Forwards every ``stream()`` call to ``inner`` and records it as one interaction of a cassette.
 
     Each chunk reaches the caller as soon as ``inner`` yields it and is appended to a journal next to the
@@ -187,13 +187,16 @@ class RecordingAdapter(LlmAdapter):
         journal: bool = True,
         tags: Mapping[str, str] | None = None,
     ) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.path = Path(cassette)
         self.journal_path = journal_path(self.path)
         self.redact = redact
         self.allow_secrets = tuple(allow_secrets)
         self.validate = validate
         self.append = append
+        # What requests are redacted with, read once (the environment's credentials included): not a scan of
+        # os.environ per call. The save reads them again, so a credential that appears later is still caught.
+        self._request_secrets = self._secrets()
         self.meta = CassetteMeta(
             adapter=inner.name, tags=dict(tags or {}), reasoning_options=list(inner.reasoning_options())
         )
@@ -207,25 +210,14 @@ class RecordingAdapter(LlmAdapter):
             self._attempts.update(request.fingerprint for request in open_cassette(self.path).requests)
 
     @property
-    def name(self) -> str:
-        return self.inner.name
-
-    @property
-    def secrets(self) -> Sequence[str]:
-        return self.inner.secrets
-
-    def reasoning_options(self) -> Sequence[ReasoningOption]:
-        return self.inner.reasoning_options()
-
-    @property
     def interactions(self) -> list[Interaction]:
         """What was recorded so far, in the order the ``stream()`` calls began (unredacted)."""
         return [slot.freeze() for slot in self._slots]
 
-    def _begin(self, options: GenerateOptions) -> tuple[_Slot, Journal | None]:
+    def _begin(self, request: RecordedRequest) -> tuple[_Slot, Journal | None]:
         """Number the interaction and journal its request, under the lock (threads may share the recorder)."""
         # Redact the request before the journal sees it; chunks are redacted at save.
-        request = redact_request(RecordedRequest.from_options(options), self._secrets())
+        request = redact_request(request, self._request_secrets)
         with self._lock:
             if self._closed:
                 raise LlmError(f"the RecordingAdapter for {self.path} is closed", ErrorCode.INVALID_CONFIG)
@@ -252,12 +244,19 @@ class RecordingAdapter(LlmAdapter):
         with contextlib.suppress(JournalWriteWarning):
             warnings.warn(message, JournalWriteWarning, stacklevel=4)
 
-    async def stream(self, options: GenerateOptions) -> AsyncIterator[StreamChunk]:
+    def stream(self, options: GenerateOptions) -> AsyncGenerator[StreamChunk, None]:
+        return self.record(options)
+
+    async def record(
+        self, options: GenerateOptions, request: RecordedRequest | None = None
+    ) -> AsyncGenerator[StreamChunk, None]:
+        """``stream(options)``, given ``request`` (``options`` as ``RecordedRequest.from_options`` made it) when the
+        caller has it already, so the request is hashed once per call."""
         clock = _ProviderClock(asyncio.get_running_loop())
-        slot, journal = self._begin(options)
+        slot, journal = self._begin(RecordedRequest.from_options(options) if request is None else request)
         events, ident = slot.events, slot.id
         validator = StreamValidator() if self.validate else None
-        iterator: AsyncIterator[StreamChunk] | None = None
+        iterator: AsyncGenerator[StreamChunk, None] | None = None
         outcome: Outcome | None = None
         try:
             iterator = self.inner.stream(options)
@@ -318,7 +317,8 @@ class RecordingAdapter(LlmAdapter):
                     journal.end(ident, slot.outcome)
                 except LlmError as error:
                     self._journal_failed(error)
-            await aclose_stream(iterator)
+            if iterator is not None:
+                await iterator.aclose()
         self._warn(slot, strict=True)
 
     def _warn(self, slot: _Slot, *, strict: bool = False) -> None:

@@ -2,6 +2,6 @@
 
 from chunktape.faults.plan import ActiveFault, FaultPlan
 from chunktape.replayer.replaying import ReplayAdapter
-from chunktape.replayer.timing import SleepCappedWarning, Timing
+from chunktape.timing import SleepCappedWarning, Timing
 
 __all__ = ["ActiveFault", "FaultPlan", "ReplayAdapter", "SleepCappedWarning", "Timing"]

@@ -4,19 +4,18 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
-from typing import Any, NamedTuple
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
+from typing import NamedTuple, Unpack
 
 from chunktape import abort
 from chunktape.cassettes.codec import LazyCassette, as_lazy
-from chunktape.cassettes.matching import DEFAULT_MATCH, MatchOn, RequestMatcher
+from chunktape.cassettes.matching import RequestMatcher
 from chunktape.cassettes.model import Cancelled, Cassette, Interaction, Raised, RecordedRequest
 from chunktape.cassettes.redaction import redact_request, secrets_to_redact
 from chunktape.errors import ErrorCode, LlmError
-from chunktape.faults import Fault
 from chunktape.faults.plan import ActiveFault, FaultPlan, reservation
-from chunktape.protocol import GenerateOptions, LlmAdapter, ReasoningOption, StreamChunk
-from chunktape.replayer.timing import Timing
+from chunktape.protocol import GenerateOptions, LlmAdapter, ReasoningOption, StreamChunk, aclose_stream
+from chunktape.replay_options import ReplayKeywords, ReplayOptions
 
 __all__ = ["ReplayAdapter", "ReplayCall"]
 
@@ -28,7 +27,7 @@ class ReplayCall(NamedTuple):
     """The 1-based number of the call (as ``Targeted(calls=...)`` counts them)."""
     fault_id: str | None
     """The id of the fault injected into this call, or None."""
-    chunks: AsyncIterator[StreamChunk]
+    chunks: AsyncGenerator[StreamChunk, None]
     """The call's stream, as ``stream()`` would yield it; close it if it is not read to its end."""
 
 
@@ -44,31 +43,21 @@ class ReplayAdapter(LlmAdapter):
         self,
         cassette: Cassette | LazyCassette | str | os.PathLike[str],
         *,
-        timing: Timing = Timing.instant(),  # noqa: B008 - Timing is frozen
-        faults: Iterable[Fault | str | Mapping[str, Any]] = (),
-        match_on: MatchOn = DEFAULT_MATCH,
-        allow_repeats: bool = False,
+        options: ReplayOptions | None = None,
         name: str | None = None,
-        redact: bool | Sequence[str] = True,
-        allow_secrets: Sequence[str] = (),
+        **replay: Unpack[ReplayKeywords],
     ) -> None:
-        if not isinstance(timing, Timing):
-            raise LlmError(
-                f"timing must be a Timing (Timing.instant(), Timing.recorded(speed), Timing.fixed(first_chunk_s, "
-                f"between_s)), got {timing!r}",
-                ErrorCode.INVALID_CONFIG,
-            )
+        self.options = ReplayOptions.of(options, **replay)
+        """How this adapter replays (``options`` with the keywords applied); validated when built."""
         self.source = as_lazy(cassette)
-        self.timing = timing
-        self.fault_plan = FaultPlan(faults)
+        self.fault_plan = FaultPlan(self.options.faults)
         """The faults applied at replay time, with their per-call state (FailFirst counters, Chaos draws)."""
         self.injected: list[str | None] = []
         """Per ``stream()`` call, the id of the fault injected into it, or None."""
-        self.matcher = RequestMatcher(match_on)
-        self.allow_repeats = allow_repeats
-        self.redact = redact
-        self.allow_secrets = tuple(allow_secrets)
-        """Redact live requests like the recorder did (env credentials, plus any listed), so they still match."""
+        self.matcher = RequestMatcher(self.options.match_on)
+        # Live requests are redacted like the recorder did, so they still match. The environment's credentials
+        # are read once, here: one set per adapter, not a scan of os.environ per call.
+        self._secrets = secrets_to_redact(self.options.redact, allow=self.options.allow_secrets)
         self.play_counts = [0] * len(self.source)
         """How often each recorded interaction was played."""
         self.calls = 0
@@ -108,7 +97,7 @@ class ReplayAdapter(LlmAdapter):
         candidates = self._candidates(request)
         if not candidates:
             raise self.matcher.mismatch(request, self.source.requests, self._where)
-        if self.allow_repeats:
+        if self.options.allow_repeats:
             return min(candidates, key=lambda index: (counts[index], index))
         numbers = ", ".join(f"#{index}" for index in candidates)
         raise LlmError(
@@ -118,12 +107,19 @@ class ReplayAdapter(LlmAdapter):
         )
 
     def _recorded_form(self, options: GenerateOptions | RecordedRequest) -> RecordedRequest:
-        """The request as the recorder would have stored it: same fields, same redaction."""
-        request = RecordedRequest.from_options(options)
-        return redact_request(request, secrets_to_redact(self.redact, allow=self.allow_secrets))
+        """The request as the recorder would have stored it: same fields, same redaction.
+
+        A ``RecordedRequest`` with its fingerprint is taken as ``RecordedRequest.from_options`` made it: a caller
+        that has one already (a session) does not pay for hashing the request twice.
+        """
+        if type(options) is not RecordedRequest or not options.fingerprint:
+            options = RecordedRequest.from_options(options)
+        return redact_request(options, self._secrets)
 
     def can_play(self, options: GenerateOptions | RecordedRequest) -> bool:
-        """Whether a ``stream(options)`` call now would replay something (rather than mismatch or run out)."""
+        """Whether a ``stream(options)`` call now would replay something (rather than mismatch or run out).
+
+        ``options`` may be the request as ``RecordedRequest.from_options`` made it (see ``open``)."""
         try:
             self.select(self._recorded_form(options))
         except LlmError:
@@ -148,16 +144,17 @@ class ReplayAdapter(LlmAdapter):
 
     # -- playing -------------------------------------------------------------------------------
 
-    def stream(self, options: GenerateOptions) -> AsyncIterator[StreamChunk]:
+    def stream(self, options: GenerateOptions) -> AsyncGenerator[StreamChunk, None]:
         # The call's own generator, not a wrapper around it: one generator frame per chunk on the hot path.
         return self.open(options).chunks
 
-    def open(self, options: GenerateOptions) -> ReplayCall:
+    def open(self, options: GenerateOptions, *, request: RecordedRequest | None = None) -> ReplayCall:
         """Start one ``stream()`` call now: count it and choose its fault at once, and say which they are.
 
         For servers answering concurrent requests: ``call`` and ``fault_id`` belong to this call, whatever
         other calls do meanwhile. Everything else (the injected HTTP error, matching, playing) happens as the
-        returned ``chunks`` are read, exactly as with ``stream()``.
+        returned ``chunks`` are read, exactly as with ``stream()``. ``request`` is ``options`` as
+        ``RecordedRequest.from_options`` made it, for a caller that has it already (it is not hashed again).
         """
         self.calls += 1
         number = self.calls
@@ -167,15 +164,19 @@ class ReplayAdapter(LlmAdapter):
         fault = self.fault_plan.select(options) if self.fault_plan else None
         self.injected.append(None if fault is None else fault.fault_id)
         return ReplayCall(
-            call=number, fault_id=None if fault is None else fault.fault_id, chunks=self._play(options, fault)
+            call=number,
+            fault_id=None if fault is None else fault.fault_id,
+            chunks=self._play(options, fault, options if request is None else request),
         )
 
-    async def _play(self, options: GenerateOptions, fault: ActiveFault | None) -> AsyncIterator[StreamChunk]:
+    async def _play(
+        self, options: GenerateOptions, fault: ActiveFault | None, live: GenerateOptions | RecordedRequest
+    ) -> AsyncGenerator[StreamChunk, None]:
         signal = options.signal
-        request = self._recorded_form(options)
+        request = self._recorded_form(live)
         with reservation(fault, lambda: self.reserve(request), self.release) as index:
             interaction = self.source.interaction(index)
-            if fault is None and self.timing.is_instant:
+            if fault is None and self.options.timing.is_instant:
                 # The hot path: no sleeps, no wrapping.
                 if signal is None:
                     for event in interaction.events:
@@ -189,14 +190,14 @@ class ReplayAdapter(LlmAdapter):
                 return
             # Delays a fault injects (a stall, latency) shift the rest of the recorded schedule, not vanish into it.
             shift = (lambda: fault.delayed_s) if fault is not None else None
-            chunks = self.timed(interaction, index, signal, shift)
+            chunks: AsyncIterator[StreamChunk] = self.timed(interaction, index, signal, shift)
             if fault is not None:
                 chunks = fault.wrap(chunks, signal)
             try:
                 async for chunk in chunks:
                     yield chunk
             finally:
-                await chunks.aclose()  # type: ignore[attr-defined]
+                await aclose_stream(chunks)  # a fault's wrapper is typed as a plain AsyncIterator
 
     def reserve(self, request: RecordedRequest) -> int:
         """Hold the interaction that answers ``request`` now, so concurrent calls with the same request get the
@@ -215,7 +216,7 @@ class ReplayAdapter(LlmAdapter):
         index: int,
         signal: abort.AbortSignal | None,
         shift: Callable[[], float] | None = None,
-    ) -> AsyncIterator[StreamChunk]:
+    ) -> AsyncGenerator[StreamChunk, None]:
         """The interaction's chunks released on this adapter's ``timing``, ending with its recorded outcome.
 
         This is the stream a fault plan wraps; sleeps go through ``asyncio.sleep`` (virtual time works) and
@@ -223,8 +224,9 @@ class ReplayAdapter(LlmAdapter):
         """
         loop = asyncio.get_running_loop()
         start = loop.time()
-        due = self.timing.offsets(interaction)
-        instant = self.timing.is_instant
+        timing = self.options.timing
+        due = timing.offsets(interaction)
+        instant = timing.is_instant
         for position, event in enumerate(interaction.events):
             if not instant:
                 delay = start + due[position] + (shift() if shift is not None else 0.0) - loop.time()
@@ -254,7 +256,7 @@ class ReplayAdapter(LlmAdapter):
             )
 
 
-async def _raise(error: LlmError) -> AsyncIterator[StreamChunk]:
+async def _raise(error: LlmError) -> AsyncGenerator[StreamChunk, None]:
     raise error
     yield  # pragma: no cover - makes this an async generator
 

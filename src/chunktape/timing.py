@@ -1,9 +1,13 @@
-"""When replayed chunks are released: at once, on the recorded clock (scaled), or at a fixed pace."""
+"""When replayed chunks are released: at once, on the recorded clock (scaled), or at a fixed pace.
+
+One ``Timing`` for every face: the replayer, the pytest marker, scenario files and ``GET /scenarios``. It sits
+on the floor of the cassette model (it reads an interaction's offsets), below the scenarios and the replayer.
+"""
 
 from __future__ import annotations
 
 import warnings
-from typing import Literal
+from typing import Annotated, Literal
 
 import msgspec
 
@@ -22,19 +26,22 @@ class SleepCappedWarning(UserWarning):
     """
 
 
-class Timing(msgspec.Struct, frozen=True, kw_only=True):
+class Timing(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, rename={"kind": "mode"}):
     """A replay pace; a Struct so it can live in pytest markers and scenario files.
 
     Build one with ``Timing.instant()``, ``Timing.recorded(speed)`` or ``Timing.fixed(first_chunk_s, between_s)``.
+    The attribute ``kind`` is written ``mode`` in files and JSON (``timing = { mode = "recorded", speed = 2.0 }``),
+    the name scenario files have always used.
     """
 
     kind: Literal["instant", "recorded", "fixed"] = "instant"
-    speed: float = 1.0
+    speed: Annotated[float, msgspec.Meta(gt=0)] = 1.0
     """For ``recorded``: 2.0 replays twice as fast, 0.5 at half speed."""
-    first_chunk_s: float = 0.0
-    between_s: float = 0.0
+    first_chunk_s: Annotated[float, msgspec.Meta(ge=0)] = 0.0
+    between_s: Annotated[float, msgspec.Meta(ge=0)] = 0.0
 
     def __post_init__(self) -> None:
+        # The Meta bounds hold for decoded Timings (with the field's path in the error); these, for constructed ones.
         if not self.speed > 0:
             raise LlmError(f"Timing speed must be > 0, got {self.speed}", ErrorCode.INVALID_CONFIG)
         if self.first_chunk_s < 0 or self.between_s < 0:
