@@ -130,11 +130,7 @@ def _python(value: Any) -> str:
     if isinstance(value, dict):
         tag = value.get("type")
         if isinstance(tag, str) and tag in _TAGS:
-            # Where it fires first, then what fires (a nested fault), then its name: Targeted(calls=[2], fault=...).
-            fields = {key: item for key, item in value.items() if key not in ("type", "id") and not _is_fault(item)}
-            fields |= {key: item for key, item in value.items() if _is_fault(item)}
-            if "id" in value:
-                fields["id"] = value["id"]
+            fields = _fields(value)
             return f"{_TAGS[tag]}({', '.join(f'{key}={_python(item)}' for key, item in fields.items())})"
         return "{" + ", ".join(f"{_python(key)}: {_python(item)}" for key, item in value.items()) + "}"
     if isinstance(value, list):
@@ -148,10 +144,21 @@ def _is_fault(value: Any) -> bool:
     return isinstance(value, dict) and value.get("type") in _TAGS
 
 
+def _fields(fault: dict[str, Any]) -> dict[str, Any]:
+    """A fault's fields but ``type``, in reading order: where it fires, then what fires, then its name
+    (``Targeted(calls=[2], fault=...)``)."""
+    fields = {key: item for key, item in fault.items() if key not in ("type", "id") and not _is_fault(item)}
+    fields |= {key: item for key, item in fault.items() if _is_fault(item)}
+    if "id" in fault:
+        fields["id"] = fault["id"]
+    return fields
+
+
 def _toml(value: Any) -> str:
     """``value`` (from ``msgspec.to_builtins``) as a TOML inline value: what scenario files hold."""
     if isinstance(value, dict):
-        return "{ " + ", ".join(f"{key} = {_toml(item)}" for key, item in value.items()) + " }"
+        items = {"type": value["type"], **_fields(value)} if _is_fault(value) else value
+        return "{ " + ", ".join(f"{key} = {_toml(item)}" for key, item in items.items()) + " }"
     if isinstance(value, list):
         return "[" + ", ".join(_toml(item) for item in value) + "]"
     if isinstance(value, bool):
@@ -403,30 +410,69 @@ def search_faults(
         tally.last = (schedule, error)  # hypothesis runs the shrunk example last
         return True
 
+    store = _Store(hypothesis.settings().database if database == "default" else database, key or _default_key(agent))
+    for saved in store.saved(timing):
+        if fails(saved):
+            assert tally.last is not None
+            return SearchResult(*tally.last, tally.examples, tally.first, baseline.calls, seed, deadline_s)
+        store.forget(saved)
     settings = hypothesis.settings(
         max_examples=max_examples,
-        database=hypothesis.settings().database if database == "default" else database,
+        # hypothesis's own database ignores a fixed seed (@seed implies database=None): _Store keeps failures.
+        database=None,
         deadline=None,
-        derandomize=False,
         # Not Phase.explain: it traces every line the agent runs, which makes each example many times slower.
-        phases=[hypothesis.Phase.explicit, hypothesis.Phase.reuse, hypothesis.Phase.generate, hypothesis.Phase.shrink],
+        phases=[hypothesis.Phase.generate, hypothesis.Phase.shrink],
         print_blob=False,
         verbosity=hypothesis.Verbosity.quiet,
     )
-    name = key or f"{getattr(agent, '__module__', '')}.{getattr(agent, '__qualname__', repr(agent))}"
     try:
-        hypothesis.find(
-            strategy,
-            fails,
-            settings=settings,
-            random=random.Random(seed),
-            database_key=f"chunktape.fault-search:{name}".encode(),
-        )
+        hypothesis.find(strategy, fails, settings=settings, random=random.Random(seed))
     except NoSuchExample:
         return SearchResult(None, None, tally.examples, None, baseline.calls, seed, deadline_s)
     assert tally.last is not None
-    schedule, error = tally.last
-    return SearchResult(schedule, error, tally.examples, tally.first, baseline.calls, seed, deadline_s)
+    store.keep(tally.last[0])
+    return SearchResult(*tally.last, tally.examples, tally.first, baseline.calls, seed, deadline_s)
+
+
+def _default_key(agent: Agent) -> str:
+    """A name for ``agent`` that is the same in the next run (no object addresses)."""
+    if isinstance(agent, functools.partial):
+        return f"{_default_key(agent.func)}{agent.args!r}"
+    return f"{getattr(agent, '__module__', '')}.{getattr(agent, '__qualname__', type(agent).__qualname__)}"
+
+
+class _Store:
+    """Failing schedules kept in a hypothesis example database, so the next search tries them first.
+
+    They are kept as the faults' JSON under ``chunktape.fault-search:<key>``; one that no longer fails (or no
+    longer decodes) is dropped, as hypothesis drops a fixed failure.
+    """
+
+    _decoder = msgspec.json.Decoder(list[Targeted])
+
+    def __init__(self, database: ExampleDatabase | None, key: str) -> None:
+        self.database = database
+        self.key = f"chunktape.fault-search:{key}".encode()
+
+    def saved(self, timing: Timing) -> list[Schedule]:
+        if self.database is None:
+            return []
+        schedules = []
+        for blob in sorted(self.database.fetch(self.key), key=lambda blob: (len(blob), blob)):
+            try:
+                schedules.append(Schedule(tuple(self._decoder.decode(blob)), timing))
+            except (msgspec.DecodeError, LlmError):
+                self.database.delete(self.key, blob)
+        return schedules
+
+    def keep(self, schedule: Schedule) -> None:
+        if self.database is not None:
+            self.database.save(self.key, msgspec.json.encode(schedule.faults))
+
+    def forget(self, schedule: Schedule) -> None:
+        if self.database is not None:
+            self.database.delete(self.key, msgspec.json.encode(schedule.faults))
 
 
 @dataclass
