@@ -64,7 +64,9 @@ def test_finds_text_streamed_twice_after_a_disconnect_past_the_first_tool_call_d
     assert result.failure is not None
     assert isinstance(reproduce(samples.DUPLICATES_TEXT, cassette, result.failure), AssertionError)
     assert reproduce(samples.CORRECT, cassette, result.failure) is None
-    assert result.calls == 2 and result.examples_to_find is not None and result.examples >= result.examples_to_find
+    assert result.calls == 2
+    assert result.examples_to_find is not None
+    assert result.examples >= result.examples_to_find
 
 
 def test_finds_an_ignored_retry_after(cassette: Path) -> None:
@@ -80,7 +82,8 @@ def test_finds_a_hang_on_a_stall_without_an_idle_timeout_as_a_timeout(cassette: 
     result = search(samples.NO_IDLE_TIMEOUT, cassette, deadline_s=100)
     fault = only_fault(result)
     assert fault == Targeted(calls=[1], fault=Stall(after_chunks=0, seconds=200.0))  # outlasts the deadline
-    assert isinstance(result.error, AgentHang) and result.error.code is ErrorCode.TIMEOUT
+    assert isinstance(result.error, AgentHang)
+    assert result.error.code is ErrorCode.TIMEOUT
     assert result.hang
     assert "@pytest.mark.looptime(end=100)" in result.report()
     assert result.failure is not None
@@ -89,7 +92,8 @@ def test_finds_a_hang_on_a_stall_without_an_idle_timeout_as_a_timeout(cassette: 
 
 def test_a_correct_agent_passes_every_example(cassette: Path) -> None:
     result = search(samples.CORRECT, cassette, max_examples=200)
-    assert result.failure is None and result.error is None
+    assert result.failure is None
+    assert result.error is None
     assert result.examples == 200
     assert result.report() == "no failing fault schedule in 200 examples (seed 0)"
 
@@ -103,7 +107,8 @@ def test_the_search_is_deterministic_for_a_seed(cassette: Path) -> None:
 def test_a_found_failure_replays_first_from_the_example_database(cassette: Path) -> None:
     database = InMemoryExampleDatabase()
     first = search(samples.IGNORES_RETRY_AFTER, cassette, database=database, key="retry-after")
-    assert first.examples_to_find is not None and first.examples_to_find > 1
+    assert first.examples_to_find is not None
+    assert first.examples_to_find > 1
     again = search(samples.IGNORES_RETRY_AFTER, cassette, database=database, key="retry-after")
     assert again.examples_to_find == 1
     assert again.failure == first.failure
@@ -140,7 +145,8 @@ def test_schedules_print_as_a_marker_line_and_a_scenario_entry_that_round_trip()
     assert scenario.faults == schedule.faults
     assert (scenario.timing.mode, scenario.timing.speed) == ("recorded", 2.0)
     instant = Schedule(schedule.faults, Timing.instant())
-    assert "timing" not in instant.marker() and "timing" not in instant.scenario("x", "y")
+    assert "timing" not in instant.marker()
+    assert "timing" not in instant.scenario("x", "y")
 
 
 @pytest.mark.parametrize(
@@ -168,7 +174,8 @@ def test_an_agent_failing_without_faults_gets_an_empty_schedule(cassette: Path) 
         assert outcome.text == "something else"
 
     result = search_faults(wrong, cassette, database=None)
-    assert result.failure is not None and result.failure.faults == ()
+    assert result.failure is not None
+    assert result.failure.faults == ()
     assert result.examples == 0
     assert result.report().startswith("the agent fails without any fault:\n    AssertionError")
 

@@ -34,7 +34,7 @@ _REPLAY_OPTIONS = ("faults", "match_on", "allow_secrets")
 """What ``@pytest.mark.tape`` sets that every replay of the search keeps."""
 
 
-def _fail(item: pytest.Function, problem: str) -> pytest.fail.Exception:
+def _fail(item: pytest.Function, problem: str) -> BaseException:
     return pytest.fail.Exception(f"{item.nodeid}: @pytest.mark.{MARKER}: {problem}", pytrace=False)
 
 

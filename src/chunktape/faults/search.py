@@ -63,7 +63,7 @@ Agent: TypeAlias = Callable[[LlmAdapter], Awaitable[object]]
 """What the search runs: an async check of the agent over the adapter it is given; raising means it failed."""
 
 FaultCatalogue: TypeAlias = Mapping[str, Fault] | Iterable[Fault | str | Mapping[str, Any]]
-Database: TypeAlias = ExampleDatabase | None | Literal["default"]
+Database: TypeAlias = ExampleDatabase | Literal["default"] | None
 
 DEFAULT_DEADLINE_S = 600.0
 """Loop seconds after which a run counts as a hang."""
@@ -117,7 +117,7 @@ def run_virtual(agent: Agent, adapter: LlmAdapter, deadline_s: float) -> BaseExc
         raise
     except looptime.LoopTimeoutError:
         return AgentHang(deadline_s)
-    except BaseException as error:  # noqa: BLE001 - pytest.fail and friends are BaseExceptions too
+    except BaseException as error:  # pytest.fail and friends are BaseExceptions too
         return error
     return None
 
