@@ -110,6 +110,12 @@ def pytest_configure(config: pytest.Config) -> None:
         "tape_fault_matrix(faults=STANDARD_FAULTS): run the test fault-free ([no-fault], which records) and once "
         "per fault ([http-429], ...), replaying the test's cassette with the fault, exposed as tape.fault.",
     )
+    config.addinivalue_line(
+        "markers",
+        "tape_fault_search(max_examples=200, faults=STANDARD_FAULTS, max_faults=2, seed=0, deadline_s=600, "
+        "timing=Timing.recorded(), database='default'): run the async test on tape, then under hypothesis-drawn fault "
+        "schedules in virtual time; a failure is shrunk and printed as a @pytest.mark.tape(faults=[...]) line.",
+    )
     ini_mode = str(config.getini("tape_mode"))
     if ini_mode and ini_mode not in _MODES:
         raise pytest.UsageError(f"ini option tape_mode = {ini_mode!r} is not a record mode; valid: {', '.join(_MODES)}")
@@ -414,6 +420,17 @@ def _show(config: pytest.Config, path: Path) -> str:
 
 
 # -- outcomes and reports -------------------------------------------------------------------------
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
+    """``@pytest.mark.tape_fault_search``: the fault search runs the test body (``chunktape.pytest_search``)."""
+    if pyfuncitem.get_closest_marker("tape_fault_search") is None:
+        return None
+    from chunktape.pytest_search import run_fault_search  # imports hypothesis: only when a test asks for it
+
+    run_fault_search(pyfuncitem)
+    return True
 
 
 @pytest.hookimpl(wrapper=True)
