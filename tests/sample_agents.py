@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -148,7 +148,7 @@ class SampleAgent:
                     case _:
                         pass
         finally:
-            await stream.aclose()  # type: ignore[attr-defined]
+            await stream.aclose()
         if not finished:
             raise LlmError("the stream ended without a finish chunk", ErrorCode.STREAM_ABORTED)
         validator.close()
@@ -182,7 +182,7 @@ class RetryAfterGuard(LlmAdapter):
     def name(self) -> str:
         return self.inner.name
 
-    async def stream(self, options: GenerateOptions) -> AsyncIterator[StreamChunk]:
+    async def stream(self, options: GenerateOptions) -> AsyncGenerator[StreamChunk, None]:
         loop = asyncio.get_running_loop()
         if self._not_before is not None:
             due, retry_after = self._not_before

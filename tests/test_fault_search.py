@@ -143,7 +143,7 @@ def test_schedules_print_as_a_marker_line_and_a_scenario_entry_that_round_trip()
     ]
     (scenario,) = parse_scenarios(msgspec.toml.decode(entry))
     assert scenario.faults == schedule.faults
-    assert (scenario.timing.mode, scenario.timing.speed) == ("recorded", 2.0)
+    assert (scenario.timing.kind, scenario.timing.speed) == ("recorded", 2.0)
     instant = Schedule(schedule.faults, Timing.instant())
     assert "timing" not in instant.marker()
     assert "timing" not in instant.scenario("x", "y")

@@ -57,9 +57,8 @@ def run_fault_search(item: pytest.Function) -> None:
     test = _coroutine_function(item.obj)
     if test is None:
         raise _fail(item, "the test must be an async function (each run gets its own looptime event loop)")
-    tape = item.funcargs.get("tape")
-    session = getattr(tape, "session", None)
-    if not isinstance(tape, LlmAdapter) or not isinstance(session, CassetteSession):
+    session = item.funcargs.get("tape")
+    if not isinstance(session, CassetteSession):
         raise _fail(item, "the test must use the tape fixture")
     arguments = {name: item.funcargs[name] for name in inspect.signature(test).parameters if name in item.funcargs}
 
@@ -70,7 +69,7 @@ def run_fault_search(item: pytest.Function) -> None:
     try:
         # The fault-free run, on the fixture itself: it records when the mode says so, and plays what
         # --tape-strict checks. Its failure is the test's own, raised as it is.
-        error = run_virtual(body, tape, options.get("deadline_s", DEFAULT_DEADLINE_S))
+        error = run_virtual(body, session, options.get("deadline_s", DEFAULT_DEADLINE_S))
     except LlmError as invalid:
         raise _fail(item, str(invalid)) from None
     if error is not None:
