@@ -451,8 +451,9 @@ def test_markers_are_registered_with_their_signature(pytester: pytest.Pytester) 
     result = run(pytester, "--markers")
     result.stdout.fnmatch_lines(
         [
-            "@pytest.mark.tape(name=None, mode=None, faults=(), timing=None, match_on=None, allow_secrets=()):*",
-            "@pytest.mark.tape_fault_matrix(faults=STANDARD_FAULTS):*",
+            "@pytest.mark.tape(name=None, mode=None, faults=(), timing=None, match_on=None, allow_secrets=(), "
+            "virtual_time=None):*",
+            "@pytest.mark.tape_fault_matrix(faults=STANDARD_FAULTS, calls=None):*",
         ]
     )
     help_text = run(pytester, "--help").stdout.str()

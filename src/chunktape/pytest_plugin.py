@@ -24,30 +24,38 @@ import hashlib
 import re
 import urllib.parse
 import uuid
-from collections.abc import AsyncIterator, Callable, Generator, Iterable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Generator, Iterator, Sequence
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import pytest
 
+from chunktape._matrix import (
+    BASELINE_ID,
+    BASELINE_SELECTED,
+    MATRIX_SIGNATURE,
+    BadMatrix,
+    BaselineGate,
+    MatrixRun,
+    baseline_nodeid,
+    mark_items,
+    matrix_runs,
+)
 from chunktape.cassettes.matching import DEFAULT_MATCH
 from chunktape.cassettes.model import Cassette
 from chunktape.errors import ErrorCode, LlmError
-from chunktape.faults import STANDARD_FAULTS, Fault, fault_id, parse_fault, parse_faults
+from chunktape.faults import parse_faults
 from chunktape.protocol import GenerateOptions, LlmAdapter, ReasoningOption, StreamChunk
 from chunktape.replayer.timing import Timing
 from chunktape.session import CassetteSession, RecordMode, SessionCall, use_cassette
 
 __all__ = ["BASELINE_ID", "Tape"]
 
-BASELINE_ID = "no-fault"
-"""The test id of the fault matrix's fault-free run, the one that records the shared cassette."""
-
 LiveAdapter = LlmAdapter | Callable[[], LlmAdapter]
 """What a ``tape_live_adapter`` fixture returns: a factory (called only to record) or an adapter."""
 
 _MODES = [mode.value for mode in RecordMode]
-_TAPE_ARGS = ("name", "mode", "faults", "timing", "match_on", "allow_secrets")
+_TAPE_ARGS = ("name", "mode", "faults", "timing", "match_on", "allow_secrets", "virtual_time")
 _CASSETTE_CODES = frozenset({ErrorCode.CASSETTE_NOT_FOUND, ErrorCode.CASSETTE_MISMATCH, ErrorCode.CASSETTE_EXHAUSTED})
 _BAD_NAME = re.compile(r"[/\\\x00-\x1f\x7f]")
 """What a ``name=`` may not hold: a path separator would leave the cassette folder, a control character the
@@ -93,19 +101,27 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addini("tape_mode", f"default record mode of the tape fixture: {', '.join(_MODES)}", default="")
     parser.addini("tape_dir", "root folder for cassettes, relative to the ini file", default="")
     parser.addini("tape_strict", "fail tests that leave recorded interactions unplayed", type="bool", default=False)
+    parser.addini(
+        "tape_virtual_time",
+        "run fault-matrix runs and replays with recorded timing or time faults in virtual time (looptime)",
+        type="bool",
+        default=True,
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
-        "tape(name=None, mode=None, faults=(), timing=None, match_on=None, allow_secrets=()): the tape fixture's "
-        "cassette: its file name, record mode (--tape-mode wins), faults injected on replay, replay Timing, request "
-        "matchers, and values that may stay in the cassette although they look like credentials.",
+        "tape(name=None, mode=None, faults=(), timing=None, match_on=None, allow_secrets=(), virtual_time=None): the "
+        "tape fixture's cassette: its file name, record mode (--tape-mode wins), faults injected on replay, replay "
+        "Timing, request matchers, values that may stay in the cassette although they look like credentials, and "
+        "whether fault runs and timed replays run in virtual time (looptime; default: the tape_virtual_time ini).",
     )
     config.addinivalue_line(
         "markers",
-        "tape_fault_matrix(faults=STANDARD_FAULTS): run the test fault-free ([no-fault], which records) and once "
-        "per fault ([http-429], ...), replaying the test's cassette with the fault, exposed as tape.fault.",
+        f"{MATRIX_SIGNATURE}: run the test fault-free ([no-fault], which records) and once per fault "
+        "([http-429], ...), replaying the test's cassette with the fault (a transient one once, a permanent one on "
+        "every call; calls= targets other call numbers), exposed as tape.fault, in virtual time.",
     )
     ini_mode = str(config.getini("tape_mode"))
     if ini_mode and ini_mode not in _MODES:
@@ -153,23 +169,6 @@ def _root_dir(config: pytest.Config) -> Path | None:
 # -- the fault matrix -----------------------------------------------------------------------------
 
 
-def _matrix_faults(value: object) -> list[tuple[str, Fault]]:
-    """The matrix's faults with their test ids: a mapping id → fault, or faults / standard ids / fault dicts."""
-    if isinstance(value, Mapping):
-        items = [(str(key), parse_fault(fault)) for key, fault in value.items()]
-    elif isinstance(value, Iterable) and not isinstance(value, str | bytes):
-        items = [(fault_id(fault), fault) for fault in parse_faults(value)]
-    else:
-        raise LlmError(
-            "tape_fault_matrix(faults=...) takes a mapping or a sequence of faults", ErrorCode.INVALID_CONFIG
-        )
-    ids = [ident for ident, _ in items]
-    duplicates = sorted({ident for ident in ids if ids.count(ident) > 1} | ({BASELINE_ID} & set(ids)))
-    if duplicates:
-        raise LlmError(f"tape_fault_matrix: duplicate test ids {duplicates}", ErrorCode.INVALID_CONFIG)
-    return items
-
-
 @pytest.hookimpl(trylast=True)  # after @pytest.mark.parametrize, so the fault id comes last: test[x-http-429]
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     marker = metafunc.definition.get_closest_marker("tape_fault_matrix")
@@ -178,47 +177,25 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "tape" not in metafunc.fixturenames:
         where = metafunc.definition.nodeid
         pytest.fail(f"{where}: @pytest.mark.tape_fault_matrix needs the test to use the tape fixture", pytrace=False)
-    unknown = set(marker.kwargs) - {"faults"}
-    problem = None
-    if len(marker.args) > 1 or unknown:
-        problem = "the marker's signature is tape_fault_matrix(faults=STANDARD_FAULTS)"
-    else:
-        value = marker.args[0] if marker.args else marker.kwargs.get("faults", STANDARD_FAULTS)
-        try:
-            items = _matrix_faults(value)
-        except LlmError as error:
-            problem = error.message
-    if problem is not None:
+    try:
+        runs = matrix_runs(marker)
+    except LlmError as error:
         # One failing item for this test, rather than a collection error that hides the rest of the module.
-        metafunc.parametrize("_tape_fault", [_BadMatrix(problem)], ids=["invalid-fault-matrix"], indirect=True)
+        metafunc.parametrize("_tape_fault", [BadMatrix(error.message)], ids=["invalid-fault-matrix"], indirect=True)
         return
-    metafunc.parametrize(
-        "_tape_fault",
-        [None, *(_MatrixFault(ident, fault) for ident, fault in items)],
-        ids=[BASELINE_ID, *(ident for ident, _ in items)],
-        indirect=True,
-    )
+    metafunc.parametrize("_tape_fault", [None, *runs], ids=[BASELINE_ID, *(run.ident for run in runs)], indirect=True)
 
 
-class _MatrixFault(NamedTuple):
-    """One run of a fault matrix: the id it was parametrized with (the test id's suffix) and its fault."""
-
-    ident: str
-    fault: Fault
-
-
-class _BadMatrix:
-    """A ``tape_fault_matrix`` marker that cannot be used; the test fails with ``problem`` at setup."""
-
-    def __init__(self, problem: str) -> None:
-        self.problem = problem
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's loadgroup reads the xdist_group markers
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    mark_items(items, replay_only=_record_mode(config, None) is RecordMode.NONE)
 
 
 @pytest.fixture
-def _tape_fault(request: pytest.FixtureRequest) -> _MatrixFault | None:
+def _tape_fault(request: pytest.FixtureRequest) -> MatrixRun | None:
     """The fault the matrix injects into this run (None outside the matrix and in its ``[no-fault]`` run)."""
-    param: _MatrixFault | _BadMatrix | None = getattr(request, "param", None)
-    if isinstance(param, _BadMatrix):
+    param: MatrixRun | BadMatrix | None = getattr(request, "param", None)
+    if isinstance(param, BadMatrix):
         pytest.fail(f"@pytest.mark.tape_fault_matrix: {param.problem}", pytrace=False)
     return param
 
@@ -233,10 +210,11 @@ class Tape(LlmAdapter):
     ``async with tape`` do nothing here.
     """
 
-    def __init__(self, session: CassetteSession, matrix: _MatrixFault | None) -> None:
+    def __init__(self, session: CassetteSession, matrix: MatrixRun | None) -> None:
         self.session = session
         self.fault = None if matrix is None else matrix.fault
-        """The fault injected by ``tape_fault_matrix`` into every call (None when fault-free)."""
+        """The fault ``tape_fault_matrix`` injects (None when fault-free); ``fault.transient`` says whether a retry
+        recovers (it fires once) or the call fails for good (it fires on every call)."""
         self.fault_id = None if matrix is None else matrix.ident
         self.error: LlmError | None = None
         """The first cassette miss (not found, mismatch, exhausted), reported even if the code under test caught it."""
@@ -418,7 +396,7 @@ def _live(value: LiveAdapter) -> Callable[[], LlmAdapter]:
 
 @pytest.fixture
 def tape(
-    request: pytest.FixtureRequest, tape_dir: Path, tape_live_adapter: LiveAdapter, _tape_fault: _MatrixFault | None
+    request: pytest.FixtureRequest, tape_dir: Path, tape_live_adapter: LiveAdapter, _tape_fault: MatrixRun | None
 ) -> Iterator[Tape]:
     """This test's adapter: replays its cassette, or records it per the record mode; saved at teardown."""
     item = request.node
@@ -442,14 +420,15 @@ def tape(
     except LlmError as error:
         raise pytest.fail.Exception(f"@pytest.mark.tape: {error.message}", pytrace=False) from None
     path = tape_dir / _file_name(name)
+    gate = _baseline_gate(request)
     if _tape_fault is not None:
+        if gate is not None and item.stash.get(BASELINE_SELECTED, False) and _records(mode, path):
+            gate.wait(path)  # the [no-fault] run on another worker records the cassette this run replays
         # A recording made under an injected fault would record the fault, not the provider: replay only.
         mode = RecordMode.NONE
-        faults.append(_tape_fault.fault)
+        faults.append(_tape_fault.injected)
         if not path.exists():
-            baseline = item.nodeid.replace(f"[{matrix_id}]", f"[{BASELINE_ID}]").replace(
-                f"-{matrix_id}]", f"-{BASELINE_ID}]"
-            )
+            baseline = baseline_nodeid(item.nodeid, _tape_fault.ident)
             pytest.fail(
                 f"[CASSETTE_NOT_FOUND] the fault matrix replays {_show(request.config, path)}, which does not exist "
                 f"yet; its fault-free run records it: pytest '{baseline}' --tape-mode once",
@@ -470,6 +449,9 @@ def tape(
         raise pytest.fail.Exception(f"{_show(request.config, path)}: {error}", pytrace=False) from None
     adapter = Tape(session, _tape_fault)
     item.stash[_tape_key] = adapter
+    if gate is not None and _tape_fault is None and matrix_id == BASELINE_ID:
+        # Finalizers run last in, first out: this one after the teardown below saved; its fault runs may go.
+        request.addfinalizer(lambda: gate.done(path))  # noqa: PT021 - after the save below, even a failed one
     yield adapter
     reports = item.stash.get(_reports_key, {})
     call = reports.get("call")
@@ -488,6 +470,19 @@ def tape(
         item.user_properties.append(
             (_PROPERTY, {"path": _show(request.config, written), "interactions": total, "failed": not passed})
         )
+
+
+def _records(mode: RecordMode, path: Path) -> bool:
+    """Whether a ``[no-fault]`` run in ``mode`` writes ``path`` (so its fault runs wait for it)."""
+    return mode is not RecordMode.NONE and (mode is not RecordMode.ONCE or not path.exists())
+
+
+def _baseline_gate(request: pytest.FixtureRequest) -> BaselineGate | None:
+    """Under pytest-xdist, the gate between a fault matrix's runs, in a folder every worker of the run shares."""
+    if getattr(request.config, "workerinput", None) is None:
+        return None
+    factory: pytest.TempPathFactory = request.getfixturevalue("tmp_path_factory")
+    return BaselineGate(factory.getbasetemp().parent / f"chunktape-{request.config.stash[_run_key]}")
 
 
 def _show(config: pytest.Config, path: Path) -> str:
