@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import get_args
 
 import msgspec
 import pytest
@@ -35,7 +36,7 @@ def test_schema_names_every_fault_type_and_field(runner: CliRunner) -> None:
         for definition in defs.values()
         if "type" in definition.get("properties", {})
     }
-    expected = {cls.__struct_config__.tag for cls in Fault.__args__}  # type: ignore[attr-defined]
+    expected = {cls.__struct_config__.tag for cls in get_args(Fault)}
     assert expected <= tags
     assert set(defs["HttpError"]["properties"]) == {"type", "id", "status", "retry_after", "message"}
     assert "http-429" in json.dumps(defs["ScenarioEntry"])  # the catalogue ids are listed
