@@ -216,7 +216,7 @@ def _failing(error: ScriptedError) -> ScriptedAdapter:
     ],
     ids=lambda value: value.fault_id if hasattr(value, "fault_id") else str(value),
 )
-async def test_retry_table_for_http_and_stream_errors(fault: Fault, delays: list[float]) -> None:
+async def test_retry_table_for_http_and_stream_errors(fault: StreamFault, delays: list[float]) -> None:
     adapter = FaultyAdapter([DEMO_TURNS[2]], [Always(fault=fault)], first_chunk_s=0, between_s=0)
     times, transcript = await _attempt_times(adapter)
     assert _gaps(times) == delays

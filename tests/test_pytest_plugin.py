@@ -473,13 +473,11 @@ def test_the_readme_example_records_then_replays(pytester: pytest.Pytester) -> N
         (pytester.path / name).write_text(text)
 
     recorded = run(pytester, "--tape-mode", "once", "-v")
-    recorded.assert_outcomes(passed=5)
+    recorded.assert_outcomes(passed=len(STANDARD_FAULTS) + 2)
     recorded.stdout.fnmatch_lines(
         [
             "test_agent.py::test_capital_under_faults[[]no-fault[]] PASSED*",
-            "test_agent.py::test_capital_under_faults[[]http-401[]] PASSED*",
-            "test_agent.py::test_capital_under_faults[[]disconnect-mid-text[]] PASSED*",
-            "test_agent.py::test_capital_under_faults[[]fail-first-1-http-429[]] PASSED*",
+            *(f"test_agent.py::test_capital_under_faults[[]{ident}[]] PASSED*" for ident in STANDARD_FAULTS),
             "chunktape: wrote 2 cassette(s), 2 interaction(s):",
         ]
     )
@@ -488,7 +486,7 @@ def test_the_readme_example_records_then_replays(pytester: pytest.Pytester) -> N
     assert sorted(cassettes) == ["test_capital.msgpack", "test_capital_under_faults.msgpack"]
 
     offline = run(pytester, "--tape-strict")
-    offline.assert_outcomes(passed=5)
+    offline.assert_outcomes(passed=len(STANDARD_FAULTS) + 2)
     assert {path.name: path.read_bytes() for path in folder.iterdir()} == cassettes
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
@@ -161,10 +161,11 @@ BASELINE_SELECTED = pytest.StashKey[bool]()
 """On a fault run's item: whether its ``[no-fault]`` run is part of this session (so it is worth waiting for)."""
 
 
-def mark_items(items: Sequence[pytest.Item], replay_only: bool) -> None:
+def mark_items(items: Sequence[pytest.Item], replay_only: Callable[[pytest.Item], bool]) -> None:
     """Add the looptime and ``xdist_group`` markers the matrix runs need, and note which baselines will run.
 
-    ``replay_only``: the record mode replays, so a plain ``tape`` test with time in it may run in virtual time.
+    ``replay_only(item)``: its record mode only replays, so a plain ``tape`` test with time in it may run in
+    virtual time (a recording must not: the provider answers in real time).
     """
     if not items:
         return
@@ -185,7 +186,7 @@ def mark_items(items: Sequence[pytest.Item], replay_only: bool) -> None:
         fault_run = isinstance(param, MatrixRun)
         if isinstance(param, MatrixRun):
             fault_runs.append((item, param))
-        if looptime and (fault_run or (replay_only and not in_matrix)) and _virtual_time_wanted(item, fault_run):
+        if looptime and (fault_run or (not in_matrix and replay_only(item))) and _virtual_time_wanted(item, fault_run):
             item.add_marker(pytest.mark.looptime)
         if xdist and in_matrix:
             group = item.nodeid.split("[", 1)[0]
