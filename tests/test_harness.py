@@ -24,6 +24,7 @@ from chunktape.faults import (
     Fault,
     HttpError,
     Stall,
+    StreamFault,
     Targeted,
 )
 from chunktape.harness import (
