@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from chunktape.cli.app import app
-from chunktape.faults import Fault
+from chunktape.faults import STANDARD_FAULTS, Fault
 from chunktape.scenarios import ScenarioFile, load_scenarios
 
 DEMO = Path(__file__).resolve().parent.parent / "cassettes" / "demo-session.msgpack"
@@ -92,3 +92,16 @@ def test_check_passes_a_valid_file_and_it_decodes_against_the_schema(runner: Cli
     assert "1 scenario(s), all valid" in result.stdout
     assert [scenario.name for scenario in load_scenarios(path)] == ["flaky"]
     msgspec.convert(document, ScenarioFile)  # the schema's types accept what the loader accepts
+
+
+def test_the_readme_documents_every_fault_type_and_field() -> None:
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## Scenario files", 1)[1].split("\n## ", 1)[0]
+    for cls in get_args(Fault):
+        assert f"| `{cls.__struct_config__.tag}` |" in section, cls.__name__
+        row = section.split(f"| `{cls.__struct_config__.tag}` |", 1)[1].split("\n", 1)[0]
+        for field in cls.__struct_fields__:
+            if field != "id":
+                assert f"`{field}`" in row, (cls.__name__, field)
+    for ident in STANDARD_FAULTS:
+        assert f"`{ident}`" in section or ident.startswith("corrupt-"), ident
