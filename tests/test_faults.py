@@ -180,7 +180,7 @@ def test_parse_fault_errors_name_the_field(data: dict[str, Any], field: str) -> 
 
 
 def test_unknown_fault_type_lists_the_valid_types() -> None:
-    with pytest.raises(LlmError, match="valid fault types: chaos, corrupt, disconnect, fail-first, http-error"):
+    with pytest.raises(LlmError, match="valid fault types: always, chaos, corrupt, disconnect, fail-first, http-error"):
         parse_fault({"type": "explode"})
 
 

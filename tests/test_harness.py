@@ -18,11 +18,13 @@ from chunktape.errors import ErrorCode, LlmError
 from chunktape.faults import (
     CORRUPT_RULES,
     STANDARD_FAULTS,
+    Always,
     Disconnect,
     FailFirst,
     Fault,
     HttpError,
     Stall,
+    StreamFault,
     Targeted,
 )
 from chunktape.harness import (
@@ -145,7 +147,7 @@ async def test_fault_matrix_once_on_a_multi_turn_session(name: str) -> None:
 @pytest.mark.looptime
 @pytest.mark.parametrize("name", list(STANDARD_FAULTS))
 async def test_fault_matrix_on_every_call_ends_cleanly(name: str) -> None:
-    transcripts, adapter = await _agent([STANDARD_FAULTS[name]])
+    transcripts, adapter = await _agent([Always(fault=STANDARD_FAULTS[name])])
     first = transcripts[0]
     assert first.done is not None
     assert isinstance(_last(first), DoneEvent)
@@ -215,8 +217,8 @@ def _failing(error: ScriptedError) -> ScriptedAdapter:
     ],
     ids=lambda value: value.fault_id if hasattr(value, "fault_id") else str(value),
 )
-async def test_retry_table_for_http_and_stream_errors(fault: Fault, delays: list[float]) -> None:
-    adapter = FaultyAdapter([DEMO_TURNS[2]], [fault], first_chunk_s=0, between_s=0)
+async def test_retry_table_for_http_and_stream_errors(fault: StreamFault, delays: list[float]) -> None:
+    adapter = FaultyAdapter([DEMO_TURNS[2]], [Always(fault=fault)], first_chunk_s=0, between_s=0)
     times, transcript = await _attempt_times(adapter)
     assert _gaps(times) == delays
     assert adapter.calls == len(delays) + 1
@@ -238,7 +240,9 @@ async def test_retry_table_for_timeouts_is_two_fixed_retries() -> None:
 
 @pytest.mark.looptime
 async def test_idle_timeout_turns_a_silent_stream_into_timeout_retries() -> None:
-    adapter = FaultyAdapter([DEMO_TURNS[2]], [Stall(after_chunks=0, seconds=100)], first_chunk_s=0, between_s=0)
+    adapter = FaultyAdapter(
+        [DEMO_TURNS[2]], [Always(fault=Stall(after_chunks=0, seconds=100))], first_chunk_s=0, between_s=0
+    )
     times, transcript = await _attempt_times(adapter, RetryPolicy(idle_timeout=5))
     assert _gaps(times) == [6.0, 6.0]  # 5 s of silence, then the fixed 1 s delay
     assert transcript.done is not None
@@ -248,14 +252,14 @@ async def test_idle_timeout_turns_a_silent_stream_into_timeout_retries() -> None
 
 @pytest.mark.looptime
 async def test_retry_policy_is_configurable() -> None:
-    adapter = FaultyAdapter([DEMO_TURNS[2]], [HttpError(status=429)], first_chunk_s=0, between_s=0)
+    adapter = FaultyAdapter([DEMO_TURNS[2]], [Always(fault=HttpError(status=429))], first_chunk_s=0, between_s=0)
     policy = RetryPolicy(retry_delay=0.5, retry_multiplier=3, max_delay=2, rate_limit=RetryRule(retries=4))
     times, _ = await _attempt_times(adapter, policy)
     assert _gaps(times) == [0.5, 1.5, 2.0]  # max_retries=3 caps the rule's 4
-    adapter = FaultyAdapter([DEMO_TURNS[2]], [HttpError(status=429)], first_chunk_s=0, between_s=0)
+    adapter = FaultyAdapter([DEMO_TURNS[2]], [Always(fault=HttpError(status=429))], first_chunk_s=0, between_s=0)
     times, _ = await _attempt_times(adapter, RetryPolicy(max_retries=1))
     assert _gaps(times) == [1.0]
-    adapter = FaultyAdapter([DEMO_TURNS[2]], [HttpError(status=500)], first_chunk_s=0, between_s=0)
+    adapter = FaultyAdapter([DEMO_TURNS[2]], [Always(fault=HttpError(status=500))], first_chunk_s=0, between_s=0)
     policy = RetryPolicy(server_error=RetryRule(retries=2, backoff="fixed"), retry_delay=3)
     times, _ = await _attempt_times(adapter, policy)
     assert _gaps(times) == [3.0, 3.0]

@@ -459,8 +459,9 @@ def test_markers_are_registered_with_their_signature(pytester: pytest.Pytester) 
     result = run(pytester, "--markers")
     result.stdout.fnmatch_lines(
         [
-            "@pytest.mark.tape(name=None, mode=None, faults=(), timing=None, match_on=None, allow_secrets=()):*",
-            "@pytest.mark.tape_fault_matrix(faults=STANDARD_FAULTS):*",
+            "@pytest.mark.tape(name=None, mode=None, faults=(), timing=None, match_on=None, allow_secrets=(), "
+            "virtual_time=None):*",
+            "@pytest.mark.tape_fault_matrix(faults=STANDARD_FAULTS, calls=None):*",
         ]
     )
     help_text = run(pytester, "--help").stdout.str()
@@ -480,13 +481,11 @@ def test_the_readme_example_records_then_replays(pytester: pytest.Pytester) -> N
         (pytester.path / name).write_text(text)
 
     recorded = run(pytester, "--tape-mode", "once", "-v")
-    recorded.assert_outcomes(passed=5)
+    recorded.assert_outcomes(passed=len(STANDARD_FAULTS) + 2)
     recorded.stdout.fnmatch_lines(
         [
             "test_agent.py::test_capital_under_faults[[]no-fault[]] PASSED*",
-            "test_agent.py::test_capital_under_faults[[]http-401[]] PASSED*",
-            "test_agent.py::test_capital_under_faults[[]disconnect-mid-text[]] PASSED*",
-            "test_agent.py::test_capital_under_faults[[]fail-first-1-http-429[]] PASSED*",
+            *(f"test_agent.py::test_capital_under_faults[[]{ident}[]] PASSED*" for ident in STANDARD_FAULTS),
             "chunktape: wrote 2 cassette(s), 2 interaction(s):",
         ]
     )
@@ -495,7 +494,7 @@ def test_the_readme_example_records_then_replays(pytester: pytest.Pytester) -> N
     assert sorted(cassettes) == ["test_capital.msgpack", "test_capital_under_faults.msgpack"]
 
     offline = run(pytester, "--tape-strict")
-    offline.assert_outcomes(passed=5)
+    offline.assert_outcomes(passed=len(STANDARD_FAULTS) + 2)
     assert {path.name: path.read_bytes() for path in folder.iterdir()} == cassettes
 
 

@@ -23,22 +23,29 @@ import hashlib
 import re
 import urllib.parse
 import uuid
-from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
-from typing import Any, NamedTuple, TypeAlias
+from typing import Any, TypeAlias
 
 import pytest
 
+from chunktape._matrix import (
+    BASELINE_ID,
+    BASELINE_SELECTED,
+    MATRIX_SIGNATURE,
+    BadMatrix,
+    BaselineGate,
+    MatrixRun,
+    baseline_nodeid,
+    mark_items,
+    matrix_runs,
+)
 from chunktape.errors import ErrorCode, LlmError
-from chunktape.faults import STANDARD_FAULTS, Fault, fault_id, parse_fault, parse_faults
 from chunktape.protocol import LlmAdapter, WrappingAdapter
 from chunktape.replay_options import ReplayOptions
 from chunktape.session import MISS_CODES, CassetteSession, RecordMode, use_cassette
 
 __all__ = ["BASELINE_ID", "Tape"]
-
-BASELINE_ID = "no-fault"
-"""The test id of the fault matrix's fault-free run, the one that records the shared cassette."""
 
 Tape: TypeAlias = CassetteSession
 """What the ``tape`` fixture yields, for annotations (``def test_agent(tape: Tape)``): the test's session, with
@@ -51,7 +58,7 @@ LiveAdapter = LlmAdapter | Callable[[], LlmAdapter]
 _MODES = [mode.value for mode in RecordMode]
 _REPLAY_ARGS = ("faults", "timing", "match_on", "allow_secrets")
 """The marker's arguments that are replay options (``ReplayOptions`` checks them)."""
-_TAPE_ARGS = ("name", "mode", *_REPLAY_ARGS)
+_TAPE_ARGS = ("name", "mode", *_REPLAY_ARGS, "virtual_time")
 _BAD_NAME = re.compile(r"[/\\\x00-\x1f\x7f]")
 """What a ``name=`` may not hold: a path separator would leave the cassette folder, a control character the
 terminal; ``.``/``..`` and empty names are refused separately."""
@@ -96,19 +103,27 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addini("tape_mode", f"default record mode of the tape fixture: {', '.join(_MODES)}", default="")
     parser.addini("tape_dir", "root folder for cassettes, relative to the ini file", default="")
     parser.addini("tape_strict", "fail tests that leave recorded interactions unplayed", type="bool", default=False)
+    parser.addini(
+        "tape_virtual_time",
+        "run fault-matrix runs and replays with recorded timing or time faults in virtual time (looptime)",
+        type="bool",
+        default=True,
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
-        "tape(name=None, mode=None, faults=(), timing=None, match_on=None, allow_secrets=()): the tape fixture's "
-        "cassette: its file name, record mode (--tape-mode wins), faults injected on replay, replay Timing, request "
-        "matchers, and values that may stay in the cassette although they look like credentials.",
+        "tape(name=None, mode=None, faults=(), timing=None, match_on=None, allow_secrets=(), virtual_time=None): the "
+        "tape fixture's cassette: its file name, record mode (--tape-mode wins), faults injected on replay, replay "
+        "Timing, request matchers, values that may stay in the cassette although they look like credentials, and "
+        "whether fault runs and timed replays run in virtual time (looptime; default: the tape_virtual_time ini).",
     )
     config.addinivalue_line(
         "markers",
-        "tape_fault_matrix(faults=STANDARD_FAULTS): run the test fault-free ([no-fault], which records) and once "
-        "per fault ([http-429], ...), replaying the test's cassette with the fault, exposed as tape.fault.",
+        f"{MATRIX_SIGNATURE}: run the test fault-free ([no-fault], which records) and once per fault "
+        "([http-429], ...), replaying the test's cassette with the fault (a transient one once, a permanent one on "
+        "every call; calls= targets other call numbers), exposed as tape.fault, in virtual time.",
     )
     config.addinivalue_line(
         "markers",
@@ -162,23 +177,6 @@ def _root_dir(config: pytest.Config) -> Path | None:
 # -- the fault matrix -----------------------------------------------------------------------------
 
 
-def _matrix_faults(value: object) -> list[tuple[str, Fault]]:
-    """The matrix's faults with their test ids: a mapping id → fault, or faults / standard ids / fault dicts."""
-    if isinstance(value, Mapping):
-        items = [(str(key), parse_fault(fault)) for key, fault in value.items()]
-    elif isinstance(value, Iterable) and not isinstance(value, str | bytes):
-        items = [(fault_id(fault), fault) for fault in parse_faults(value)]
-    else:
-        raise LlmError(
-            "tape_fault_matrix(faults=...) takes a mapping or a sequence of faults", ErrorCode.INVALID_CONFIG
-        )
-    ids = [ident for ident, _ in items]
-    duplicates = sorted({ident for ident in ids if ids.count(ident) > 1} | ({BASELINE_ID} & set(ids)))
-    if duplicates:
-        raise LlmError(f"tape_fault_matrix: duplicate test ids {duplicates}", ErrorCode.INVALID_CONFIG)
-    return items
-
-
 @pytest.hookimpl(trylast=True)  # after @pytest.mark.parametrize, so the fault id comes last: test[x-http-429]
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     marker = metafunc.definition.get_closest_marker("tape_fault_matrix")
@@ -187,47 +185,34 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "tape" not in metafunc.fixturenames:
         where = metafunc.definition.nodeid
         pytest.fail(f"{where}: @pytest.mark.tape_fault_matrix needs the test to use the tape fixture", pytrace=False)
-    unknown = set(marker.kwargs) - {"faults"}
-    problem = None
-    if len(marker.args) > 1 or unknown:
-        problem = "the marker's signature is tape_fault_matrix(faults=STANDARD_FAULTS)"
-    else:
-        value = marker.args[0] if marker.args else marker.kwargs.get("faults", STANDARD_FAULTS)
-        try:
-            items = _matrix_faults(value)
-        except LlmError as error:
-            problem = error.message
-    if problem is not None:
+    try:
+        runs = matrix_runs(marker)
+    except LlmError as error:
         # One failing item for this test, rather than a collection error that hides the rest of the module.
-        metafunc.parametrize("_tape_fault", [_BadMatrix(problem)], ids=["invalid-fault-matrix"], indirect=True)
+        metafunc.parametrize("_tape_fault", [BadMatrix(error.message)], ids=["invalid-fault-matrix"], indirect=True)
         return
-    metafunc.parametrize(
-        "_tape_fault",
-        [None, *(_MatrixFault(ident, fault) for ident, fault in items)],
-        ids=[BASELINE_ID, *(ident for ident, _ in items)],
-        indirect=True,
-    )
+    metafunc.parametrize("_tape_fault", [None, *runs], ids=[BASELINE_ID, *(run.ident for run in runs)], indirect=True)
 
 
-class _MatrixFault(NamedTuple):
-    """One run of a fault matrix: the id it was parametrized with (the test id's suffix) and its fault."""
-
-    ident: str
-    fault: Fault
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's loadgroup reads the xdist_group markers
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    mark_items(items, replay_only=_replays_only)
 
 
-class _BadMatrix:
-    """A ``tape_fault_matrix`` marker that cannot be used; the test fails with ``problem`` at setup."""
-
-    def __init__(self, problem: str) -> None:
-        self.problem = problem
+def _replays_only(item: pytest.Item) -> bool:
+    """Whether the record mode of ``item`` only replays (a bad marker mode fails the test later, in ``tape``)."""
+    marker = item.get_closest_marker("tape")
+    try:
+        return _record_mode(item.config, None if marker is None else marker.kwargs.get("mode")) is RecordMode.NONE
+    except pytest.fail.Exception:
+        return False
 
 
 @pytest.fixture
-def _tape_fault(request: pytest.FixtureRequest) -> _MatrixFault | None:
+def _tape_fault(request: pytest.FixtureRequest) -> MatrixRun | None:
     """The fault the matrix injects into this run (None outside the matrix and in its ``[no-fault]`` run)."""
-    param: _MatrixFault | _BadMatrix | None = getattr(request, "param", None)
-    if isinstance(param, _BadMatrix):
+    param: MatrixRun | BadMatrix | None = getattr(request, "param", None)
+    if isinstance(param, BadMatrix):
         pytest.fail(f"@pytest.mark.tape_fault_matrix: {param.problem}", pytrace=False)
     return param
 
@@ -347,7 +332,7 @@ def _live(value: LiveAdapter) -> Callable[[], LlmAdapter]:
 
 @pytest.fixture
 def tape(
-    request: pytest.FixtureRequest, tape_dir: Path, tape_live_adapter: LiveAdapter, _tape_fault: _MatrixFault | None
+    request: pytest.FixtureRequest, tape_dir: Path, tape_live_adapter: LiveAdapter, _tape_fault: MatrixRun | None
 ) -> Iterator[CassetteSession]:
     """This test's adapter: replays its cassette, or records it per the record mode; saved at teardown."""
     item = request.node
@@ -365,14 +350,15 @@ def tape(
     except LlmError as error:
         raise pytest.fail.Exception(f"@pytest.mark.tape: {error.message}", pytrace=False) from None
     path = tape_dir / _file_name(name)
+    gate = _baseline_gate(request)
     if _tape_fault is not None:
+        if gate is not None and item.stash.get(BASELINE_SELECTED, False) and _records(mode, path):
+            gate.wait(path)  # the [no-fault] run on another worker records the cassette this run replays
         # A recording made under an injected fault would record the fault, not the provider: replay only.
         mode = RecordMode.NONE
-        replay = ReplayOptions.of(replay, faults=(*replay.faults, _tape_fault.fault))
+        replay = ReplayOptions.of(replay, faults=(*replay.faults, _tape_fault.injected))
         if not path.exists():
-            baseline = item.nodeid.replace(f"[{matrix_id}]", f"[{BASELINE_ID}]").replace(
-                f"-{matrix_id}]", f"-{BASELINE_ID}]"
-            )
+            baseline = baseline_nodeid(item.nodeid, _tape_fault.ident)
             pytest.fail(
                 f"[CASSETTE_NOT_FOUND] the fault matrix replays {_show(request.config, path)}, which does not exist "
                 f"yet; its fault-free run records it: pytest '{baseline}' --tape-mode once",
@@ -392,6 +378,9 @@ def tape(
     if _tape_fault is not None:
         session.fault, session.fault_id = _tape_fault.fault, _tape_fault.ident
     item.stash[_tape_key] = session
+    if gate is not None and _tape_fault is None and matrix_id == BASELINE_ID:
+        # Finalizers run last in, first out: this one after the teardown below saved; its fault runs may go.
+        request.addfinalizer(lambda: gate.done(path))  # noqa: PT021 - after the save below, even a failed one
     yield session
     reports = item.stash.get(_reports_key, {})
     call = reports.get("call")
@@ -410,6 +399,19 @@ def tape(
         item.user_properties.append(
             (_PROPERTY, {"path": _show(request.config, written), "interactions": total, "failed": not passed})
         )
+
+
+def _records(mode: RecordMode, path: Path) -> bool:
+    """Whether a ``[no-fault]`` run in ``mode`` writes ``path`` (so its fault runs wait for it)."""
+    return mode is not RecordMode.NONE and (mode is not RecordMode.ONCE or not path.exists())
+
+
+def _baseline_gate(request: pytest.FixtureRequest) -> BaselineGate | None:
+    """Under pytest-xdist, the gate between a fault matrix's runs, in a folder every worker of the run shares."""
+    if getattr(request.config, "workerinput", None) is None:
+        return None
+    factory: pytest.TempPathFactory = request.getfixturevalue("tmp_path_factory")
+    return BaselineGate(factory.getbasetemp().parent / f"chunktape-{request.config.stash[_run_key]}")
 
 
 def _show(config: pytest.Config, path: Path) -> str:

@@ -39,6 +39,7 @@ __all__ = [
     "diff_cassettes",
     "find_cassette_files",
     "looks_like_cassette",
+    "protocol_violation",
     "summarize",
 ]
 
@@ -121,11 +122,20 @@ class CheckProblem(msgspec.Struct, frozen=True, kw_only=True):
         return f"{self.path}: {where}: {self.rule}: {self.detail}"
 
 
-def _check_interaction(path: str, index: int, interaction: Interaction) -> list[CheckProblem]:
-    problems: list[CheckProblem] = []
+def protocol_violation(interaction: Interaction) -> ProtocolViolation | None:
+    """The first protocol rule the recorded stream breaks, or None; a recording that did not complete need not
+    finish."""
     try:
         validate(interaction.chunks, require_finish=type(interaction.outcome) is Completed)
     except ProtocolViolation as violation:
+        return violation
+    return None
+
+
+def _check_interaction(path: str, index: int, interaction: Interaction) -> list[CheckProblem]:
+    problems: list[CheckProblem] = []
+    violation = protocol_violation(interaction)
+    if violation is not None:
         problems.append(CheckProblem(path=path, interaction=index, rule=violation.rule, detail=violation.message))
     previous = 0
     for position, event in enumerate(interaction.events):

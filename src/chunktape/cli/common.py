@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 from pathlib import Path
-from typing import Annotated, Any, Final
+from typing import Annotated, Any, Final, TypeVar
 
+import looptime
 import msgspec
 import typer
 from rich.console import Console
@@ -186,3 +188,15 @@ def parse_fault_option(values: Sequence[str]) -> list[Fault]:
         except LlmError as error:
             raise CliError(f"--fault: {error.message}", EXIT_USAGE) from None
     return faults
+
+
+_T = TypeVar("_T")
+
+
+def run_virtual(coro: Coroutine[Any, Any, _T]) -> _T:
+    """Run ``coro`` on a looptime event loop: every sleep and timeout passes at once in loop time.
+
+    The faults read the loop's clock only, so a stall or a latency runs the same schedule, without the wait.
+    """
+    with asyncio.Runner(loop_factory=lambda: looptime.new_event_loop(start=0)) as runner:
+        return runner.run(coro)

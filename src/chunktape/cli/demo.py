@@ -12,11 +12,10 @@ import asyncio
 import contextlib
 import tempfile
 import time
-from collections.abc import Coroutine, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated
 
-import looptime
 import msgspec
 import typer
 from rich.console import Console
@@ -26,10 +25,10 @@ from rich.text import Text
 from chunktape.cassettes.analysis import summarize
 from chunktape.cassettes.codec import load_cassette
 from chunktape.cassettes.model import Cassette
-from chunktape.cli.common import EXIT_USAGE, CliError, console
+from chunktape.cli.common import EXIT_USAGE, CliError, console, run_virtual
 from chunktape.cli.play import replay_to_console
 from chunktape.cli.render import summary_table
-from chunktape.faults import STANDARD_FAULTS, FailFirst
+from chunktape.faults import STANDARD_FAULTS
 from chunktape.harness import (
     ErrorEvent,
     RetryPolicy,
@@ -49,19 +48,12 @@ from chunktape.timing import Timing
 
 __all__ = ["demo", "demo_agent"]
 
-_T = TypeVar("_T")
 MODEL = "deepseek-chat"
 POLICY = RetryPolicy(idle_timeout=10.0)
 """The seed's retry table, plus a 10 s idle timeout so a stalled stream is retried rather than waited out."""
 
 
 # -- a virtual clock ---------------------------------------------------------------------------
-
-
-def run_virtual(coro: Coroutine[Any, Any, _T]) -> _T:
-    """Run ``coro`` on a looptime event loop: every sleep and timeout passes at once in loop time."""
-    with asyncio.Runner(loop_factory=lambda: looptime.new_event_loop(start=0)) as runner:
-        return runner.run(coro)
 
 
 # -- the agent -----------------------------------------------------------------------------------
@@ -125,7 +117,9 @@ class FaultRow(msgspec.Struct, frozen=True, kw_only=True):
 
 async def _under_fault(cassette: Cassette, fault_id: str) -> FaultRow:
     fault = STANDARD_FAULTS[fault_id]
-    adapter = ReplayAdapter(cassette, timing=Timing.recorded(), faults=[FailFirst(n=1, fault=fault)])
+    adapter = ReplayAdapter(
+        cassette, timing=Timing.recorded(), faults=[fault]
+    )  # transient: once; permanent: every call
     loop = asyncio.get_running_loop()
     start = loop.time()
     transcript = await demo_agent(adapter)
@@ -162,7 +156,7 @@ async def _fault_matrix(cassette: Cassette) -> list[FaultRow]:
 
 def _fault_table(rows: list[FaultRow]) -> Table:
     table = Table(
-        title="the agent loop (run_agent) under each standard fault, injected into the first call",
+        title="the agent loop under each standard fault (transient: fires once; permanent: on every call)",
         title_justify="left",
         caption="retry policy: the seed's table, idle timeout 10 s; times are virtual",
         caption_justify="left",

@@ -10,13 +10,15 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
 from chunktape.cassettes.analysis import (
+    InteractionSummary,
     check_cassette,
     diff_cassettes,
     find_cassette_files,
+    protocol_violation,
     summarize,
 )
 from chunktape.cassettes.codec import recover, save_cassette
-from chunktape.cassettes.model import Cassette
+from chunktape.cassettes.model import Cassette, Interaction
 from chunktape.cassettes.redaction import check_secrets, env_secrets, redact
 from chunktape.cli.common import (
     EXIT_FAILED,
@@ -57,8 +59,16 @@ def show(
     out = console()
     meta = loaded.meta
     title = f"{cassette}  ·  {len(loaded.interactions)} interaction(s)  ·  {meta.recorder}, adapter {meta.adapter!r}"
-    summaries = [summarize(item, index) for index, item in enumerate(loaded.interactions)]
+    summaries = [_marked(summarize(item, index), item) for index, item in enumerate(loaded.interactions)]
     out.print(summary_table(title, summaries))
+
+
+def _marked(summary: InteractionSummary, interaction: Interaction) -> InteractionSummary:
+    """The summary, its outcome marked when the recorded stream breaks a protocol rule (it would fail a consumer)."""
+    violation = protocol_violation(interaction)
+    if violation is None:
+        return summary
+    return msgspec.structs.replace(summary, outcome=f"VIOLATES {violation.rule}: {summary.outcome}")
 
 
 def check(

@@ -4,31 +4,42 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import Annotated, Unpack
+from typing import Annotated, NamedTuple, Unpack
 
 import typer
 from rich.console import Console
 from rich.text import Text
 
 from chunktape.cassettes.analysis import summarize
-from chunktape.cassettes.model import Cancelled, Cassette
+from chunktape.cassettes.model import Cancelled, Cassette, Completed
 from chunktape.cli.common import (
+    EXIT_FAILED,
     EXIT_USAGE,
     CliError,
     ShowSecrets,
     console,
     load,
     parse_fault_option,
+    run_virtual,
     shown,
     timing_option,
 )
 from chunktape.cli.render import ChunkPrinter
-from chunktape.errors import ErrorCode, LlmError
+from chunktape.errors import ErrorCode, LlmError, ProtocolViolation
+from chunktape.protocol import aclose_stream
 from chunktape.replay_options import ReplayKeywords, ReplayOptions
 from chunktape.replayer.replaying import ReplayAdapter
 from chunktape.timing import Timing
+from chunktape.validation import StreamValidator
 
-__all__ = ["play", "replay_to_console"]
+__all__ = ["Played", "play", "replay_to_console"]
+
+
+class Played(NamedTuple):
+    """What a replay to the terminal met: interactions that ended with an error, and those that broke a rule."""
+
+    errors: int
+    violations: int
 
 
 async def replay_to_console(
@@ -38,14 +49,15 @@ async def replay_to_console(
     options: ReplayOptions | None = None,
     first_index: int = 0,
     **replay: Unpack[ReplayKeywords],
-) -> int:
+) -> Played:
     """Replay every interaction of ``cassette`` through a ``ReplayAdapter``, printing each as it streams.
 
-    Each interaction gets its own adapter (and fault plan), so each plays exactly as recorded. Returns how
-    many interactions ended with an error (recorded or injected).
+    Each interaction gets its own adapter (and fault plan, so a transient fault fires on each interaction once),
+    so each plays exactly as recorded. Every stream goes through a ``StreamValidator``: a protocol violation
+    stops that interaction and is printed (it would fail a consumer).
     """
     settings = ReplayOptions.of(options, **replay)
-    errors = 0
+    errors = violations = 0
     for offset, interaction in enumerate(cassette.interactions):
         index = first_index + offset
         summary = summarize(interaction, index)
@@ -54,9 +66,19 @@ async def replay_to_console(
         out.rule(Text(f"#{index} {summary.model} · {excerpt!r}"), align="left", style="blue")
         adapter = ReplayAdapter(Cassette(meta=cassette.meta, interactions=[interaction]), options=settings)
         printer = ChunkPrinter(out)
+        validator = StreamValidator(require_finish=type(interaction.outcome) is Completed)
         try:
-            async for chunk in adapter.stream(interaction.request.to_options()):
-                printer.feed(chunk)
+            stream = adapter.stream(interaction.request.to_options())
+            try:
+                async for chunk in stream:
+                    validator.feed(chunk)
+                    printer.feed(chunk)
+            finally:
+                await aclose_stream(stream)  # a violation stops the replay of this interaction
+            validator.close()
+        except ProtocolViolation as violation:
+            violations += 1
+            printer.error(violation)
         except LlmError as error:
             outcome = interaction.outcome
             if error.code is ErrorCode.CASSETTE_EXHAUSTED and type(outcome) is Cancelled and not adapter.injected[0]:
@@ -67,7 +89,7 @@ async def replay_to_console(
         printer.done()
         if adapter.injected and adapter.injected[0] is not None:
             printer.note(f"(fault injected: {adapter.injected[0]})")
-    return errors
+    return Played(errors=errors, violations=violations)
 
 
 def play(
@@ -75,7 +97,9 @@ def play(
     speed: Annotated[
         float | None, typer.Option("--speed", help="Replay the recorded timing this many times faster.")
     ] = None,
-    instant: Annotated[bool, typer.Option("--instant", help="Replay without any delay.")] = False,
+    instant: Annotated[
+        bool, typer.Option("--instant", help="Replay without any delay (a fault's stall or latency included).")
+    ] = False,
     fault: Annotated[
         list[str] | None,
         typer.Option("--fault", "-f", help="Inject a fault: a standard fault id (http-429, ...) or a JSON spec."),
@@ -88,7 +112,9 @@ def play(
     """Replay a cassette to the terminal with its recorded timing.
 
     Shows text, reasoning (dimmed), tool calls, usage and how each stream ended. Credentials are masked,
-    also those the cassette was allowed to keep, unless --show-secrets.
+    also those the cassette was allowed to keep, unless --show-secrets. A stream that breaks a protocol rule is
+    flagged and the exit code is 1. A fault follows the rule of chunktape.faults: a transient one fires once per
+    interaction, a permanent one (http-401, http-400) on every call.
 
     Example: chunktape play cassettes/demo-session.msgpack --speed 4 --fault disconnect-mid-tool-call
     """
@@ -103,4 +129,8 @@ def play(
             raise CliError(f"--interaction {interaction}: {cassette} has interactions 0 to {count - 1}", EXIT_USAGE)
         loaded = Cassette(meta=loaded.meta, interactions=[loaded.interactions[interaction]])
         first = interaction
-    asyncio.run(replay_to_console(shown(loaded, show_secrets), console(), options=options, first_index=first))
+    replay = replay_to_console(shown(loaded, show_secrets), console(), options=options, first_index=first)
+    # --instant: on a virtual-time loop, so a fault's stall or latency takes no wall time either.
+    played = run_virtual(replay) if instant else asyncio.run(replay)
+    if played.violations:
+        raise typer.Exit(EXIT_FAILED)

@@ -118,7 +118,8 @@ def summary_table(title: str, summaries: Sequence[InteractionSummary]) -> Table:
     table.add_column("tokens in/out", justify="right")
     table.add_column("outcome")
     for item in summaries:
-        style = "green" if item.outcome.startswith("completed") else "red" if "raised" in item.outcome else "yellow"
+        failed = "raised" in item.outcome or item.outcome.startswith("VIOLATES")
+        style = "green" if item.outcome.startswith("completed") else "red" if failed else "yellow"
         attempt = f" (attempt {item.attempt})" if item.attempt > 1 else ""
         table.add_row(
             str(item.index),

@@ -8,6 +8,7 @@ from chunktape.faults.specs import (
     CORRUPT_KINDS,
     CORRUPT_RULES,
     STANDARD_FAULTS,
+    Always,
     Chaos,
     Corrupt,
     CorruptKind,
@@ -21,11 +22,13 @@ from chunktape.faults.specs import (
     Targeted,
     Truncate,
     fault_id,
+    is_transient,
     parse_fault,
     parse_faults,
 )
 
 __all__ = [
+    "Always",
     "CORRUPT_KINDS",
     "CORRUPT_RULES",
     "Chaos",
@@ -42,6 +45,7 @@ __all__ = [
     "Targeted",
     "Truncate",
     "fault_id",
+    "is_transient",
     "parse_fault",
     "parse_faults",
 ]

@@ -31,6 +31,8 @@ import msgspec
 from chunktape.faults import transforms
 from chunktape.faults.chunks import CHUNKS
 from chunktape.faults.specs import (
+    STREAM_FAULT_TYPES,
+    Always,
     Chaos,
     Corrupt,
     FailFirst,
@@ -162,7 +164,7 @@ def _leaf(fault: StreamFault, *, name: str | None = None, seed: int | None = Non
 class _Selector:
     """Per-plan state of one fault spec: decides, call by call, whether (and which) stream fault fires."""
 
-    def __init__(self, fault: Fault | FailFirst | Chaos) -> None:
+    def __init__(self, fault: Fault | FailFirst | Always | Chaos) -> None:
         self.fault = fault
         self.seen = 0
         self._rng = random.Random(fault.seed) if isinstance(fault, Chaos) else None
@@ -176,6 +178,8 @@ class _Selector:
             case FailFirst():
                 if self.seen > fault.n:
                     return None
+                return _leaf(fault.fault, name=fault.id)
+            case Always():
                 return _leaf(fault.fault, name=fault.id)
             case Chaos():
                 assert self._rng is not None
@@ -193,12 +197,16 @@ class _Selector:
                     return None
                 if self._pattern is not None and not self._pattern.search(_request_text(options)):
                     return None
-                fired = self._inner.draw(options, call)
+                if fault.calls is not None and isinstance(fault.fault, STREAM_FAULT_TYPES):
+                    fired: FiredFault | None = _leaf(fault.fault)  # each listed call is a target of its own
+                else:
+                    fired = self._inner.draw(options, call)
                 if fired is not None and fault.id is not None:
                     return msgspec.structs.replace(fired, fault_id=fault.id)
                 return fired
             case _:
-                return _leaf(fault)
+                # The rule of ``chunktape.faults.specs``: transient once (the retry replays), permanent always.
+                return _leaf(fault) if self.seen == 1 or not fault.transient else None
 
 
 def _request_text(options: GenerateOptions) -> str:
@@ -208,7 +216,8 @@ def _request_text(options: GenerateOptions) -> str:
 class FaultPlan:
     """The faults of one adapter, with their per-call state (call counter, FailFirst counters, Chaos draws).
 
-    Every spec sees every call (a ``Targeted`` one only the calls it selects); all that fire on a call apply.
+    Every spec sees every call (a ``Targeted`` one only the calls it selects) and fires per the transient/permanent
+    rule of ``chunktape.faults.specs``; all that fire on a call apply.
     The same plan over the same calls always makes the same choices.
     """
 
@@ -235,7 +244,7 @@ class FaultPlan:
 
 def _leaves(fault: Fault) -> Iterator[StreamFault]:
     match fault:
-        case FailFirst() | Targeted():
+        case FailFirst() | Always() | Targeted():
             yield from _leaves(fault.fault)
         case Chaos():
             yield from fault.faults

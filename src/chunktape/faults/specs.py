@@ -16,9 +16,20 @@ Stream faults act on one ``stream()`` call:
 ``Corrupt``     the stream breaks one protocol rule (``CORRUPT_RULES`` says which), or, with
                 ``kind="malformed-data"``, carries data a client cannot parse (``INVALID_RESPONSE``)
 
-Selectors decide which calls a fault hits: a bare fault hits every call; ``FailFirst(n, fault)`` the first
-n calls it sees; ``Chaos(rate, faults, seed)`` a reproducible random draw per call; ``Targeted(fault,
-calls=..., model=..., match=...)`` only calls selected by number or by request.
+Which calls a fault hits follows one rule, the way real providers fail (this paragraph is where it is
+written down; the README, ``chunktape demo``, the pytest fault matrix, ``play --fault`` and scenario files
+all follow it):
+
+- every stream fault is **transient** or **permanent** (``fault.transient``). Transient: a retry of the same
+  request succeeds -- HTTP 408, 409, 429 and 5xx, every disconnect, stall, latency, truncation and corrupt
+  stream. Permanent: any other HTTP status (400, 401, 403, 404, 422...): the request fails however often it
+  is sent.
+- a bare transient fault fires **once**, on the first call it sees, and the retry replays the recording; a
+  bare permanent fault fires on **every** call.
+- ``Targeted(fault, calls=[...])`` fires on each call it lists; with only ``model=``/``match=`` it counts
+  the calls it selects, and the rule above applies to them (a transient fault on the first of them).
+- the wrappers override the rule: ``FailFirst(n, fault)`` the first n calls it sees (``FailFirst(1, f)``:
+  once), ``Always(fault)`` every call it sees; ``Chaos(rate, faults, seed)`` draws anew for every call.
 
 Every fault has a stable ``fault_id`` (its ``id`` field, or one derived from its fields) that failure
 messages quote together with the seed. ``STANDARD_FAULTS`` is the ordered catalogue the pytest fault matrix
@@ -41,6 +52,7 @@ from chunktape.errors import ErrorCode, LlmError
 from chunktape.protocol import BlockType
 
 __all__ = [
+    "Always",
     "CORRUPT_KINDS",
     "CORRUPT_RULES",
     "Chaos",
@@ -57,6 +69,7 @@ __all__ = [
     "Targeted",
     "Truncate",
     "fault_id",
+    "is_transient",
     "parse_fault",
     "parse_faults",
 ]
@@ -145,6 +158,11 @@ class _FaultBase(
     def fault_id(self) -> str:
         return fault_id(cast("Fault", self))
 
+    @property
+    def transient(self) -> bool:
+        """Whether a retry of the same request succeeds (the fault fires once) rather than failing again."""
+        return is_transient(cast("Fault", self))
+
 
 class HttpError(_FaultBase, frozen=True, tag="http-error"):
     """The call raises ``PROVIDER_HTTP_ERROR`` with this status (and Retry-After, in seconds) before any chunk."""
@@ -216,13 +234,20 @@ class Corrupt(_FaultBase, frozen=True, tag="corrupt"):
 StreamFault: TypeAlias = HttpError | Disconnect | Stall | Latency | Truncate | Corrupt
 """A fault that acts on one stream."""
 
-_STREAM_FAULT_TYPES = (HttpError, Disconnect, Stall, Latency, Truncate, Corrupt)
+STREAM_FAULT_TYPES = (HttpError, Disconnect, Stall, Latency, Truncate, Corrupt)
+"""The classes of ``StreamFault``, for ``isinstance``."""
 
 
 class FailFirst(_FaultBase, frozen=True, tag="fail-first"):
     """The first ``n`` calls this selector sees get ``fault``; later calls are served untouched."""
 
     n: NonNegInt
+    fault: StreamFault
+
+
+class Always(_FaultBase, frozen=True, tag="always"):
+    """``fault`` on every call this selector sees, transient or not: a provider that keeps failing."""
+
     fault: StreamFault
 
 
@@ -242,7 +267,7 @@ class Targeted(_FaultBase, frozen=True, tag="targeted"):
     A nested ``FailFirst``/``Chaos`` counts only the calls that pass the selectors.
     """
 
-    fault: StreamFault | FailFirst | Chaos
+    fault: StreamFault | FailFirst | Always | Chaos
     calls: list[PositiveInt] | None = None
     model: str | None = None
     match: str | None = None
@@ -258,10 +283,31 @@ class Targeted(_FaultBase, frozen=True, tag="targeted"):
                 raise _invalid(Targeted, "match", f"is not a valid regular expression ({exc})") from None
 
 
-Fault: TypeAlias = HttpError | Disconnect | Stall | Latency | Truncate | Corrupt | FailFirst | Chaos | Targeted
+Fault: TypeAlias = HttpError | Disconnect | Stall | Latency | Truncate | Corrupt | FailFirst | Always | Chaos | Targeted
 """Any fault spec, as accepted by ``ReplayAdapter(faults=...)``, markers and scenario files."""
 
-_FAULT_TYPES = (*_STREAM_FAULT_TYPES, FailFirst, Chaos, Targeted)
+_FAULT_TYPES = (*STREAM_FAULT_TYPES, FailFirst, Always, Chaos, Targeted)
+
+_TRANSIENT_STATUSES = frozenset({408, 409, 429})
+
+
+def is_transient(fault: Fault) -> bool:
+    """The transient/permanent rule of the module docstring: HTTP 408, 409, 429 and 5xx and every other stream
+    fault are transient; ``Always`` is permanent, ``FailFirst`` transient, the others as the faults they hold."""
+    match fault:
+        case HttpError():
+            return fault.status in _TRANSIENT_STATUSES or fault.status >= 500
+        case Disconnect() | Stall() | Latency() | Truncate() | Corrupt():
+            return True
+        case FailFirst():
+            return True
+        case Always():
+            return False
+        case Chaos():
+            return all(is_transient(inner) for inner in fault.faults)
+        case Targeted():
+            return is_transient(fault.fault)
+    assert_never(fault)
 
 
 def _num(value: float) -> str:
@@ -295,6 +341,8 @@ def fault_id(fault: Fault) -> str:
             return f"corrupt-{fault.kind}"
         case FailFirst():
             return f"fail-first-{fault.n}-{fault_id(fault.fault)}"
+        case Always():
+            return f"always-{fault_id(fault.fault)}"
         case Chaos():
             return f"chaos-{_num(fault.rate)}"
         case Targeted():

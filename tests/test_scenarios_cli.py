@@ -1,0 +1,107 @@
+"""``chunktape scenarios``: the JSON Schema of scenario files, and ``check`` with one line per problem."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import get_args
+
+import msgspec
+import pytest
+from typer.testing import CliRunner
+
+from chunktape.cli.app import app
+from chunktape.faults import STANDARD_FAULTS, Fault
+from chunktape.scenarios import ScenarioFile, load_scenarios
+
+DEMO = Path(__file__).resolve().parent.parent / "cassettes" / "demo-session.msgpack"
+
+
+@pytest.fixture
+def runner(monkeypatch: pytest.MonkeyPatch) -> CliRunner:
+    monkeypatch.setenv("NO_COLOR", "1")
+    monkeypatch.setenv("COLUMNS", "200")
+    return CliRunner()
+
+
+def test_schema_names_every_fault_type_and_field(runner: CliRunner) -> None:
+    result = runner.invoke(app, ["scenarios", "schema"])
+    assert result.exit_code == 0, result.output
+    schema = json.loads(result.stdout)
+    defs = schema["$defs"]
+    assert defs["ScenarioEntry"]["required"] == ["name", "cassette"]
+    assert set(defs["ScenarioEntry"]["properties"]) == {"name", "cassette", "faults", "each", "timing", "description"}
+    tags = {
+        definition["properties"]["type"]["enum"][0]
+        for definition in defs.values()
+        if "type" in definition.get("properties", {})
+    }
+    expected = {cls.__struct_config__.tag for cls in get_args(Fault)}
+    assert expected <= tags
+    assert set(defs["HttpError"]["properties"]) == {"type", "id", "status", "retry_after", "message"}
+    assert "http-429" in json.dumps(defs["ScenarioEntry"])  # the catalogue ids are listed
+
+
+def test_check_prints_one_line_per_problem_and_exits_1(runner: CliRunner, tmp_path: Path) -> None:
+    path = tmp_path / "scenarios.toml"
+    path.write_text(
+        f"""
+[[scenarios]]
+name = "bad-status"
+cassette = "{DEMO}"
+faults = [{{ type = "http-error", status = 99 }}]
+
+[[scenarios]]
+name = "a/b"
+cassette = "{DEMO}"
+
+[[scenarios]]
+name = "missing"
+cassette = "nowhere.msgpack"
+
+[[scenarios]]
+name = "fine"
+cassette = "{DEMO}"
+each = "standard"
+"""
+    )
+    result = runner.invoke(app, ["scenarios", "check", str(path)])
+    assert result.exit_code == 1
+    lines = result.stdout.strip().splitlines()
+    assert len(lines) == 3, result.stdout
+    assert "'bad-status' (#1): field `faults[0]`" in lines[0]
+    assert "'a/b' (#2): field `name`" in lines[1]
+    assert "'missing': cassette" in lines[2]
+    assert lines[2].endswith("does not exist")
+
+
+def test_check_passes_a_valid_file_and_it_decodes_against_the_schema(runner: CliRunner, tmp_path: Path) -> None:
+    path = tmp_path / "scenarios.json"
+    document = {
+        "scenarios": [
+            {
+                "name": "flaky",
+                "cassette": str(DEMO),
+                "faults": ["http-429", {"type": "always", "fault": {"type": "http-error", "status": 503}}],
+            }
+        ]
+    }
+    path.write_text(json.dumps(document))
+    result = runner.invoke(app, ["scenarios", "check", str(path)])
+    assert result.exit_code == 0, result.output
+    assert "1 scenario(s), all valid" in result.stdout
+    assert [scenario.name for scenario in load_scenarios(path)] == ["flaky"]
+    msgspec.convert(document, ScenarioFile)  # the schema's types accept what the loader accepts
+
+
+def test_the_readme_documents_every_fault_type_and_field() -> None:
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## Scenario files", 1)[1].split("\n## ", 1)[0]
+    for cls in get_args(Fault):
+        assert f"| `{cls.__struct_config__.tag}` |" in section, cls.__name__
+        row = section.split(f"| `{cls.__struct_config__.tag}` |", 1)[1].split("\n", 1)[0]
+        for field in cls.__struct_fields__:
+            if field != "id":
+                assert f"`{field}`" in row, (cls.__name__, field)
+    for ident in STANDARD_FAULTS:
+        assert f"`{ident}`" in section or ident.startswith("corrupt-"), ident
