@@ -30,6 +30,7 @@ from chunktape.cassettes.model import (
     Outcome,
     Raised,
     RecordedRequest,
+    ResponseMeta,
 )
 from chunktape.cassettes.redaction import (
     REDACTED,
@@ -49,8 +50,10 @@ __all__ = [
     "RUN_TAG",
     "JournalWriteWarning",
     "RecordingAdapter",
+    "RecordingCall",
     "StreamViolationWarning",
     "all_raised",
+    "raised_from",
 ]
 
 RUN_TAG = "chunktape.run"
@@ -72,7 +75,7 @@ class JournalWriteWarning(UserWarning):
 class _Slot:
     """One interaction while it is being recorded; frozen into an ``Interaction`` on save."""
 
-    __slots__ = ("attempt", "events", "id", "outcome", "request", "started_at", "violation")
+    __slots__ = ("attempt", "events", "id", "outcome", "request", "response", "started_at", "violation")
 
     def __init__(self, id: int, request: RecordedRequest, started_at: datetime, attempt: int) -> None:
         self.id = id
@@ -82,6 +85,7 @@ class _Slot:
         self.events: list[Event] = []
         self.outcome: Outcome | None = None
         self.violation: ProtocolViolation | None = None
+        self.response: ResponseMeta | None = None
 
     def freeze(self) -> Interaction:
         outcome = self.outcome
@@ -99,7 +103,18 @@ class _Slot:
             outcome=outcome,
             started_at=self.started_at,
             attempt=self.attempt,
+            response=self.response,
         )
+
+
+def raised_from(error: Exception, *, t_ns: int) -> Raised:
+    """How an exception that is not an ``LlmError`` is recorded: ``INVALID_RESPONSE``, naming its class."""
+    return Raised(
+        t_ns=t_ns,
+        code=ErrorCode.INVALID_RESPONSE.value,
+        message=f"{type(error).__name__}: {error}",
+        exception_type=f"{type(error).__module__}.{type(error).__qualname__}",
+    )
 
 
 def all_raised(interactions: Sequence[Interaction]) -> bool:
@@ -146,6 +161,65 @@ def _close_validator(slot: _Slot, validator: StreamValidator | None) -> None:
         validator.close()
     except ProtocolViolation as violation:
         slot.violation = violation
+
+
+class RecordingCall:
+    """One interaction being recorded, fed by whoever decodes the stream: ``chunk()`` per chunk as it arrives
+    (journaled at once, validated), then ``end(outcome)`` once. ``RecordingAdapter.stream`` drives one per call;
+    ``RecordingTransport`` drives one per HTTP exchange, from the bytes it tees."""
+
+    __slots__ = ("_journal", "_recorder", "_slot", "_validator")
+
+    def __init__(self, recorder: RecordingAdapter, slot: _Slot, journal: Journal | None) -> None:
+        self._recorder = recorder
+        self._slot = slot
+        self._journal = journal
+        self._validator = StreamValidator() if recorder.validate else None
+
+    @property
+    def events(self) -> list[Event]:
+        return self._slot.events
+
+    @property
+    def ended(self) -> bool:
+        return self._slot.outcome is not None
+
+    def respond(self, response: ResponseMeta) -> None:
+        """Keep the provider's response metadata with the interaction (written with the cassette)."""
+        self._slot.response = response
+
+    def chunk(self, t_ns: int, chunk: StreamChunk) -> None:
+        slot = self._slot
+        slot.events.append(Event(t_ns=t_ns, chunk=chunk))
+        if self._journal is not None:
+            try:
+                self._journal.event(slot.id, t_ns, chunk)
+            except LlmError as error:
+                self._recorder._journal_failed(error)
+                self._journal = None
+        if self._validator is not None:
+            try:
+                self._validator.feed(chunk)
+            except ProtocolViolation as violation:
+                slot.violation, self._validator = violation, None
+
+    def end(self, outcome: Outcome) -> None:
+        """Record how the stream ended (a completed stream's validation is closed first); later calls do nothing."""
+        slot = self._slot
+        if slot.outcome is not None:
+            return
+        if type(outcome) is Completed:
+            _close_validator(slot, self._validator)
+        slot.outcome = outcome
+        if self._journal is not None:
+            try:
+                self._journal.end(slot.id, outcome)
+            except LlmError as error:
+                self._recorder._journal_failed(error)
+
+    def warn(self, *, strict: bool = False) -> None:
+        """Warn about a recorded violation (see ``RecordingAdapter``)."""
+        self._recorder._warn(self._slot, strict=strict)
 
 
 class RecordingAdapter(LlmAdapter):
@@ -252,11 +326,18 @@ class RecordingAdapter(LlmAdapter):
         with contextlib.suppress(JournalWriteWarning):
             warnings.warn(message, JournalWriteWarning, stacklevel=4)
 
+    def begin(self, options: GenerateOptions) -> RecordingCall:
+        """Start recording one interaction for ``options`` (numbered, its request journaled) and return it.
+
+        Raises ``CASSETTE_UNWRITABLE`` when the journal cannot be created, ``INVALID_CONFIG`` once closed.
+        """
+        slot, journal = self._begin(options)
+        return RecordingCall(self, slot, journal)
+
     async def stream(self, options: GenerateOptions) -> AsyncIterator[StreamChunk]:
         clock = _ProviderClock(asyncio.get_running_loop())
-        slot, journal = self._begin(options)
-        events, ident = slot.events, slot.id
-        validator = StreamValidator() if self.validate else None
+        call = self.begin(options)
+        events = call.events
         iterator: AsyncIterator[StreamChunk] | None = None
         outcome: Outcome | None = None
         try:
@@ -267,21 +348,8 @@ class RecordingAdapter(LlmAdapter):
                     chunk = await anext(iterator)
                 except StopAsyncIteration:
                     break
-                t_ns = clock.arrived()
-                events.append(Event(t_ns=t_ns, chunk=chunk))
-                if journal is not None:
-                    try:
-                        journal.event(ident, t_ns, chunk)
-                    except LlmError as error:
-                        self._journal_failed(error)
-                        journal = None
-                if validator is not None:
-                    try:
-                        validator.feed(chunk)
-                    except ProtocolViolation as violation:
-                        slot.violation, validator = violation, None
+                call.chunk(clock.arrived(), chunk)
                 yield chunk
-            _close_validator(slot, validator)
             outcome = Completed(t_ns=clock.arrived())
         except LlmError as error:
             signal = options.signal
@@ -289,12 +357,11 @@ class RecordingAdapter(LlmAdapter):
                 outcome = Cancelled(t_ns=clock.arrived(), reason="abort signal")
             else:
                 outcome = Raised.from_error(error, t_ns=clock.arrived())
-            self._warn(slot)
+            call.warn()
             raise
         except GeneratorExit:
             if events and type(events[-1].chunk) is Finish:
                 # The consumer stopped at the finish chunk: the stream was complete, nothing was cut.
-                _close_validator(slot, validator)
                 outcome = Completed(t_ns=clock.arrived())
             else:
                 outcome = Cancelled(t_ns=clock.arrived(), reason="consumer closed the stream")
@@ -303,23 +370,13 @@ class RecordingAdapter(LlmAdapter):
             outcome = Cancelled(t_ns=clock.arrived(), reason="task cancelled")
             raise
         except Exception as error:
-            outcome = Raised(
-                t_ns=clock.arrived(),
-                code=ErrorCode.INVALID_RESPONSE.value,
-                message=f"{type(error).__name__}: {error}",
-                exception_type=f"{type(error).__module__}.{type(error).__qualname__}",
-            )
-            self._warn(slot)
+            outcome = raised_from(error, t_ns=clock.arrived())
+            call.warn()
             raise
         finally:
-            slot.outcome = outcome or Cancelled(t_ns=clock.arrived(), reason="interrupted")
-            if journal is not None:
-                try:
-                    journal.end(ident, slot.outcome)
-                except LlmError as error:
-                    self._journal_failed(error)
+            call.end(outcome or Cancelled(t_ns=clock.arrived(), reason="interrupted"))
             await aclose_stream(iterator)
-        self._warn(slot, strict=True)
+        call.warn(strict=True)
 
     def _warn(self, slot: _Slot, *, strict: bool = False) -> None:
         """Warn about a recorded violation; on error paths a warnings-as-errors filter must not mask the error."""
