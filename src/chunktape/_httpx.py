@@ -30,6 +30,10 @@ __all__ = [
     "DualTransport",
     "LoopBody",
     "SyncBody",
+    "aclose_inner",
+    "araw_pieces",
+    "close_inner",
+    "raw_pieces",
     "new_async_client",
     "post_streaming",
     "read_error",
@@ -157,7 +161,7 @@ def read_timeout(request: AnyRequest, message: str) -> Exception:
     return httpx.ReadTimeout(message, request=request)
 
 
-def send(inner: AnyTransport, request: AnyRequest) -> AnyResponse:
+def send(inner: object, request: AnyRequest) -> AnyResponse:
     """``inner.handle_request(request)`` when both belong to one library; else a ``TypeError`` saying so."""
     if isinstance(request, httpx2.Request) and isinstance(inner, httpx2.BaseTransport):
         return inner.handle_request(request)
@@ -166,7 +170,7 @@ def send(inner: AnyTransport, request: AnyRequest) -> AnyResponse:
     raise TypeError(_mixed(inner, request))
 
 
-async def send_async(inner: AnyAsyncTransport, request: AnyRequest) -> AnyResponse:
+async def send_async(inner: object, request: AnyRequest) -> AnyResponse:
     """``inner.handle_async_request(request)`` when both belong to one library; else a ``TypeError``."""
     if isinstance(request, httpx2.Request) and isinstance(inner, httpx2.AsyncBaseTransport):
         return await inner.handle_async_request(request)
@@ -179,8 +183,41 @@ def _mixed(inner: object, request: AnyRequest) -> str:
     library = "httpx2" if isinstance(request, httpx2.Request) else "httpx"
     return (
         f"a {library} client sent a request through {type(inner).__module__}.{type(inner).__qualname__}: wrap a "
-        f"{library} transport of the same kind (sync or async) as the client, e.g. {library}.AsyncHTTPTransport()"
+        f"{library} transport of the client's own kind ({library}.HTTPTransport() for a {library}.Client, "
+        f"{library}.AsyncHTTPTransport() for a {library}.AsyncClient)"
     )
+
+
+def raw_pieces(reply: AnyResponse) -> Iterator[bytes]:
+    """A sync response's body as it arrives: as sent, or decoded when it was content-encoded."""
+    if "content-encoding" in reply.headers:
+        return reply.iter_bytes()
+    stream = reply.stream
+    if not isinstance(stream, httpx2.SyncByteStream | httpx.SyncByteStream):
+        raise TypeError("a sync client's transport answered with an async body")
+    return iter(stream)
+
+
+def araw_pieces(reply: AnyResponse) -> AsyncIterator[bytes]:
+    """An async response's body as it arrives: as sent, or decoded when it was content-encoded."""
+    if "content-encoding" in reply.headers:
+        return reply.aiter_bytes()
+    stream = reply.stream
+    if not isinstance(stream, httpx2.AsyncByteStream | httpx.AsyncByteStream):
+        raise TypeError("an async client's transport answered with a sync body")
+    return aiter(stream)
+
+
+def close_inner(inner: object) -> None:
+    """Close a wrapped sync transport (an async one is closed by ``aclose_inner``)."""
+    if isinstance(inner, httpx2.BaseTransport | httpx.BaseTransport):
+        inner.close()
+
+
+async def aclose_inner(inner: object) -> None:
+    """Close a wrapped async transport (a sync one is closed by ``close_inner``)."""
+    if isinstance(inner, httpx2.AsyncBaseTransport | httpx.AsyncBaseTransport):
+        await inner.aclose()
 
 
 class DualTransport(httpx2.BaseTransport, httpx2.AsyncBaseTransport, httpx.BaseTransport, httpx.AsyncBaseTransport):

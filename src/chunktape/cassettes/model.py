@@ -185,8 +185,9 @@ class ResponseMeta(_Wire, frozen=True, kw_only=True):
     finish_sent: bool = True
     """False when the stream carried no ``finish_reason`` (it ended with ``[DONE]`` alone)."""
     extras: dict[str, dict[str, Any]] = {}
-    """Provider fields beyond the standard ones, by the event that carried them: ``first``, ``finish`` (Groq's
-    ``x_groq.usage``) and ``usage`` (the usage-only event), or ``completion`` for a JSON answer."""
+    """Provider fields beyond the standard ones (``service_tier``, Groq's ``x_groq``...), by the event that
+    carried them: ``first``, ``delta`` (the first content event's, sent again on every content event), ``finish``
+    (Groq's ``x_groq.usage``), ``usage`` (the usage-only event), or ``completion`` for a JSON answer."""
 
 
 class Interaction(_Wire, frozen=True, kw_only=True):

@@ -8,7 +8,7 @@ import os
 import threading
 import warnings
 from collections import Counter
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -49,6 +49,7 @@ __all__ = [
     "LIBRARY_SECRET_ADVICE",
     "RUN_TAG",
     "JournalWriteWarning",
+    "ProviderClock",
     "RecordingAdapter",
     "RecordingCall",
     "StreamViolationWarning",
@@ -129,27 +130,28 @@ def failed_path(cassette: Path) -> Path:
     return cassette.with_name(f"{stem}.failed{cassette.suffix}")
 
 
-class _ProviderClock:
+class ProviderClock:
     """Time attributable to the provider: spent waiting on the inner stream, not in the consumer's hands.
 
     The tee is pull-based, so a consumer that works between chunks delays the next read; counting that time
-    would make a replay (which the same consumer slows down again) count it twice.
+    would make a replay (which the same consumer slows down again) count it twice. ``now`` is the clock in
+    seconds: the event loop's (``loop.time``) for async streams, ``time.monotonic`` for sync ones.
     """
 
-    __slots__ = ("_loop", "_since", "elapsed")
+    __slots__ = ("_now", "_since", "elapsed")
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = loop
-        self._since: float | None = loop.time()
+    def __init__(self, now: Callable[[], float]) -> None:
+        self._now = now
+        self._since: float | None = now()
         self.elapsed = 0.0
 
     def waiting(self) -> None:
-        self._since = self._loop.time()
+        self._since = self._now()
 
     def arrived(self) -> int:
         """Stop the wait (if one is running) and return the provider time so far, in ns."""
         if self._since is not None:
-            self.elapsed += self._loop.time() - self._since
+            self.elapsed += self._now() - self._since
             self._since = None
         return round(self.elapsed * 1e9)
 
@@ -335,7 +337,7 @@ class RecordingAdapter(LlmAdapter):
         return RecordingCall(self, slot, journal)
 
     async def stream(self, options: GenerateOptions) -> AsyncIterator[StreamChunk]:
-        clock = _ProviderClock(asyncio.get_running_loop())
+        clock = ProviderClock(asyncio.get_running_loop().time)
         call = self.begin(options)
         events = call.events
         iterator: AsyncIterator[StreamChunk] | None = None
