@@ -169,13 +169,16 @@ class SseRenderer:
                 return self.end(done=False)
 
 
-def render_sse(interaction: Interaction, *, model: str | None = None) -> bytes:
+def render_sse(interaction: Interaction, *, model: str | None = None, include_usage: bool = True) -> bytes:
     """A recorded interaction as an OpenAI-compatible ``chat.completion.chunk`` SSE body.
 
     ``OpenAICompatAdapter`` (or any OpenAI client) parses it back to ``==`` chunks and the same outcome;
-    ``model`` defaults to the recorded request's.
+    ``model`` defaults to the recorded request's. The provider's recorded metadata (``interaction.response``),
+    when there is some, is rendered as it was answered (its id, model, ``created``...).
     """
-    renderer = SseRenderer(model=model or interaction.request.model)
+    renderer = SseRenderer(
+        model=model or interaction.request.model, include_usage=include_usage, meta=interaction.response
+    )
     parts = [renderer.head()]
     parts.extend(renderer.chunk(event.chunk) for event in interaction.events)
     parts.append(renderer.outcome(interaction.outcome))
