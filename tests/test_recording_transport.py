@@ -11,6 +11,12 @@ import httpx
 import httpx2
 import openai
 import pytest
+from openai.types.chat import ChatCompletionMessageParam
+
+from chunktape import Cancelled, Completed, Raised, load_cassette
+from chunktape.cassettes.model import ResponseMeta
+from chunktape.http import RecordingTransport, UnrecordedRequestWarning
+from chunktape.wire.openai_chat import decode_openai_sse
 from fake_provider import (
     FakeProvider,
     FakeResponse,
@@ -20,13 +26,8 @@ from fake_provider import (
     sse,
 )
 
-from chunktape import Cancelled, Completed, Raised, load_cassette
-from chunktape.cassettes.model import ResponseMeta
-from chunktape.http import RecordingTransport, UnrecordedRequestWarning
-from chunktape.wire.openai_chat import decode_openai_sse
-
 KEY = "sk-live-abcdefghijklmnopqrstuvwxyz0123"
-MESSAGES = [{"role": "user", "content": "weather?"}]
+MESSAGES: list[ChatCompletionMessageParam] = [{"role": "user", "content": "weather?"}]
 
 
 def _stream_sync(client: openai.OpenAI) -> list[str]:
@@ -48,7 +49,8 @@ def test_sync_httpx2_client_records_chunks_and_metadata(fake_provider: FakeProvi
     ids = _stream_sync(client)
     client.close()  # closing the client saves the cassette
 
-    assert ids and set(ids) == {"4f7c2b1e-0000-4000-8000-000000000000"}  # the SDK saw the provider's bytes
+    assert ids
+    assert set(ids) == {"4f7c2b1e-0000-4000-8000-000000000000"}
     (interaction,) = load_cassette(path).interactions
     assert interaction.chunks == decode_openai_sse(body)
     assert type(interaction.outcome) is Completed
@@ -62,7 +64,9 @@ def test_sync_httpx2_client_records_chunks_and_metadata(fake_provider: FakeProvi
         extras={"first": {"obfuscation": "x"}},
     )
     text = path.read_text()
-    assert KEY not in text and "session=abc" not in text and "authorization" not in text.lower()
+    assert KEY not in text
+    assert "session=abc" not in text
+    assert "authorization" not in text.lower()
 
 
 async def test_async_httpx_client_records_json_answers_and_errors(fake_provider: FakeProvider, tmp_path: Path) -> None:
@@ -91,8 +95,8 @@ async def test_async_httpx_client_records_json_answers_and_errors(fake_provider:
         max_retries=0,
     )
     with pytest.raises(openai.RateLimitError):
-        await client.chat.completions.create(model="gpt-4o-mini", messages=MESSAGES)  # type: ignore[arg-type]
-    answer = await client.chat.completions.create(model="gpt-4o-mini", messages=MESSAGES)  # type: ignore[arg-type]
+        await client.chat.completions.create(model="gpt-4o-mini", messages=MESSAGES)
+    answer = await client.chat.completions.create(model="gpt-4o-mini", messages=MESSAGES)
     await client.close()
 
     assert answer.choices[0].message.content == "Sunny."
@@ -100,7 +104,8 @@ async def test_async_httpx_client_records_json_answers_and_errors(fake_provider:
     assert type(failed.outcome) is Raised
     assert (failed.outcome.code, failed.outcome.status, failed.outcome.retry_after) == ("PROVIDER_HTTP_ERROR", 429, 2.0)
     assert "Rate limit reached" in failed.outcome.message
-    assert failed.response is not None and failed.response.headers == {"retry-after": "2"}
+    assert failed.response is not None
+    assert failed.response.headers == {"retry-after": "2"}
     assert [type(c).__name__ for c in succeeded.chunks] == [
         "BlockStart",
         "TextDelta",
@@ -125,13 +130,14 @@ async def test_reset_mid_stream_is_recorded_as_stream_aborted(fake_provider: Fak
         http_client=httpx2.AsyncClient(transport=transport),
         max_retries=0,
     )
-    stream = await client.chat.completions.create(model="deepseek-chat", messages=MESSAGES, stream=True)  # type: ignore[arg-type]
+    stream = await client.chat.completions.create(model="deepseek-chat", messages=MESSAGES, stream=True)
     with pytest.raises(openai.APIConnectionError):
         async for _ in stream:
             pass
     await client.close()
     (interaction,) = load_cassette(path).interactions
-    assert type(interaction.outcome) is Raised and interaction.outcome.code == "STREAM_ABORTED"
+    assert type(interaction.outcome) is Raised
+    assert interaction.outcome.code == "STREAM_ABORTED"
     assert interaction.chunks  # what arrived before the reset was kept
 
 
@@ -141,14 +147,16 @@ async def test_client_closing_early_is_recorded_as_cut_short(fake_provider: Fake
     )
     path = tmp_path / "early.json"
     transport = RecordingTransport(httpx2.AsyncHTTPTransport(), path)
-    async with httpx2.AsyncClient(transport=transport) as client:
-        async with client.stream(
+    async with (
+        httpx2.AsyncClient(transport=transport) as client,
+        client.stream(
             "POST",
             fake_provider.url + "/v1/chat/completions",
             json={"model": "m", "messages": MESSAGES, "stream": True},
-        ) as reply:
-            async for _ in reply.aiter_bytes():
-                break
+        ) as reply,
+    ):
+        async for _ in reply.aiter_bytes():
+            break
     (interaction,) = load_cassette(path).interactions
     assert type(interaction.outcome) is Cancelled
 
@@ -182,12 +190,14 @@ async def test_each_event_is_stamped_with_provider_time_on_the_loop_clock(tmp_pa
     ]
     path = tmp_path / "timed.json"
     transport = RecordingTransport(_Paced(pieces), path)
-    async with httpx2.AsyncClient(transport=transport) as client:
-        async with client.stream(
+    async with (
+        httpx2.AsyncClient(transport=transport) as client,
+        client.stream(
             "POST", "http://127.0.0.1/v1/chat/completions", json={"model": "m", "messages": MESSAGES, "stream": True}
-        ) as reply:
-            async for _ in reply.aiter_bytes():
-                await asyncio.sleep(10)  # the consumer's own time is not the provider's
+        ) as reply,
+    ):
+        async for _ in reply.aiter_bytes():
+            await asyncio.sleep(10)  # the consumer's own time is not the provider's
     (interaction,) = load_cassette(path).interactions
     assert [event.t_ns for event in interaction.events] == [
         500_000_000,
@@ -232,7 +242,8 @@ def test_key_shaped_header_values_never_reach_the_cassette(tmp_path: Path) -> No
             headers={"api-key": "plain-credential-value"},
         )
     text = path.read_text()
-    assert KEY not in text and "plain-credential-value" not in text
+    assert KEY not in text
+    assert "plain-credential-value" not in text
     assert load_cassette(path).interactions[0].response.headers == {"x-request-id": "[REDACTED]"}  # type: ignore[union-attr]
 
 
