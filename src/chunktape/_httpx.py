@@ -37,7 +37,6 @@ __all__ = [
     "new_async_client",
     "post_streaming",
     "read_error",
-    "read_timeout",
     "response",
     "send",
     "send_async",
@@ -147,18 +146,12 @@ def response(
     return httpx.Response(status, headers=headers, stream=stream, content=content, request=request, extensions=extra)
 
 
-def read_error(request: AnyRequest, message: str) -> Exception:
-    """A connection reset mid-body, as ``request``'s library raises it (SDKs map it to their connection error)."""
-    if isinstance(request, httpx2.Request):
-        return httpx2.ReadError(message, request=request)
-    return httpx.ReadError(message, request=request)
-
-
-def read_timeout(request: AnyRequest, message: str) -> Exception:
-    """A read deadline passed mid-body, as ``request``'s library raises it."""
-    if isinstance(request, httpx2.Request):
-        return httpx2.ReadTimeout(message, request=request)
-    return httpx.ReadTimeout(message, request=request)
+def read_error(request: AnyRequest, message: str, *, timeout: bool = False) -> Exception:
+    """A connection reset mid-body (``timeout``: a read deadline passed), as ``request``'s library raises it:
+    SDKs map it to their own connection (timeout) error."""
+    library = httpx2 if isinstance(request, httpx2.Request) else httpx
+    kind: Callable[..., Exception] = library.ReadTimeout if timeout else library.ReadError
+    return kind(message, request=request)
 
 
 def send(inner: object, request: AnyRequest) -> AnyResponse:

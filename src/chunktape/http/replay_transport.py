@@ -39,7 +39,6 @@ import msgspec
 
 from chunktape._httpx import AnyRequest, AnyResponse, AsyncBody, DualTransport, LoopBody, response
 from chunktape._httpx import read_error as _read_error
-from chunktape._httpx import read_timeout as _read_timeout
 from chunktape.cassettes.codec import LazyCassette
 from chunktape.cassettes.matching import DEFAULT_MATCH, MatchOn
 from chunktape.cassettes.model import Cassette, Interaction, Raised
@@ -194,9 +193,7 @@ class ReplayTransport(DualTransport):
         outcome = interaction.outcome
         if type(outcome) is Raised and outcome.code in _BROKEN:
             message = f"{outcome.message} (replayed from {self.adapter.path or 'the cassette'})"
-            if outcome.code == ErrorCode.TIMEOUT.value:
-                raise _read_timeout(request, message)
-            raise _read_error(request, message)
+            raise _read_error(request, message, timeout=outcome.code == ErrorCode.TIMEOUT.value)
         yield renderer.outcome(outcome)
 
     def handle(self, request: AnyRequest) -> AnyResponse:
