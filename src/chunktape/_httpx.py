@@ -2,13 +2,16 @@
 
 chunktape's own HTTP runs on httpx2 (what openai 3.x, anthropic and starlette use); wherever a user hands
 chunktape a client or a transport, an httpx one works too. The two libraries share an API but not their
-classes, so an ``except`` or an ``isinstance`` that must hold for both uses the pairs below.
+classes, so an ``except`` or an ``isinstance`` that must hold for both uses the pairs below, and a transport
+or a body chunktape hands to a client (``DualTransport``, ``SyncBody``, ``AsyncBody``) subclasses both
+libraries' base classes and answers each request in the request's own library.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Mapping
-from typing import Any, TypeAlias
+import asyncio
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Self, TypeAlias, overload
 
 import httpx
 import httpx2
@@ -19,10 +22,26 @@ __all__ = [
     "HTTP_ERRORS",
     "TIMEOUT_ERRORS",
     "AnyAsyncClient",
+    "AnyAsyncTransport",
+    "AnyRequest",
     "AnyResponse",
+    "AnyTransport",
+    "AsyncBody",
+    "DualTransport",
+    "LoopBody",
+    "SyncBody",
+    "aclose_inner",
+    "araw_pieces",
+    "close_inner",
+    "raw_pieces",
     "new_async_client",
     "post_streaming",
+    "read_error",
+    "response",
+    "send",
+    "send_async",
 ]
+
 
 AnyAsyncClient: TypeAlias = httpx2.AsyncClient | httpx.AsyncClient
 AnyResponse: TypeAlias = httpx2.Response | httpx.Response
@@ -43,3 +62,198 @@ def post_streaming(client: AnyAsyncClient, url: str, body: Any, headers: Mapping
     if isinstance(client, httpx2.AsyncClient):
         return client.send(client.build_request("POST", url, json=body, headers=headers), stream=True)
     return client.send(client.build_request("POST", url, json=body, headers=headers), stream=True)
+
+
+# -- transports and bodies that serve both libraries ------------------------------------------------
+
+AnyRequest: TypeAlias = httpx2.Request | httpx.Request
+AnyTransport: TypeAlias = httpx2.BaseTransport | httpx.BaseTransport
+AnyAsyncTransport: TypeAlias = httpx2.AsyncBaseTransport | httpx.AsyncBaseTransport
+
+
+class SyncBody(httpx2.SyncByteStream, httpx.SyncByteStream):
+    """A response body for a sync client of either library: ``pieces``, then ``on_close`` once."""
+
+    def __init__(self, pieces: Iterable[bytes], on_close: Callable[[], None] = lambda: None) -> None:
+        self._pieces = pieces
+        self._on_close: Callable[[], None] | None = on_close
+
+    def __iter__(self) -> Iterator[bytes]:
+        yield from self._pieces
+
+    def close(self) -> None:
+        on_close, self._on_close = self._on_close, None
+        if on_close is not None:
+            on_close()
+
+
+class AsyncBody(httpx2.AsyncByteStream, httpx.AsyncByteStream):
+    """A response body for an async client of either library: ``pieces``, then ``on_close`` once."""
+
+    def __init__(self, pieces: AsyncIterable[bytes], on_close: Callable[[], Awaitable[None]] | None = None) -> None:
+        self._pieces = pieces
+        self._on_close = on_close
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        async for piece in self._pieces:
+            yield piece
+
+    async def aclose(self) -> None:
+        on_close, self._on_close = self._on_close, None
+        if on_close is not None:
+            await on_close()
+
+
+class LoopBody(SyncBody):
+    """An async body served to a sync client, on a private event loop: one implementation for both kinds of
+    client (the loop's ``asyncio.sleep`` is a real-time sleep here)."""
+
+    def __init__(self, pieces: AsyncIterator[bytes], on_close: Callable[[], Awaitable[None]]) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._source = pieces
+        self._async_close = on_close
+        super().__init__(self._drive(), self._finish)
+
+    def _drive(self) -> Iterator[bytes]:
+        while True:
+            try:
+                yield self._loop.run_until_complete(anext(self._source))
+            except StopAsyncIteration:
+                return
+
+    def _finish(self) -> None:
+        try:
+            self._loop.run_until_complete(self._async_close())
+        finally:
+            self._loop.close()
+
+
+def response(
+    request: AnyRequest,
+    status: int,
+    *,
+    headers: Mapping[str, str] | Sequence[tuple[str, str]] = (),
+    stream: SyncBody | AsyncBody | None = None,
+    content: bytes | None = None,
+    extensions: Mapping[str, Any] | None = None,
+) -> AnyResponse:
+    """A response of the library ``request`` belongs to (its client accepts no other)."""
+    extra = dict(extensions or {})
+    if isinstance(request, httpx2.Request):
+        return httpx2.Response(
+            status, headers=headers, stream=stream, content=content, request=request, extensions=extra
+        )
+    return httpx.Response(status, headers=headers, stream=stream, content=content, request=request, extensions=extra)
+
+
+def read_error(request: AnyRequest, message: str, *, timeout: bool = False) -> Exception:
+    """A connection reset mid-body (``timeout``: a read deadline passed), as ``request``'s library raises it:
+    SDKs map it to their own connection (timeout) error."""
+    library = httpx2 if isinstance(request, httpx2.Request) else httpx
+    kind: Callable[..., Exception] = library.ReadTimeout if timeout else library.ReadError
+    return kind(message, request=request)
+
+
+def send(inner: object, request: AnyRequest) -> AnyResponse:
+    """``inner.handle_request(request)`` when both belong to one library; else a ``TypeError`` saying so."""
+    if isinstance(request, httpx2.Request) and isinstance(inner, httpx2.BaseTransport):
+        return inner.handle_request(request)
+    if isinstance(request, httpx.Request) and isinstance(inner, httpx.BaseTransport):
+        return inner.handle_request(request)
+    raise TypeError(_mixed(inner, request))
+
+
+async def send_async(inner: object, request: AnyRequest) -> AnyResponse:
+    """``inner.handle_async_request(request)`` when both belong to one library; else a ``TypeError``."""
+    if isinstance(request, httpx2.Request) and isinstance(inner, httpx2.AsyncBaseTransport):
+        return await inner.handle_async_request(request)
+    if isinstance(request, httpx.Request) and isinstance(inner, httpx.AsyncBaseTransport):
+        return await inner.handle_async_request(request)
+    raise TypeError(_mixed(inner, request))
+
+
+def _mixed(inner: object, request: AnyRequest) -> str:
+    library = "httpx2" if isinstance(request, httpx2.Request) else "httpx"
+    return (
+        f"a {library} client sent a request through {type(inner).__module__}.{type(inner).__qualname__}: wrap a "
+        f"{library} transport of the client's own kind ({library}.HTTPTransport() for a {library}.Client, "
+        f"{library}.AsyncHTTPTransport() for a {library}.AsyncClient)"
+    )
+
+
+def raw_pieces(reply: AnyResponse) -> Iterator[bytes]:
+    """A sync response's body as it arrives: as sent, or decoded when it was content-encoded."""
+    if "content-encoding" in reply.headers:
+        return reply.iter_bytes()
+    stream = reply.stream
+    if not isinstance(stream, httpx2.SyncByteStream | httpx.SyncByteStream):
+        raise TypeError("a sync client's transport answered with an async body")
+    return iter(stream)
+
+
+def araw_pieces(reply: AnyResponse) -> AsyncIterator[bytes]:
+    """An async response's body as it arrives: as sent, or decoded when it was content-encoded."""
+    if "content-encoding" in reply.headers:
+        return reply.aiter_bytes()
+    stream = reply.stream
+    if not isinstance(stream, httpx2.AsyncByteStream | httpx.AsyncByteStream):
+        raise TypeError("an async client's transport answered with a sync body")
+    return aiter(stream)
+
+
+def close_inner(inner: object) -> None:
+    """Close a wrapped sync transport (an async one is closed by ``aclose_inner``)."""
+    if isinstance(inner, httpx2.BaseTransport | httpx.BaseTransport):
+        inner.close()
+
+
+async def aclose_inner(inner: object) -> None:
+    """Close a wrapped async transport (a sync one is closed by ``close_inner``)."""
+    if isinstance(inner, httpx2.AsyncBaseTransport | httpx.AsyncBaseTransport):
+        await inner.aclose()
+
+
+class DualTransport(httpx2.BaseTransport, httpx2.AsyncBaseTransport, httpx.BaseTransport, httpx.AsyncBaseTransport):
+    """A transport that any client of httpx2 or httpx, sync or async, accepts: one object for all four.
+
+    Subclasses implement ``handle(request)`` and ``handle_async(request)`` over either library's request and
+    answer with ``response(...)`` (the request's own library).
+    """
+
+    def handle(self, request: AnyRequest) -> AnyResponse:
+        raise NotImplementedError
+
+    async def handle_async(self, request: AnyRequest) -> AnyResponse:
+        raise NotImplementedError
+
+    @overload
+    def handle_request(self, request: httpx2.Request) -> httpx2.Response: ...
+    @overload
+    def handle_request(self, request: httpx.Request) -> httpx.Response: ...
+    def handle_request(self, request: AnyRequest) -> AnyResponse:
+        return self.handle(request)
+
+    @overload
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response: ...
+    @overload
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response: ...
+    async def handle_async_request(self, request: AnyRequest) -> AnyResponse:
+        return await self.handle_async(request)
+
+    def close(self) -> None:
+        pass
+
+    async def aclose(self) -> None:
+        pass
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()

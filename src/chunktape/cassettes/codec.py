@@ -31,6 +31,7 @@ from chunktape.cassettes.model import (
     Interaction,
     Outcome,
     RecordedRequest,
+    ResponseMeta,
 )
 from chunktape.errors import ErrorCode, LlmError
 from chunktape.protocol import StreamChunk
@@ -85,6 +86,7 @@ class _StoredInteraction(msgspec.Struct, frozen=True, kw_only=True, rename="came
     outcome: Outcome
     started_at: datetime | None = None
     attempt: int = 1
+    response: ResponseMeta | None = None
 
 
 class _PackedInteraction(msgspec.Struct, frozen=True, kw_only=True, rename="camel", omit_defaults=True):
@@ -99,6 +101,7 @@ class _PackedInteraction(msgspec.Struct, frozen=True, kw_only=True, rename="came
     outcome: Outcome
     started_at: datetime | None = None
     attempt: int = 1
+    response: ResponseMeta | None = None
 
 
 class _PackedView(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
@@ -110,6 +113,7 @@ class _PackedView(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     outcome: Outcome
     started_at: datetime | None = None
     attempt: int = 1
+    response: ResponseMeta | None = None
 
 
 class _PackedCassette(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
@@ -148,6 +152,7 @@ class _SkeletonInteraction(msgspec.Struct, frozen=True, kw_only=True, rename="ca
     outcome: Outcome
     started_at: datetime | None = None
     attempt: int = 1
+    response: ResponseMeta | None = None
 
 
 class _Skeleton(msgspec.Struct, kw_only=True, rename="camel"):
@@ -210,6 +215,7 @@ class _MsgpackFormat(_Format):
                     outcome=item.outcome,
                     started_at=item.started_at,
                     attempt=item.attempt,
+                    response=item.response,
                 )
                 for item in cassette.interactions
             ],
@@ -227,6 +233,7 @@ class _MsgpackFormat(_Format):
                 outcome=item.outcome,
                 started_at=item.started_at,
                 attempt=item.attempt,
+                response=item.response,
             )
             for item in packed.interactions
         ]
@@ -327,6 +334,7 @@ class LazyCassette:
             outcome=stored.outcome,
             started_at=stored.started_at,
             attempt=stored.attempt,
+            response=stored.response,
         )
         self._decoded[index] = decoded
         return decoded
@@ -463,6 +471,7 @@ def _open_sliced(path: Path, data: bytes) -> LazyCassette | None:
             outcome=item.outcome,
             started_at=item.started_at,
             attempt=item.attempt,
+            response=item.response,
         )
         for item in skeleton.interactions
     ]

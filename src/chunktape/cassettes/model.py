@@ -29,6 +29,7 @@ __all__ = [
     "Outcome",
     "Raised",
     "RecordedRequest",
+    "ResponseMeta",
     "request_fingerprint",
 ]
 
@@ -167,6 +168,28 @@ def _encodable(value: object) -> bool:
     return True
 
 
+class ResponseMeta(_Wire, frozen=True, kw_only=True):
+    """What a provider's HTTP answer carried that the chunk protocol has no field for, kept so a replay over
+    HTTP (``ReplayTransport``) answers as the provider did. Recorded by ``RecordingTransport``; None elsewhere."""
+
+    id: str | None = None
+    """The response id (``chatcmpl-...``)."""
+    model: str | None = None
+    """The model as answered (``gpt-4o-mini-2024-07-18``), not the requested name."""
+    created: int | None = None
+    system_fingerprint: str | None = None
+    headers: dict[str, str] = {}
+    """Selected response headers (request ids, ``openai-*``, rate limits); never credentials or cookies."""
+    streamed: bool = True
+    """False when the answer was one JSON ``chat.completion`` rather than an event stream."""
+    finish_sent: bool = True
+    """False when the stream carried no ``finish_reason`` (it ended with ``[DONE]`` alone)."""
+    extras: dict[str, dict[str, Any]] = {}
+    """Provider fields beyond the standard ones (``service_tier``, Groq's ``x_groq``...), by the event that
+    carried them: ``first``, ``delta`` (the first content event's, sent again on every content event), ``finish``
+    (Groq's ``x_groq.usage``), ``usage`` (the usage-only event), or ``completion`` for a JSON answer."""
+
+
 class Interaction(_Wire, frozen=True, kw_only=True):
     """One ``stream()`` call: the request, every chunk with its timing, and how the stream ended."""
 
@@ -177,6 +200,8 @@ class Interaction(_Wire, frozen=True, kw_only=True):
     """Wall-clock start (UTC), for humans; replay timing uses ``Event.t_ns`` only."""
     attempt: int = 1
     """1 for the first recorded call with this fingerprint, 2 for its first repeat (a retry), ..."""
+    response: ResponseMeta | None = None
+    """The provider's response metadata, when recorded at the HTTP layer (omitted otherwise)."""
 
     @property
     def chunks(self) -> list[StreamChunk]:

@@ -7,6 +7,9 @@
   cassettes and fault scenarios over HTTP on 127.0.0.1 (routes in ``chunktape.http.server``); ``ServerLimits``
   bounds what a client may send (body size, read deadlines).
 - ``vcr_config()`` / ``import_vcr(path)``: safe vcrpy settings, and vcrpy cassettes as chunk cassettes.
+- ``RecordingTransport(inner, cassette)`` / ``ReplayTransport(cassette, ...)``: record an SDK's chat completions
+  into a chunk cassette with per-event timing and response metadata, and answer them in process, no socket,
+  with every fault. One object serves httpx2 and httpx clients, sync and async.
 
 **The openai SDK.** openai 3.x is built on ``httpx2`` (a fork of httpx), yet its clients accept a plain
 ``httpx.AsyncClient`` as ``http_client`` (a supported, runtime-checked path; only the type annotation says
@@ -26,17 +29,22 @@ subject of the test.
 """
 
 from chunktape.http.limits import ServerLimits
+from chunktape.http.recording_transport import RecordingTransport, UnrecordedRequestWarning
 from chunktape.http.render import render_sse
+from chunktape.http.replay_transport import ReplayTransport
 from chunktape.http.server import SCENARIO_HEADER, ReplayServer, serve
 from chunktape.http.transport import FaultTransport
 from chunktape.http.vcr import SECRET_HEADERS, import_vcr, vcr_config
 
 __all__ = [
     "FaultTransport",
+    "RecordingTransport",
     "ReplayServer",
+    "ReplayTransport",
     "SCENARIO_HEADER",
     "SECRET_HEADERS",
     "ServerLimits",
+    "UnrecordedRequestWarning",
     "import_vcr",
     "render_sse",
     "serve",

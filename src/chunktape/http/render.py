@@ -16,9 +16,9 @@ import math
 from collections.abc import Iterable
 from typing import Any
 
-from chunktape.cassettes.model import Cancelled, Completed, Interaction, Outcome, Raised
+from chunktape.cassettes.model import Cancelled, Completed, Interaction, Outcome, Raised, ResponseMeta
 from chunktape.errors import ErrorCode, LlmError
-from chunktape.protocol import ReplyBuilder, StreamChunk
+from chunktape.protocol import Finish, ReplyBuilder, StreamChunk
 from chunktape.secrets import redact_text
 from chunktape.wire.http_errors import clamp_retry_after
 from chunktape.wire.openai_chat import (
@@ -95,33 +95,60 @@ def error_headers(retry_after: float | None) -> dict[str, str]:
 
 
 class SseRenderer:
-    """Renders one stream incrementally: ``head()``, ``chunk(c)`` per StreamChunk, then ``end()`` or an error."""
+    """Renders one stream incrementally: ``head()``, ``chunk(c)`` per StreamChunk, then ``end()`` or an error.
 
-    __slots__ = ("_encoder", "include_usage")
+    With ``meta`` (recorded by ``RecordingTransport``), the stream carries the provider's own id, answered
+    model, ``created``, ``system_fingerprint`` and extra fields, and no ``finish_reason`` where it sent none.
+    """
+
+    __slots__ = ("_encoder", "_meta", "include_usage")
 
     def __init__(
-        self, *, model: str, created: int = 0, id: str = "chatcmpl-chunktape", include_usage: bool = True
+        self,
+        *,
+        model: str,
+        created: int = 0,
+        id: str = "chatcmpl-chunktape",
+        include_usage: bool = True,
+        meta: ResponseMeta | None = None,
     ) -> None:
+        if meta is not None:
+            model, id = meta.model or model, meta.id or id
+            created = created if meta.created is None else meta.created
         self._encoder = OpenAIChatEncoder(model=model, created=created, id=id)
+        self._meta = meta
         self.include_usage = include_usage
         """Whether ``end()`` writes the usage-only ``choices: []`` chunk. OpenAI sends it only to a request with
         ``stream_options.include_usage: true``, and then a stream without it carries no usage at all."""
 
+    def _event(self, obj: dict[str, Any], where: str) -> bytes:
+        """``obj`` as an event, with the recorded metadata for its place in the stream (``ResponseMeta.extras``)."""
+        meta = self._meta
+        if meta is not None:
+            if meta.system_fingerprint is not None:
+                obj["system_fingerprint"] = meta.system_fingerprint
+            obj.update(meta.extras.get(where, ()))
+        return data_event(obj)
+
     def head(self) -> bytes:
-        return data_event(self._encoder.start())
+        return self._event(self._encoder.start(), "first")
 
     def chunk(self, chunk: StreamChunk) -> bytes:
         objects = self._encoder.feed(chunk)
         if not objects:
             return b""
-        if len(objects) == 1:
-            return data_event(objects[0])
-        return b"".join(data_event(obj) for obj in objects)
+        if self._meta is None:
+            if len(objects) == 1:
+                return data_event(objects[0])
+            return b"".join(data_event(obj) for obj in objects)
+        if type(chunk) is Finish:
+            return self._event(objects[0], "finish") if self._meta.finish_sent else b""
+        return b"".join(self._event(obj, "delta") for obj in objects)
 
     def end(self, *, done: bool = True) -> bytes:
         """The usage-only chunk (with ``include_usage``), then ``[DONE]`` if ``done`` and the stream had a finish."""
         usage = self._encoder.close()
-        tail = b"".join(data_event(obj) for obj in usage) if self.include_usage else b""
+        tail = b"".join(self._event(obj, "usage") for obj in usage) if self.include_usage else b""
         if done and self._encoder.finished:
             tail += DONE_EVENT
         return tail
@@ -144,21 +171,27 @@ class SseRenderer:
                 return self.end(done=False)
 
 
-def render_sse(interaction: Interaction, *, model: str | None = None) -> bytes:
+def render_sse(interaction: Interaction, *, model: str | None = None, include_usage: bool = True) -> bytes:
     """A recorded interaction as an OpenAI-compatible ``chat.completion.chunk`` SSE body.
 
     ``OpenAICompatAdapter`` (or any OpenAI client) parses it back to ``==`` chunks and the same outcome;
-    ``model`` defaults to the recorded request's.
+    ``model`` defaults to the recorded request's. The provider's recorded metadata (``interaction.response``),
+    when there is some, is rendered as it was answered (its id, model, ``created``...).
     """
-    renderer = SseRenderer(model=model or interaction.request.model)
+    renderer = SseRenderer(
+        model=model or interaction.request.model, include_usage=include_usage, meta=interaction.response
+    )
     parts = [renderer.head()]
     parts.extend(renderer.chunk(event.chunk) for event in interaction.events)
     parts.append(renderer.outcome(interaction.outcome))
     return b"".join(parts)
 
 
-def completion_from_chunks(chunks: Iterable[StreamChunk], *, model: str, id: str = "chatcmpl-chunktape") -> Any:
-    """A non-streamed ``chat.completion`` object: the reply the chunks fold into (``ReplyBuilder``), on the wire.
+def completion_from_chunks(
+    chunks: Iterable[StreamChunk], *, model: str, id: str = "chatcmpl-chunktape", meta: ResponseMeta | None = None
+) -> Any:
+    """A non-streamed ``chat.completion`` object: the reply the chunks fold into (``ReplyBuilder``), on the wire
+    (with ``meta``: as the provider answered it).
 
     A stream without a finish chunk gives ``finish_reason: null``.
     """
@@ -186,4 +219,9 @@ def completion_from_chunks(chunks: Iterable[StreamChunk], *, model: str, id: str
     }
     if fold.usage is not None:
         body["usage"] = usage_to_wire(fold.usage)
+    if meta is not None:
+        body.update(id=meta.id or id, created=meta.created or 0, model=meta.model or model)
+        if meta.system_fingerprint is not None:
+            body["system_fingerprint"] = meta.system_fingerprint
+        body.update(meta.extras.get("completion", ()))
     return body

@@ -8,7 +8,7 @@ import os
 import threading
 import warnings
 from collections import Counter
-from collections.abc import AsyncGenerator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -30,6 +30,7 @@ from chunktape.cassettes.model import (
     Outcome,
     Raised,
     RecordedRequest,
+    ResponseMeta,
 )
 from chunktape.cassettes.redaction import (
     REDACTED,
@@ -48,9 +49,12 @@ __all__ = [
     "LIBRARY_SECRET_ADVICE",
     "RUN_TAG",
     "JournalWriteWarning",
+    "ProviderClock",
     "RecordingAdapter",
+    "RecordingCall",
     "StreamViolationWarning",
     "all_raised",
+    "raised_from",
 ]
 
 RUN_TAG = "chunktape.run"
@@ -72,7 +76,7 @@ class JournalWriteWarning(UserWarning):
 class _Slot:
     """One interaction while it is being recorded; frozen into an ``Interaction`` on save."""
 
-    __slots__ = ("attempt", "events", "id", "outcome", "request", "started_at", "violation")
+    __slots__ = ("attempt", "events", "id", "outcome", "request", "response", "started_at", "violation")
 
     def __init__(self, id: int, request: RecordedRequest, started_at: datetime, attempt: int) -> None:
         self.id = id
@@ -82,6 +86,7 @@ class _Slot:
         self.events: list[Event] = []
         self.outcome: Outcome | None = None
         self.violation: ProtocolViolation | None = None
+        self.response: ResponseMeta | None = None
 
     def freeze(self) -> Interaction:
         outcome = self.outcome
@@ -99,7 +104,18 @@ class _Slot:
             outcome=outcome,
             started_at=self.started_at,
             attempt=self.attempt,
+            response=self.response,
         )
+
+
+def raised_from(error: Exception, *, t_ns: int) -> Raised:
+    """How an exception that is not an ``LlmError`` is recorded: ``INVALID_RESPONSE``, naming its class."""
+    return Raised(
+        t_ns=t_ns,
+        code=ErrorCode.INVALID_RESPONSE.value,
+        message=f"{type(error).__name__}: {error}",
+        exception_type=f"{type(error).__module__}.{type(error).__qualname__}",
+    )
 
 
 def all_raised(interactions: Sequence[Interaction]) -> bool:
@@ -114,27 +130,28 @@ def failed_path(cassette: Path) -> Path:
     return cassette.with_name(f"{stem}.failed{cassette.suffix}")
 
 
-class _ProviderClock:
+class ProviderClock:
     """Time attributable to the provider: spent waiting on the inner stream, not in the consumer's hands.
 
     The tee is pull-based, so a consumer that works between chunks delays the next read; counting that time
-    would make a replay (which the same consumer slows down again) count it twice.
+    would make a replay (which the same consumer slows down again) count it twice. ``now`` is the clock in
+    seconds: the event loop's (``loop.time``) for async streams, ``time.monotonic`` for sync ones.
     """
 
-    __slots__ = ("_loop", "_since", "elapsed")
+    __slots__ = ("_now", "_since", "elapsed")
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = loop
-        self._since: float | None = loop.time()
+    def __init__(self, now: Callable[[], float]) -> None:
+        self._now = now
+        self._since: float | None = now()
         self.elapsed = 0.0
 
     def waiting(self) -> None:
-        self._since = self._loop.time()
+        self._since = self._now()
 
     def arrived(self) -> int:
         """Stop the wait (if one is running) and return the provider time so far, in ns."""
         if self._since is not None:
-            self.elapsed += self._loop.time() - self._since
+            self.elapsed += self._now() - self._since
             self._since = None
         return round(self.elapsed * 1e9)
 
@@ -146,6 +163,65 @@ def _close_validator(slot: _Slot, validator: StreamValidator | None) -> None:
         validator.close()
     except ProtocolViolation as violation:
         slot.violation = violation
+
+
+class RecordingCall:
+    """One interaction being recorded, fed by whoever decodes the stream: ``chunk()`` per chunk as it arrives
+    (journaled at once, validated), then ``end(outcome)`` once. ``RecordingAdapter.stream`` drives one per call;
+    ``RecordingTransport`` drives one per HTTP exchange, from the bytes it tees."""
+
+    __slots__ = ("_journal", "_recorder", "_slot", "_validator")
+
+    def __init__(self, recorder: RecordingAdapter, slot: _Slot, journal: Journal | None) -> None:
+        self._recorder = recorder
+        self._slot = slot
+        self._journal = journal
+        self._validator = StreamValidator() if recorder.validate else None
+
+    @property
+    def events(self) -> list[Event]:
+        return self._slot.events
+
+    @property
+    def ended(self) -> bool:
+        return self._slot.outcome is not None
+
+    def respond(self, response: ResponseMeta) -> None:
+        """Keep the provider's response metadata with the interaction (written with the cassette)."""
+        self._slot.response = response
+
+    def chunk(self, t_ns: int, chunk: StreamChunk) -> None:
+        slot = self._slot
+        slot.events.append(Event(t_ns=t_ns, chunk=chunk))
+        if self._journal is not None:
+            try:
+                self._journal.event(slot.id, t_ns, chunk)
+            except LlmError as error:
+                self._recorder._journal_failed(error)
+                self._journal = None
+        if self._validator is not None:
+            try:
+                self._validator.feed(chunk)
+            except ProtocolViolation as violation:
+                slot.violation, self._validator = violation, None
+
+    def end(self, outcome: Outcome) -> None:
+        """Record how the stream ended (a completed stream's validation is closed first); later calls do nothing."""
+        slot = self._slot
+        if slot.outcome is not None:
+            return
+        if type(outcome) is Completed:
+            _close_validator(slot, self._validator)
+        slot.outcome = outcome
+        if self._journal is not None:
+            try:
+                self._journal.end(slot.id, outcome)
+            except LlmError as error:
+                self._recorder._journal_failed(error)
+
+    def warn(self, *, strict: bool = False) -> None:
+        """Warn about a recorded violation (see ``RecordingAdapter``)."""
+        self._recorder._warn(self._slot, strict=strict)
 
 
 class RecordingAdapter(WrappingAdapter):
@@ -244,6 +320,15 @@ class RecordingAdapter(WrappingAdapter):
         with contextlib.suppress(JournalWriteWarning):
             warnings.warn(message, JournalWriteWarning, stacklevel=4)
 
+    def begin(self, options: GenerateOptions, request: RecordedRequest | None = None) -> RecordingCall:
+        """Start recording one interaction for ``options`` (numbered, its request journaled) and return it;
+        ``request`` is ``options`` as ``RecordedRequest.from_options`` made it, when the caller has it already.
+
+        Raises ``CASSETTE_UNWRITABLE`` when the journal cannot be created, ``INVALID_CONFIG`` once closed.
+        """
+        slot, journal = self._begin(RecordedRequest.from_options(options) if request is None else request)
+        return RecordingCall(self, slot, journal)
+
     def stream(self, options: GenerateOptions) -> AsyncGenerator[StreamChunk, None]:
         return self.record(options)
 
@@ -252,10 +337,9 @@ class RecordingAdapter(WrappingAdapter):
     ) -> AsyncGenerator[StreamChunk, None]:
         """``stream(options)``, given ``request`` (``options`` as ``RecordedRequest.from_options`` made it) when the
         caller has it already, so the request is hashed once per call."""
-        clock = _ProviderClock(asyncio.get_running_loop())
-        slot, journal = self._begin(RecordedRequest.from_options(options) if request is None else request)
-        events, ident = slot.events, slot.id
-        validator = StreamValidator() if self.validate else None
+        clock = ProviderClock(asyncio.get_running_loop().time)
+        call = self.begin(options, request)
+        events = call.events
         iterator: AsyncGenerator[StreamChunk, None] | None = None
         outcome: Outcome | None = None
         try:
@@ -266,21 +350,8 @@ class RecordingAdapter(WrappingAdapter):
                     chunk = await anext(iterator)
                 except StopAsyncIteration:
                     break
-                t_ns = clock.arrived()
-                events.append(Event(t_ns=t_ns, chunk=chunk))
-                if journal is not None:
-                    try:
-                        journal.event(ident, t_ns, chunk)
-                    except LlmError as error:
-                        self._journal_failed(error)
-                        journal = None
-                if validator is not None:
-                    try:
-                        validator.feed(chunk)
-                    except ProtocolViolation as violation:
-                        slot.violation, validator = violation, None
+                call.chunk(clock.arrived(), chunk)
                 yield chunk
-            _close_validator(slot, validator)
             outcome = Completed(t_ns=clock.arrived())
         except LlmError as error:
             signal = options.signal
@@ -288,12 +359,11 @@ class RecordingAdapter(WrappingAdapter):
                 outcome = Cancelled(t_ns=clock.arrived(), reason="abort signal")
             else:
                 outcome = Raised.from_error(error, t_ns=clock.arrived())
-            self._warn(slot)
+            call.warn()
             raise
         except GeneratorExit:
             if events and type(events[-1].chunk) is Finish:
                 # The consumer stopped at the finish chunk: the stream was complete, nothing was cut.
-                _close_validator(slot, validator)
                 outcome = Completed(t_ns=clock.arrived())
             else:
                 outcome = Cancelled(t_ns=clock.arrived(), reason="consumer closed the stream")
@@ -302,24 +372,14 @@ class RecordingAdapter(WrappingAdapter):
             outcome = Cancelled(t_ns=clock.arrived(), reason="task cancelled")
             raise
         except Exception as error:
-            outcome = Raised(
-                t_ns=clock.arrived(),
-                code=ErrorCode.INVALID_RESPONSE.value,
-                message=f"{type(error).__name__}: {error}",
-                exception_type=f"{type(error).__module__}.{type(error).__qualname__}",
-            )
-            self._warn(slot)
+            outcome = raised_from(error, t_ns=clock.arrived())
+            call.warn()
             raise
         finally:
-            slot.outcome = outcome or Cancelled(t_ns=clock.arrived(), reason="interrupted")
-            if journal is not None:
-                try:
-                    journal.end(ident, slot.outcome)
-                except LlmError as error:
-                    self._journal_failed(error)
+            call.end(outcome or Cancelled(t_ns=clock.arrived(), reason="interrupted"))
             if iterator is not None:
                 await iterator.aclose()
-        self._warn(slot, strict=True)
+        call.warn(strict=True)
 
     def _warn(self, slot: _Slot, *, strict: bool = False) -> None:
         """Warn about a recorded violation; on error paths a warnings-as-errors filter must not mask the error."""
