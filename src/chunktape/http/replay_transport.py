@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import AsyncIterator, Mapping
-from typing import NamedTuple
+from typing import NamedTuple, Unpack
 
 import msgspec
 
