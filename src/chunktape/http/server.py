@@ -279,8 +279,11 @@ def _bind(host: str, port: int, allow_remote: bool) -> socket.socket:
         )
     address = bind_address(host, allow_remote=allow_remote)
     family = socket.AF_INET6 if address.version == 6 else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # IPPROTO_TCP explicitly: asyncio sets TCP_NODELAY only on accepted sockets whose proto says TCP, and without
+    # it every small SSE write waits for the client's delayed ACK (~40 ms per response).
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     try:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if sys.platform != "win32":
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((str(address), port))
