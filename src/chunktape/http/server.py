@@ -22,10 +22,11 @@ How outcomes reach the wire:
 - before any chunk: a recorded or injected ``PROVIDER_HTTP_ERROR`` is that HTTP status with an OpenAI-style
   JSON error body and ``Retry-After``/``retry-after-ms``; no matching interaction is ``404`` (and all matching
   ones already played ``409``), with the ``CASSETTE_MISMATCH``/``CASSETTE_EXHAUSTED`` message;
-- mid-stream (or before the first chunk for other codes): ``STREAM_ABORTED`` and other failures **break the
-  connection** (the client sees a reset mid-body); a ``PROVIDER_HTTP_ERROR`` is an **in-band error event**
-  (``{"error": {"code": <status>, ...}}``); ``INVALID_RESPONSE`` is a malformed ``data:`` line; a recording
-  cut short ends the body without ``[DONE]``;
+- mid-stream (or before the first chunk for other codes) the stream ends as ``SseRenderer.ending`` says, the
+  one mapping ``render_sse`` uses too: ``STREAM_ABORTED`` and other failures **break the connection** (the
+  client sees a reset mid-body, as when it was recorded); a ``PROVIDER_HTTP_ERROR`` is an **in-band error
+  event** (``{"error": {"code": <status>, ...}}``); ``INVALID_RESPONSE`` is a malformed ``data:`` line; a
+  recording cut short ends the body without ``[DONE]``;
 - a stream that breaks the protocol (a ``Corrupt`` fault, or a recorded violation) is sent as a malformed
   ``data:`` line where the violation happens, then the body ends;
 - the usage-only ``choices: []`` chunk is sent only when the request asks for it with
@@ -73,7 +74,7 @@ from chunktape.errors import ErrorCode, LlmError
 from chunktape.faults import Fault, fault_id
 from chunktape.http.limits import ServerLimits, read_body
 from chunktape.http.render import (
-    MALFORMED_EVENT,
+    Ending,
     SseRenderer,
     completion_from_chunks,
     error_body,
@@ -606,7 +607,7 @@ class ReplayServer:
             if early is not None or not streaming:
                 return early or _problem(502, exc.message, exc.code.value, headers=headers)
             return StreamingResponse(
-                _failing_body(exc, SseRenderer(model=options.model, include_usage=include_usage)),
+                _body(chunks, None, SseRenderer(model=options.model, include_usage=include_usage), error=exc),
                 media_type="text/event-stream",
                 headers={**_SSE_HEADERS, **headers},
             )
@@ -664,8 +665,6 @@ _EARLY_STATUS = {
     ErrorCode.CASSETTE_CORRUPT: 502,
     ErrorCode.CASSETTE_VERSION: 502,
 }
-_DATA_CODES = frozenset({ErrorCode.CASSETTE_CORRUPT, ErrorCode.CASSETTE_VERSION})
-"""The recorded data cannot be served: a well-formed error (502, or an in-band event), never a reset."""
 
 
 def _early_error(exc: LlmError, headers: dict[str, str]) -> Response | None:
@@ -678,41 +677,30 @@ def _early_error(exc: LlmError, headers: dict[str, str]) -> Response | None:
     return None
 
 
-def _in_body(exc: LlmError, renderer: SseRenderer) -> bytes:
-    """How an error that happens once the body started reaches the wire; raises ``_Reset`` for a broken one."""
-    if exc.code is ErrorCode.PROVIDER_HTTP_ERROR or exc.code in _DATA_CODES:
-        return renderer.end(done=False) + renderer.error(exc)
-    if exc.code in (ErrorCode.INVALID_RESPONSE, ErrorCode.PROTOCOL_VIOLATION):
-        return MALFORMED_EVENT
-    if exc.code is ErrorCode.CASSETTE_EXHAUSTED:
-        return renderer.end(done=False)  # a recording cut short: the body ends where it does
-    raise _Reset(str(exc)) from exc
-
-
-async def _failing_body(exc: LlmError, renderer: SseRenderer) -> AsyncIterator[bytes]:
-    yield renderer.head()
-    yield _in_body(exc, renderer)
-
-
 _BATCH_BYTES = 64 * 1024
 
 
 async def _body(
-    chunks: AsyncIterator[StreamChunk], first: StreamChunk | None, renderer: SseRenderer, *, batch: bool = False
+    chunks: AsyncIterator[StreamChunk],
+    first: StreamChunk | None,
+    renderer: SseRenderer,
+    *,
+    batch: bool = False,
+    error: LlmError | None = None,
 ) -> AsyncIterator[bytes]:
-    """The SSE body; with ``batch`` (instant timing, no fault) events are written in 64 KiB slabs, not one by one."""
+    """The SSE body from ``first`` on (or, given ``error``, a body that fails at once), ending as
+    ``SseRenderer.ending`` says; with ``batch`` (instant timing, no fault) events are written in 64 KiB slabs."""
     validator = StreamValidator()
     pending: list[bytes] = [renderer.head()]
     size = 0
     try:
-        chunk = first
+        chunk = first if error is None else None
         while chunk is not None:
             try:
                 validator.feed(chunk)
             except LlmError as exc:
-                yield b"".join(pending)
-                yield _in_body(exc, renderer)
-                return
+                error = exc
+                break
             piece = renderer.chunk(chunk)
             if piece:
                 pending.append(piece)
@@ -723,17 +711,20 @@ async def _body(
             try:
                 chunk = await anext(chunks, None)
             except LlmError as exc:
-                if pending:
-                    yield b"".join(pending)
-                yield _in_body(exc, renderer)
-                return
-        try:
-            validator.close()
-        except LlmError:
-            # Only a stream cut short (a Truncate fault, no finish) fails at its end: it ends without [DONE].
-            yield b"".join(pending) + renderer.end(done=False)
-            return
-        yield b"".join(pending) + renderer.end()
+                error = exc
+                break
+        if error is not None:
+            ending = renderer.ending(error)
+        else:
+            try:
+                validator.close()
+                ending = renderer.ending(None)
+            except LlmError:
+                # Only a stream cut short (a Truncate fault, no finish) fails at its end: it ends without [DONE].
+                ending = Ending(renderer.end(done=False))
+        yield b"".join(pending) + ending.data
+        if ending.reset:
+            raise _Reset(str(error)) from error
     finally:
         with anyio.CancelScope(shield=True):
             await chunks.aclose()  # type: ignore[attr-defined]
