@@ -4,9 +4,13 @@ interaction, misses no SDK retries or misreads, and one outcome-to-wire mapping.
 from __future__ import annotations
 
 import socket
+from pathlib import Path
+from typing import Any
 
 import httpx
+import openai
 import pytest
+from typer.testing import CliRunner
 
 from chunktape import (
     Cancelled,
@@ -20,8 +24,12 @@ from chunktape import (
     Outcome,
     Raised,
     RecordedRequest,
+    save_cassette,
 )
+from chunktape.cli import app
+from chunktape.cli import serve as cli_serve
 from chunktape.http import ReplayServer, render_sse
+from chunktape.http.server import MISS_STATUS
 from chunktape.replayer import Timing
 from chunktape.wire.openai_chat import options_to_openai_request
 from helpers import text_stream
@@ -110,3 +118,66 @@ async def test_a_recorded_broken_connection_is_no_in_band_error_event(name: str)
     assert chunks == _PREFIX
     assert error is not None
     assert error.code is ErrorCode.STREAM_ABORTED
+
+
+# -- a cassette miss is no provider error ---------------------------------------------------------------
+
+
+def _miss_cassette() -> Cassette:
+    return one_reply("Hi")
+
+
+def test_a_miss_is_not_retried_by_the_openai_sdk_and_says_so_in_the_servers_knobs() -> None:
+    with (
+        ReplayServer(_miss_cassette(), timing=INSTANT) as server,
+        openai.OpenAI(base_url=server.url + "/v1", api_key="sk-test", max_retries=2) as client,
+    ):
+        with pytest.raises(openai.APIStatusError) as info:
+            client.chat.completions.create(model="m", messages=[{"role": "user", "content": "something else"}])
+        assert server.adapter.calls == 1  # not retried
+    response = info.value.response
+    assert response.status_code == MISS_STATUS
+    assert response.headers["x-chunktape-error"] == "CASSETTE_MISMATCH"
+    assert response.headers["x-should-retry"] == "false"
+    error = response.json()["error"]
+    assert (error["type"], error["code"]) == ("chunktape_cassette_miss", "CASSETTE_MISMATCH")
+    assert error["message"].startswith("[CASSETTE_MISMATCH] no recorded interaction")
+    assert "--match-on" in error["message"]
+    for foreign in ("--tape-mode", "match_on", "allow_repeats"):
+        assert foreign not in error["message"]
+
+
+def test_an_interaction_played_already_is_not_retried_and_names_reset_and_repeat() -> None:
+    with (
+        ReplayServer(_miss_cassette(), timing=INSTANT) as server,
+        openai.OpenAI(base_url=server.url + "/v1", api_key="sk-test", max_retries=2) as client,
+    ):
+        messages: list[Any] = [{"role": "user", "content": "hi"}]
+        first = client.chat.completions.create(model="m", messages=messages)
+        assert first.choices[0].message.content == "Hi"
+        with pytest.raises(openai.APIStatusError) as info:
+            client.chat.completions.create(model="m", messages=messages)
+        assert server.adapter.calls == 2  # the SDK took the miss as final: no retry
+    response = info.value.response
+    assert response.status_code == MISS_STATUS
+    assert response.headers["x-chunktape-error"] == "CASSETTE_EXHAUSTED"
+    message = response.json()["error"]["message"]
+    assert "POST /reset" in message
+    assert "--repeat" in message
+    for foreign in ("--tape-mode", "allow_repeats"):
+        assert foreign not in message
+
+
+def test_serve_match_on_reaches_the_server(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    path = tmp_path / "one.json"
+    save_cassette(_miss_cassette(), path)
+    seen: dict[str, Any] = {}
+    monkeypatch.setattr(cli_serve, "serve_http", lambda *args, **kwargs: seen.update(kwargs))
+    result = CliRunner().invoke(app, ["serve", str(path), "--match-on", "model,last_message"])
+    assert result.exit_code == 0, result.output
+    assert seen["match_on"] == ("model", "last_message")
+    bad = CliRunner().invoke(app, ["serve", str(path), "--match-on", "model,nope"])
+    assert bad.exit_code != 0
+    lines = bad.output.strip().splitlines()
+    assert len(lines) == 1
+    assert "unknown matcher 'nope'" in lines[0]

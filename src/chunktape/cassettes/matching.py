@@ -44,7 +44,16 @@ from chunktape.cassettes.model import RecordedRequest
 from chunktape.errors import ErrorCode, LlmError
 from chunktape.protocol import Message, ToolSpec
 
-__all__ = ["DEFAULT_MATCH", "MATCHERS", "MatchOn", "Matcher", "RequestMatcher", "diff_requests", "parse_match_on"]
+__all__ = [
+    "DEFAULT_MATCH",
+    "MATCHERS",
+    "MISMATCH_ADVICE",
+    "MatchOn",
+    "Matcher",
+    "RequestMatcher",
+    "diff_requests",
+    "parse_match_on",
+]
 
 Matcher: TypeAlias = Callable[[RecordedRequest, RecordedRequest], bool]
 """``matcher(live, recorded)`` is true when ``recorded`` may answer ``live``."""
@@ -199,7 +208,8 @@ MATCHERS: dict[str, Matcher] = {
 All but ``fingerprint`` compare as the module docstring's table says."""
 
 DEFAULT_MATCH: tuple[str, ...] = ("model", "messages", "tools", "params")
-_ADVICE = "re-record with --tape-mode new_episodes, or relax match_on"
+MISMATCH_ADVICE = "re-record with --tape-mode new_episodes, or relax match_on"
+"""What a mismatch message advises (a face that has other knobs, such as the replay server, replaces it)."""
 
 
 def parse_match_on(match_on: MatchOn) -> tuple[str | Matcher, ...]:
@@ -272,7 +282,7 @@ class RequestMatcher:
         lines = "\n".join(f"    {line}" for line in diff[:12])
         more = f"\n    ... and {len(diff) - 12} more difference(s)" if len(diff) > 12 else ""
         return LlmError(
-            f"no recorded interaction in {where} matches the request ({summary}); {_ADVICE}. "
+            f"no recorded interaction in {where} matches the request ({summary}); {MISMATCH_ADVICE}. "
             f"Closest is interaction #{index} (failing matchers: {failing}), recorded vs requested:\n{lines}{more}",
             ErrorCode.CASSETTE_MISMATCH,
             hint="",  # the advice is in the message, before the diff

@@ -20,8 +20,13 @@ Response headers carry only ASCII: a scenario name or fault id beyond it is perc
 How outcomes reach the wire:
 
 - before any chunk: a recorded or injected ``PROVIDER_HTTP_ERROR`` is that HTTP status with an OpenAI-style
-  JSON error body and ``Retry-After``/``retry-after-ms``; no matching interaction is ``404`` (and all matching
-  ones already played ``409``), with the ``CASSETTE_MISMATCH``/``CASSETTE_EXHAUSTED`` message;
+  JSON error body and ``Retry-After``/``retry-after-ms``; a cassette miss (no matching interaction, or all
+  matching ones already played) is ``418`` (``MISS_STATUS``: no SDK retries it or takes it for a provider's
+  answer) with error type ``chunktape_cassette_miss``, the ``CASSETTE_MISMATCH``/``CASSETTE_EXHAUSTED`` code
+  and message, and a next step in the server's own knobs (``--match-on``, ``--repeat``, ``POST /reset``);
+- every error chunktape answers itself (a miss, a bad request body, an unknown scenario, data it cannot
+  serve) carries ``x-chunktape-error: <CODE>`` and ``x-should-retry: false``; a replayed provider error
+  carries neither;
 - mid-stream (or before the first chunk for other codes) the stream ends as ``SseRenderer.ending`` says, the
   one mapping ``render_sse`` uses too: ``STREAM_ABORTED`` and other failures **break the connection** (the
   client sees a reset mid-body, as when it was recorded); a ``PROVIDER_HTTP_ERROR`` is an **in-band error
@@ -68,7 +73,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from chunktape.cassettes.codec import LazyCassette, as_cassette, as_lazy
-from chunktape.cassettes.matching import DEFAULT_MATCH, MatchOn
+from chunktape.cassettes.matching import DEFAULT_MATCH, MISMATCH_ADVICE, MatchOn
 from chunktape.cassettes.model import ERROR_STATUSES, Cassette
 from chunktape.errors import ErrorCode, LlmError
 from chunktape.faults import Fault, fault_id
@@ -86,7 +91,16 @@ from chunktape.scenarios import Scenario, ScenarioTiming, load_scenarios
 from chunktape.validation import StreamValidator
 from chunktape.wire.openai_chat import REASONING_FIELDS, options_from_openai_request
 
-__all__ = ["SCENARIO_HEADER", "CassetteSource", "ChatRequest", "ReplayServer", "decode_chat_request", "serve"]
+__all__ = [
+    "MISS_STATUS",
+    "MISS_TYPE",
+    "SCENARIO_HEADER",
+    "CassetteSource",
+    "ChatRequest",
+    "ReplayServer",
+    "decode_chat_request",
+    "serve",
+]
 
 CassetteSource: TypeAlias = Cassette | LazyCassette | str | os.PathLike[str]
 """A cassette, an opened cassette or a path."""
@@ -638,8 +652,15 @@ def _header_text(text: str) -> str:
     return quote(text, safe=_HEADER_SAFE)
 
 
-def _problem(status: int, message: str, code: str, *, headers: Mapping[str, str] | None = None) -> JSONResponse:
-    return JSONResponse(error_body(message, status=None, code=code), status_code=status, headers=dict(headers or {}))
+def _problem(
+    status: int, message: str, code: str, *, headers: Mapping[str, str] | None = None, kind: str = "api_error"
+) -> JSONResponse:
+    """An error chunktape itself answers (not a replayed provider's): ``x-chunktape-error: <code>`` says so, and
+    ``x-should-retry: false`` keeps SDKs that honour it (openai, anthropic) from retrying what cannot change."""
+    body = error_body(message, status=None, code=code)
+    body["error"]["type"] = kind
+    marks = {"x-chunktape-error": code, "x-should-retry": "false"}
+    return JSONResponse(body, status_code=status, headers={**(headers or {}), **marks})
 
 
 def _provider_error(exc: LlmError, headers: Mapping[str, str]) -> JSONResponse:
@@ -657,18 +678,41 @@ def _provider_error(exc: LlmError, headers: Mapping[str, str]) -> JSONResponse:
     )
 
 
+MISS_STATUS = 418
+"""The status of a cassette miss (no match, all played): one no SDK retries (openai retries 408, 409, 429, 5xx)
+or reads as the provider's own answer (404 reads as "model not found", 400 as a bad request), with the error
+type ``chunktape_cassette_miss`` and the code in the body and in ``x-chunktape-error``."""
+MISS_TYPE = "chunktape_cassette_miss"
+"""The ``error.type`` of a cassette miss."""
+
 _EARLY_STATUS = {
-    ErrorCode.CASSETTE_MISMATCH: 404,
-    ErrorCode.CASSETTE_NOT_FOUND: 404,
-    ErrorCode.CASSETTE_EXHAUSTED: 409,
     ErrorCode.UNSUPPORTED_OPTION: 400,
     ErrorCode.CASSETTE_CORRUPT: 502,
     ErrorCode.CASSETTE_VERSION: 502,
 }
+_MISSES = frozenset({ErrorCode.CASSETTE_MISMATCH, ErrorCode.CASSETTE_NOT_FOUND, ErrorCode.CASSETTE_EXHAUSTED})
+_SERVER_ADVICE = (
+    "record the request into the cassette (chunktape record), or serve with --match-on naming fewer fields "
+    "(e.g. --match-on model,last_message)"
+)
+_SERVER_HINTS = {
+    ErrorCode.CASSETTE_EXHAUSTED: "POST /reset to play the cassette again from the start, or serve with --repeat",
+    ErrorCode.CASSETTE_NOT_FOUND: "give chunktape serve a cassette that exists",
+}
+"""The next step named in the server's own knobs (the library's defaults name pytest options and arguments)."""
+
+
+def _miss_message(exc: LlmError) -> str:
+    """``[CODE] message; next step`` for a cassette miss, in the server's knobs."""
+    message = exc.message.replace(MISMATCH_ADVICE, _SERVER_ADVICE)
+    hint = exc.hint or _SERVER_HINTS.get(exc.code)
+    return f"[{exc.code.value}] {message}" + (f"; {hint}" if hint else "")
 
 
 def _early_error(exc: LlmError, headers: dict[str, str]) -> Response | None:
     """The HTTP answer for an error before any chunk, or None when it belongs in the body (a reset...)."""
+    if exc.code in _MISSES:
+        return _problem(MISS_STATUS, _miss_message(exc), exc.code.value, headers=headers, kind=MISS_TYPE)
     status = _EARLY_STATUS.get(exc.code)
     if status is not None:
         return _problem(status, str(exc), exc.code.value, headers=headers)
