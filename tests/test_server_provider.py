@@ -3,6 +3,7 @@ interaction, misses no SDK retries or misreads, and one outcome-to-wire mapping.
 
 from __future__ import annotations
 
+import asyncio
 import socket
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,7 @@ from chunktape import (
 )
 from chunktape.cli import app
 from chunktape.cli import serve as cli_serve
+from chunktape.faults import FailFirst, Stall
 from chunktape.http import ReplayServer, render_sse
 from chunktape.http.server import MISS_STATUS
 from chunktape.replayer import Timing
@@ -181,3 +183,67 @@ def test_serve_match_on_reaches_the_server(monkeypatch: pytest.MonkeyPatch, tmp_
     lines = bad.output.strip().splitlines()
     assert len(lines) == 1
     assert "unknown matcher 'nope'" in lines[0]
+
+
+# -- a client that gives up does not use up the interaction -------------------------------------------
+
+_STALL_ONCE = FailFirst(n=1, fault=Stall(after_chunks=0, seconds=10))
+"""A provider that goes silent before the first byte, once: longer than the SDK's timeout (3 s)."""
+
+
+def test_openai_sdk_retries_a_stall_before_the_first_byte_and_gets_the_reply() -> None:
+    with (
+        ReplayServer(one_reply("Hel", "lo"), timing=INSTANT, faults=[_STALL_ONCE]) as server,
+        openai.OpenAI(base_url=server.url + "/v1", api_key="sk-test", timeout=3, max_retries=2) as client,
+    ):
+        reply = client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
+        assert reply.choices[0].message.content == "Hello"
+        assert server.adapter.injected == ["stall-10s-after-0-chunks", None]
+        assert server.adapter.play_counts == [1]
+
+
+async def test_async_openai_sdk_retries_a_stall_before_the_first_byte_and_streams_the_reply() -> None:
+    async with (
+        ReplayServer(one_reply("Hel", "lo"), timing=INSTANT, faults=[_STALL_ONCE]) as server,
+        openai.AsyncOpenAI(base_url=server.url + "/v1", api_key="sk-test", timeout=3, max_retries=2) as client,
+    ):
+        stream = await client.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "hi"}], stream=True
+        )
+        text = "".join([chunk.choices[0].delta.content or "" async for chunk in stream if chunk.choices])
+        assert text == "Hello"
+        assert server.adapter.calls == 2
+        assert server.adapter.play_counts == [1]
+
+
+async def _released(server: ReplayServer, counts: list[int]) -> None:
+    """Waits (in bounded steps, asserting nothing about time) until the server saw the client leave."""
+    for _ in range(500):
+        if server.adapter.play_counts == counts:
+            return
+        await asyncio.sleep(0.01)
+    assert server.adapter.play_counts == counts
+
+
+async def test_a_client_that_leaves_mid_stream_leaves_the_interaction_and_a_recorded_retry_plays_in_order() -> None:
+    rate_limited = Interaction(
+        request=RecordedRequest.from_options(OPTIONS),
+        events=[],
+        outcome=Raised(t_ns=1, code="PROVIDER_HTTP_ERROR", message="slow down", status=429, retry_after=0.01),
+    )
+    cassette = Cassette(interactions=[rate_limited, *one_reply("Hel", "lo").interactions])
+    body = {**options_to_openai_request(OPTIONS), "stream": True}
+    url = "/v1/chat/completions"
+    async with (
+        ReplayServer(cassette, timing=Timing.fixed(0.0, 0.5)) as server,
+        httpx.AsyncClient(base_url=server.url) as client,
+    ):
+        assert (await client.post(url, json=body)).status_code == 429  # the recorded 429 is played
+        async with client.stream("POST", url, json=body) as reply:
+            assert reply.status_code == 200
+            await anext(reply.aiter_raw())  # the first event, then the client leaves
+        await _released(server, [1, 0])
+        async with openai.AsyncOpenAI(base_url=server.url + "/v1", api_key="sk-test", max_retries=0) as sdk:
+            reply = await sdk.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
+            assert reply.choices[0].message.content == "Hello"
+        assert server.adapter.play_counts == [1, 1]

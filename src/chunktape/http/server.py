@@ -42,6 +42,14 @@ How outcomes reach the wire:
   is a ``502`` JSON error naming the problem before any chunk, an in-band error event after: never a dropped
   connection.
 
+When an interaction counts as played (is used up): once the last bytes of its answer were written to the
+connection: the ``[DONE]``, the recorded error (an in-band event, or the reset a recorded ``STREAM_ABORTED``
+is), the end of a recording cut short, or the JSON of an error answered before any chunk or of a
+``"stream": false`` completion. A client that disconnects before that (it gave up, or its timeout fired during
+a stall or a slow recorded timing) leaves the interaction unplayed: its retry replays it. An injected fault
+never uses one up (``chunktape.faults.plan``). So a recorded retry sequence (429, 429, success) still replays
+in order, and a client whose first attempt timed out gets the recorded reply on its retry.
+
 Response headers go out with the first chunk, so a recorded time to first chunk is a time to first byte.
 The server binds 127.0.0.1 (or another loopback address) only, unless ``allow_remote=True``. A host name
 (``localhost``) is resolved first and its loopback address is bound, never another one it may map to.
@@ -58,10 +66,10 @@ import socket
 import sys
 import threading
 import weakref
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any, NamedTuple, TypeAlias
+from typing import Any, NamedTuple, TypeAlias, TypeVar
 from urllib.parse import quote, unquote
 
 import anyio
@@ -71,6 +79,7 @@ from starlette.applications import Starlette
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
 
 from chunktape.cassettes.codec import LazyCassette, as_cassette, as_lazy
 from chunktape.cassettes.matching import DEFAULT_MATCH, MISMATCH_ADVICE, MatchOn
@@ -87,6 +96,7 @@ from chunktape.http.render import (
 )
 from chunktape.protocol import GenerateOptions, StreamChunk
 from chunktape.replayer import ReplayAdapter, Timing
+from chunktape.replayer.replaying import Hold, ReplayCall
 from chunktape.scenarios import Scenario, ScenarioTiming, load_scenarios
 from chunktape.validation import StreamValidator
 from chunktape.wire.openai_chat import REASONING_FIELDS, options_from_openai_request
@@ -105,6 +115,7 @@ __all__ = [
 CassetteSource: TypeAlias = Cassette | LazyCassette | str | os.PathLike[str]
 """A cassette, an opened cassette or a path."""
 
+T = TypeVar("T")
 IPAddress: TypeAlias = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 SCENARIO_HEADER = "X-Chunktape-Scenario"
@@ -612,31 +623,72 @@ class ReplayServer:
             headers["x-chunktape-fault"] = _header_text(call.fault_id)
         if target.name is not None:
             headers["x-chunktape-scenario"] = _header_text(target.name)
-        first: StreamChunk | None = None
+        renderer = SseRenderer(model=options.model, include_usage=include_usage)
         try:
-            first = await anext(chunks, None)
+            # Watched: a client that leaves during a stall before the first byte gives the interaction back now,
+            # before its retry arrives, not when the stall would have ended.
+            first = await _while_connected(request, anext(chunks, None))
+        except _Gone:
+            return await _abandoned(call)
         except LlmError as exc:
             await chunks.aclose()  # type: ignore[attr-defined]
             early = _early_error(exc, headers)
             if early is not None or not streaming:
                 return early or _problem(502, exc.message, exc.code.value, headers=headers)
-            return StreamingResponse(
-                _body(chunks, None, SseRenderer(model=options.model, include_usage=include_usage), error=exc),
-                media_type="text/event-stream",
-                headers={**_SSE_HEADERS, **headers},
-            )
+            return _ReplayStream(_body(chunks, None, renderer, error=exc, hold=call.hold), headers)
         if not streaming:
-            return await _complete(chunks, first, options.model, headers, call.fault_id)
-        return StreamingResponse(
-            _body(
-                chunks,
-                first,
-                SseRenderer(model=options.model, include_usage=include_usage),
-                batch=target.timing.is_instant and call.fault_id is None,
-            ),
-            media_type="text/event-stream",
-            headers={**_SSE_HEADERS, **headers},
-        )
+            try:
+                return await _while_connected(request, _complete(chunks, first, options.model, headers, call.fault_id))
+            except _Gone:
+                return await _abandoned(call)
+        batch = target.timing.is_instant and call.fault_id is None
+        return _ReplayStream(_body(chunks, first, renderer, batch=batch, hold=call.hold), headers)
+
+
+class _Gone(Exception):
+    """The client disconnected while the server was still preparing its answer."""
+
+
+async def _while_connected(request: Request, work: Awaitable[T]) -> T:
+    """``await work``, cancelled as soon as the client disconnects (then raises ``_Gone``)."""
+    with anyio.CancelScope() as scope:
+        watcher = asyncio.ensure_future(_cancel_on_disconnect(request, scope))
+        try:
+            return await work
+        finally:
+            watcher.cancel()
+    raise _Gone
+
+
+async def _cancel_on_disconnect(request: Request, scope: anyio.CancelScope) -> None:
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+    scope.cancel()
+
+
+async def _abandoned(call: ReplayCall) -> Response:
+    """Nothing reached the client that left: the interaction is given back, so its retry replays it."""
+    with anyio.CancelScope(shield=True):
+        await call.chunks.aclose()  # type: ignore[attr-defined]
+    call.hold.release()
+    return Response(status_code=400)  # nobody reads it
+
+
+class _ReplayStream(StreamingResponse):
+    """An SSE response that closes its body when the response ends, also when the client left mid-body, so the
+    body's cleanup (giving back an interaction the client never got to the end of) runs at once, not whenever
+    the generator is collected."""
+
+    def __init__(self, body: AsyncGenerator[bytes, None], headers: Mapping[str, str]) -> None:
+        super().__init__(body, media_type="text/event-stream", headers={**_SSE_HEADERS, **headers})
+        self._body = body
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await self._body.aclose()
 
 
 async def _internal_error(request: Request, exc: Exception) -> Response:
@@ -731,12 +783,17 @@ async def _body(
     *,
     batch: bool = False,
     error: LlmError | None = None,
-) -> AsyncIterator[bytes]:
+    hold: Hold | None = None,
+) -> AsyncGenerator[bytes, None]:
     """The SSE body from ``first`` on (or, given ``error``, a body that fails at once), ending as
-    ``SseRenderer.ending`` says; with ``batch`` (instant timing, no fault) events are written in 64 KiB slabs."""
+    ``SseRenderer.ending`` says; with ``batch`` (instant timing, no fault) events are written in 64 KiB slabs.
+
+    The interaction counts as played once the body's last bytes were written; if the body stops before (the
+    client left), ``hold`` is released: the next matching request replays it."""
     validator = StreamValidator()
     pending: list[bytes] = [renderer.head()]
     size = 0
+    delivered = False
     try:
         chunk = first if error is None else None
         while chunk is not None:
@@ -767,11 +824,14 @@ async def _body(
                 # Only a stream cut short (a Truncate fault, no finish) fails at its end: it ends without [DONE].
                 ending = Ending(renderer.end(done=False))
         yield b"".join(pending) + ending.data
+        delivered = True  # the recorded ending was written (a reset is the recorded ending too)
         if ending.reset:
             raise _Reset(str(error)) from error
     finally:
         with anyio.CancelScope(shield=True):
             await chunks.aclose()  # type: ignore[attr-defined]
+        if not delivered and hold is not None:
+            hold.release()
 
 
 async def _complete(
@@ -799,7 +859,8 @@ async def _complete(
             return _problem(502, message, exc.code.value, headers=headers)
         return _provider_error(exc, headers)
     finally:
-        await chunks.aclose()  # type: ignore[attr-defined]
+        with anyio.CancelScope(shield=True):
+            await chunks.aclose()  # type: ignore[attr-defined]
     return JSONResponse(completion_from_chunks(collected, model=model), headers=headers)
 
 
