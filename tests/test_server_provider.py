@@ -235,13 +235,13 @@ async def test_a_client_that_leaves_mid_stream_leaves_the_interaction_and_a_reco
     body = {**options_to_openai_request(OPTIONS), "stream": True}
     url = "/v1/chat/completions"
     async with (
-        ReplayServer(cassette, timing=Timing.fixed(0.0, 0.5)) as server,
+        ReplayServer(cassette, timing=Timing.fixed(0.0, 0.2)) as server,
         httpx.AsyncClient(base_url=server.url) as client,
     ):
         assert (await client.post(url, json=body)).status_code == 429  # the recorded 429 is played
-        async with client.stream("POST", url, json=body) as reply:
-            assert reply.status_code == 200
-            await anext(reply.aiter_raw())  # the first event, then the client leaves
+        async with client.stream("POST", url, json=body) as leaving:
+            assert leaving.status_code == 200
+            await anext(leaving.aiter_raw())  # the first event, then the client leaves
         await _released(server, [1, 0])
         async with openai.AsyncOpenAI(base_url=server.url + "/v1", api_key="sk-test", max_retries=0) as sdk:
             reply = await sdk.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
