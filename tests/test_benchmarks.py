@@ -35,6 +35,8 @@ def test_the_quick_benchmark_run_completes_and_prints_one_table() -> None:
         "p99 error per gap",
         "peak RSS / decoded size",
         "HTTP path",
+        "replay server: SSE events/s",
+        "replay server: short streams/s",
     ):
         assert row in out, row
     verdicts = [line.split()[-1] for line in out.splitlines() if line and not line.startswith(" ") and "  " in line]
