@@ -208,17 +208,17 @@ async def test_fail_first_then_the_recording() -> None:
         check(recorded, *await replay(server, recorded.request.to_options()))
 
 
-async def test_a_miss_is_404_and_a_replayed_interaction_409() -> None:
+async def test_a_miss_and_a_replayed_interaction_are_418() -> None:
     recorded = load_cassette(RETRY).interactions[1]
     async with ReplayServer(RETRY, timing=INSTANT) as server, httpx.AsyncClient() as client:
         other = {**request_body(recorded), "messages": [{"role": "user", "content": "something else"}]}
         response = await client.post(server.url + "/v1/chat/completions", json=other)
-        assert response.status_code == 404
+        assert response.status_code == 418
         assert "CASSETTE_MISMATCH" in response.json()["error"]["message"]
         for _ in range(2):
             await client.post(server.url + "/chat/completions", json=request_body(recorded))
         response = await client.post(server.url + "/chat/completions", json=request_body(recorded))
-        assert response.status_code == 409
+        assert response.status_code == 418
         assert "CASSETTE_EXHAUSTED" in response.json()["error"]["message"]
         response = await client.post(server.url + "/chat/completions", content=b"{not json")
         assert response.status_code == 400

@@ -46,7 +46,16 @@ from chunktape.errors import ErrorCode, LlmError
 from chunktape.protocol import Message, ToolSpec
 from chunktape.secrets import redact_text
 
-__all__ = ["DEFAULT_MATCH", "MATCHERS", "MatchOn", "Matcher", "RequestMatcher", "diff_requests", "parse_match_on"]
+__all__ = [
+    "DEFAULT_MATCH",
+    "MATCHERS",
+    "MISMATCH_ADVICE",
+    "MatchOn",
+    "Matcher",
+    "RequestMatcher",
+    "diff_requests",
+    "parse_match_on",
+]
 
 Matcher: TypeAlias = Callable[[RecordedRequest, RecordedRequest], bool]
 """``matcher(live, recorded)`` is true when ``recorded`` may answer ``live``."""
@@ -201,7 +210,8 @@ MATCHERS: dict[str, Matcher] = {
 All but ``fingerprint`` compare as the module docstring's table says."""
 
 DEFAULT_MATCH: tuple[str, ...] = ("model", "messages", "tools", "params")
-_ADVICE = "re-record with --tape-mode new_episodes, or relax match_on"
+MISMATCH_ADVICE = "re-record with --tape-mode new_episodes, or relax match_on"
+"""What a mismatch message advises (a face that has other knobs, such as the replay server, replaces it)."""
 
 
 def parse_match_on(match_on: MatchOn) -> tuple[str | Matcher, ...]:
@@ -275,7 +285,7 @@ class RequestMatcher:
         more = f"\n    ... and {len(diff) - 12} more difference(s)" if len(diff) > 12 else ""
         return LlmError(
             redact_text(
-                f"no recorded interaction in {where} matches the request ({summary}); {_ADVICE}. "
+                f"no recorded interaction in {where} matches the request ({summary}); {MISMATCH_ADVICE}. "
                 f"Closest is interaction #{index} (failing matchers: {failing}), recorded vs requested:\n{lines}{more}"
             ),
             ErrorCode.CASSETTE_MISMATCH,

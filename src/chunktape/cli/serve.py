@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from chunktape.cassettes.matching import DEFAULT_MATCH, MATCHERS
 from chunktape.cli.common import EXIT_USAGE, CliError, console, err_console, parse_fault_option, timing_option
 from chunktape.http import ReplayServer, ServerLimits
 from chunktape.http import serve as serve_http
@@ -39,6 +40,15 @@ def serve(
         bool,
         typer.Option("--repeat", help="Let an interaction be played again (clients that rerun their suite)."),
     ] = False,
+    match_on: Annotated[
+        str | None,
+        typer.Option(
+            "--match-on",
+            help="The request fields a recorded interaction must match, comma-separated "
+            f"(default: {','.join(DEFAULT_MATCH)}; also: {', '.join(sorted(set(MATCHERS) - set(DEFAULT_MATCH)))}).",
+            show_default=False,
+        ),
+    ] = None,
     allow_remote: Annotated[
         bool, typer.Option("--allow-remote", help="Allow a non-loopback --host (only on a trusted network).")
     ] = False,
@@ -52,7 +62,9 @@ def serve(
     POST /v1/chat/completions replays the cassettes. With --scenarios, each scenario also answers at
     /scenarios/<name>/v1/chat/completions (or with the header X-Chunktape-Scenario: <name>), and
     GET /scenarios lists them, so an agent in any language runs its fault matrix against one server.
-    Each interaction plays once (like a replay in tests); --repeat, or POST /reset, lets a client run again.
+    Each interaction plays once (like a replay in tests), counted once its last event reached the client; a
+    client that disconnects or times out before that leaves it for its retry. --repeat, or POST /reset, lets a
+    client run again; a request no interaction matches is answered 418 (x-chunktape-error: CASSETTE_MISMATCH).
 
     Example: chunktape serve cassettes/demo-session.msgpack --port 8000 --speed 2
     """
@@ -65,6 +77,7 @@ def serve(
         timing=timing_option(speed, instant, Timing.recorded()),
         faults=parse_fault_option(fault or []),
         allow_repeats=repeat,
+        match_on=DEFAULT_MATCH if match_on is None else match_on,
     )
     out = console()
 

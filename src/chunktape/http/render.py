@@ -1,20 +1,26 @@
 """Recorded interactions as OpenAI-compatible HTTP bodies: SSE streams, error bodies, whole completions.
 
-Built on ``chunktape.wire.openai_chat`` so the mapping exists once. How a recorded outcome is written into a
-*whole* SSE body (``render_sse``):
+Built on ``chunktape.wire.openai_chat`` so the mapping exists once. How a stream ends on the wire is decided
+once, by ``SseRenderer.ending`` (the replay server and ``render_sse`` both use it), as the provider sent it:
 
-- ``Completed``: the chunks, the usage-only chunk, then ``data: [DONE]``;
-- ``Raised`` with ``INVALID_RESPONSE``: a malformed ``data:`` line (the client sees unparseable data);
-- any other ``Raised``: an in-band ``{"error": {...}}`` event, carrying ``code: <status>`` when the recorded
-  error had an HTTP status (clients raise ``PROVIDER_HTTP_ERROR`` with it, else ``STREAM_ABORTED``);
-- ``Cancelled`` (a recording cut short): the body simply ends, without ``[DONE]``.
+- a finished stream (``Completed``): the usage-only chunk, then ``data: [DONE]``;
+- a provider error (``PROVIDER_HTTP_ERROR``): an in-band ``{"error": {...}}`` event carrying ``code: <status>``,
+  which is how providers report errors of their own once a stream started (clients raise
+  ``PROVIDER_HTTP_ERROR`` with that status);
+- ``INVALID_RESPONSE`` / ``PROTOCOL_VIOLATION``: a malformed ``data:`` line (the client sees unparseable data);
+- a recording cut short (``Cancelled``, replayed as ``CASSETTE_EXHAUSTED``): the body ends, without ``[DONE]``;
+- anything else (``STREAM_ABORTED``, ``TIMEOUT``...): the connection broke, so it breaks (``Ending.reset``): the
+  server resets it; a whole body (``render_sse``) cannot carry a reset and simply stops there, without
+  ``[DONE]``, which clients read as a broken stream (``STREAM_ABORTED``), never as an error the provider sent.
+
+Every ending but ``[DONE]`` sends the usage-only chunk first (with ``include_usage``) when the stream had usage.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, NamedTuple
 
 from chunktape.cassettes.model import Cancelled, Completed, Interaction, Outcome, Raised, ResponseMeta
 from chunktape.errors import ErrorCode, LlmError
@@ -32,6 +38,7 @@ from chunktape.wire.openai_chat import (
 
 __all__ = [
     "MALFORMED_EVENT",
+    "Ending",
     "SseRenderer",
     "completion_from_chunks",
     "error_body",
@@ -94,6 +101,18 @@ def error_headers(retry_after: float | None) -> dict[str, str]:
     return {"retry-after": str(math.ceil(seconds)), "retry-after-ms": str(round(seconds * 1000))}
 
 
+class Ending(NamedTuple):
+    """How a stream ends on the wire: ``data`` is written, then, with ``reset``, the connection breaks."""
+
+    data: bytes
+    reset: bool = False
+
+
+_IN_BAND = frozenset({ErrorCode.PROVIDER_HTTP_ERROR, ErrorCode.CASSETTE_CORRUPT, ErrorCode.CASSETTE_VERSION})
+"""Errors sent as an in-band event: the provider's own, and recorded data the server cannot serve (never a reset)."""
+_MALFORMED = frozenset({ErrorCode.INVALID_RESPONSE, ErrorCode.PROTOCOL_VIOLATION})
+
+
 class SseRenderer:
     """Renders one stream incrementally: ``head()``, ``chunk(c)`` per StreamChunk, then ``end()`` or an error.
 
@@ -154,36 +173,50 @@ class SseRenderer:
         return tail
 
     def error(self, error: LlmError | Raised) -> bytes:
-        """An in-band error event (or, for ``INVALID_RESPONSE``, a malformed data line)."""
-        if str(error.code) == ErrorCode.INVALID_RESPONSE:
-            return MALFORMED_EVENT
+        """An in-band error event, as a provider reports an error once the stream started."""
         body = error_body(error.message, status=error.status, code=str(error.code), retry_after=error.retry_after)
         return data_event(body)
 
-    def outcome(self, outcome: Outcome) -> bytes:
-        """How a whole body ends for a recorded outcome (see the module docstring)."""
+    def ending(self, error: LlmError | Raised | None) -> Ending:
+        """How the stream ends on the wire: after its last chunk (``None``), or with ``error`` (see the module
+        docstring). The one outcome-to-wire mapping."""
+        if error is None:
+            return Ending(self.end())
+        tail = self.end(done=False)
+        code = str(error.code)
+        if code in _IN_BAND:
+            return Ending(tail + self.error(error))
+        if code in _MALFORMED:
+            return Ending(tail + MALFORMED_EVENT)
+        if code == ErrorCode.CASSETTE_EXHAUSTED:
+            return Ending(tail)  # a recording cut short: the body ends where it does
+        return Ending(tail, reset=True)
+
+    def outcome(self, outcome: Outcome) -> Ending:
+        """How a stream ends for a recorded outcome."""
         match outcome:
             case Completed():
-                return self.end()
+                return self.ending(None)
             case Raised():
-                return self.end(done=False) + self.error(outcome)
+                return self.ending(outcome)
             case Cancelled():
-                return self.end(done=False)
+                return Ending(self.end(done=False))
 
 
 def render_sse(interaction: Interaction, *, model: str | None = None, include_usage: bool = True) -> bytes:
     """A recorded interaction as an OpenAI-compatible ``chat.completion.chunk`` SSE body.
 
-    ``OpenAICompatAdapter`` (or any OpenAI client) parses it back to ``==`` chunks and the same outcome;
-    ``model`` defaults to the recorded request's. The provider's recorded metadata (``interaction.response``),
-    when there is some, is rendered as it was answered (its id, model, ``created``...).
+    ``OpenAICompatAdapter`` (or any OpenAI client) parses it back to ``==`` chunks and the same outcome (a broken
+    connection as a body that stops); ``model`` defaults to the recorded request's. The provider's recorded
+    metadata (``interaction.response``), when there is some, is rendered as it was answered (its id, model,
+    ``created``...).
     """
     renderer = SseRenderer(
         model=model or interaction.request.model, include_usage=include_usage, meta=interaction.response
     )
     parts = [renderer.head()]
     parts.extend(renderer.chunk(event.chunk) for event in interaction.events)
-    parts.append(renderer.outcome(interaction.outcome))
+    parts.append(renderer.outcome(interaction.outcome).data)
     return b"".join(parts)
 
 

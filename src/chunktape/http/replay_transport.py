@@ -183,7 +183,7 @@ class ReplayTransport(DualTransport):
         if type(outcome) is Raised and outcome.code in _BROKEN:
             message = f"{outcome.message} (replayed from {self.adapter.path or 'the cassette'})"
             raise _read_error(request, message, timeout=outcome.code == ErrorCode.TIMEOUT.value)
-        yield renderer.outcome(outcome)
+        yield renderer.outcome(outcome).data
 
     def handle(self, request: AnyRequest) -> AnyResponse:
         request.read()

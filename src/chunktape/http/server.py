@@ -20,12 +20,18 @@ Response headers carry only ASCII: a scenario name or fault id beyond it is perc
 How outcomes reach the wire:
 
 - before any chunk: a recorded or injected ``PROVIDER_HTTP_ERROR`` is that HTTP status with an OpenAI-style
-  JSON error body and ``Retry-After``/``retry-after-ms``; no matching interaction is ``404`` (and all matching
-  ones already played ``409``), with the ``CASSETTE_MISMATCH``/``CASSETTE_EXHAUSTED`` message;
-- mid-stream (or before the first chunk for other codes): ``STREAM_ABORTED`` and other failures **break the
-  connection** (the client sees a reset mid-body); a ``PROVIDER_HTTP_ERROR`` is an **in-band error event**
-  (``{"error": {"code": <status>, ...}}``); ``INVALID_RESPONSE`` is a malformed ``data:`` line; a recording
-  cut short ends the body without ``[DONE]``;
+  JSON error body and ``Retry-After``/``retry-after-ms``; a cassette miss (no matching interaction, or all
+  matching ones already played) is ``418`` (``MISS_STATUS``: no SDK retries it or takes it for a provider's
+  answer) with error type ``chunktape_cassette_miss``, the ``CASSETTE_MISMATCH``/``CASSETTE_EXHAUSTED`` code
+  and message, and a next step in the server's own knobs (``--match-on``, ``--repeat``, ``POST /reset``);
+- every error chunktape answers itself (a miss, a bad request body, an unknown scenario, data it cannot
+  serve) carries ``x-chunktape-error: <CODE>`` and ``x-should-retry: false``; a replayed provider error
+  carries neither;
+- mid-stream (or before the first chunk for other codes) the stream ends as ``SseRenderer.ending`` says, the
+  one mapping ``render_sse`` uses too: ``STREAM_ABORTED`` and other failures **break the connection** (the
+  client sees a reset mid-body, as when it was recorded); a ``PROVIDER_HTTP_ERROR`` is an **in-band error
+  event** (``{"error": {"code": <status>, ...}}``); ``INVALID_RESPONSE`` is a malformed ``data:`` line; a
+  recording cut short ends the body without ``[DONE]``;
 - a stream that breaks the protocol (a ``Corrupt`` fault, or a recorded violation) is sent as a malformed
   ``data:`` line where the violation happens, then the body ends;
 - the usage-only ``choices: []`` chunk is sent only when the request asks for it with
@@ -35,6 +41,14 @@ How outcomes reach the wire:
 - recorded data the server cannot serve (a cassette that fails to decode, an error status outside 400-599)
   is a ``502`` JSON error naming the problem before any chunk, an in-band error event after: never a dropped
   connection.
+
+When an interaction counts as played (is used up): once the last bytes of its answer were written to the
+connection: the ``[DONE]``, the recorded error (an in-band event, or the reset a recorded ``STREAM_ABORTED``
+is), the end of a recording cut short, or the JSON of an error answered before any chunk or of a
+``"stream": false`` completion. A client that disconnects before that (it gave up, or its timeout fired during
+a stall or a slow recorded timing) leaves the interaction unplayed: its retry replays it. An injected fault
+never uses one up (``chunktape.faults.plan``). So a recorded retry sequence (429, 429, success) still replays
+in order, and a client whose first attempt timed out gets the recorded reply on its retry.
 
 Response headers go out with the first chunk, so a recorded time to first chunk is a time to first byte.
 The server binds 127.0.0.1 (or another loopback address) only, unless ``allow_remote=True``. A host name
@@ -52,10 +66,10 @@ import socket
 import sys
 import threading
 import weakref
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any, NamedTuple, TypeAlias, Unpack
+from typing import Any, NamedTuple, TypeAlias, TypeVar, Unpack
 from urllib.parse import quote, unquote
 
 import anyio
@@ -65,14 +79,16 @@ from starlette.applications import Starlette
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
 
 from chunktape.cassettes.codec import LazyCassette, as_cassette, as_lazy
+from chunktape.cassettes.matching import MISMATCH_ADVICE
 from chunktape.cassettes.model import ERROR_STATUSES, Cassette
 from chunktape.errors import ErrorCode, LlmError
 from chunktape.faults import fault_id
 from chunktape.http.limits import ServerLimits, read_body
 from chunktape.http.render import (
-    MALFORMED_EVENT,
+    Ending,
     SseRenderer,
     completion_from_chunks,
     error_body,
@@ -81,16 +97,27 @@ from chunktape.http.render import (
 from chunktape.protocol import GenerateOptions, StreamChunk
 from chunktape.replay_options import ReplayKeywords, ReplayOptions
 from chunktape.replayer import ReplayAdapter
+from chunktape.replayer.replaying import Hold, ReplayCall
 from chunktape.scenarios import Scenario, load_scenarios
 from chunktape.timing import Timing
 from chunktape.validation import StreamValidator
 from chunktape.wire.openai_chat import REASONING_FIELDS, options_from_openai_request
 
-__all__ = ["SCENARIO_HEADER", "CassetteSource", "ChatRequest", "ReplayServer", "decode_chat_request", "serve"]
+__all__ = [
+    "MISS_STATUS",
+    "MISS_TYPE",
+    "SCENARIO_HEADER",
+    "CassetteSource",
+    "ChatRequest",
+    "ReplayServer",
+    "decode_chat_request",
+    "serve",
+]
 
 CassetteSource: TypeAlias = Cassette | LazyCassette | str | os.PathLike[str]
 """A cassette, an opened cassette or a path."""
 
+T = TypeVar("T")
 IPAddress: TypeAlias = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 SCENARIO_HEADER = "X-Chunktape-Scenario"
@@ -275,8 +302,11 @@ def _bind(host: str, port: int, allow_remote: bool) -> socket.socket:
         )
     address = bind_address(host, allow_remote=allow_remote)
     family = socket.AF_INET6 if address.version == 6 else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # IPPROTO_TCP explicitly: asyncio sets TCP_NODELAY only on accepted sockets whose proto says TCP, and without
+    # it every small SSE write waits for the client's delayed ACK (~40 ms per response).
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     try:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if sys.platform != "win32":
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((str(address), port))
@@ -567,31 +597,72 @@ class ReplayServer:
             headers["x-chunktape-fault"] = _header_text(call.fault_id)
         if target.name is not None:
             headers["x-chunktape-scenario"] = _header_text(target.name)
-        first: StreamChunk | None = None
+        renderer = SseRenderer(model=options.model, include_usage=include_usage)
         try:
-            first = await anext(chunks, None)
+            # Watched: a client that leaves during a stall before the first byte gives the interaction back now,
+            # before its retry arrives, not when the stall would have ended.
+            first = await _while_connected(request, anext(chunks, None))
+        except _Gone:
+            return await _abandoned(call)
         except LlmError as exc:
             await chunks.aclose()
             early = _early_error(exc, headers)
             if early is not None or not streaming:
                 return early or _problem(502, exc.message, exc.code.value, headers=headers)
-            return StreamingResponse(
-                _failing_body(exc, SseRenderer(model=options.model, include_usage=include_usage)),
-                media_type="text/event-stream",
-                headers={**_SSE_HEADERS, **headers},
-            )
+            return _ReplayStream(_body(chunks, None, renderer, error=exc, hold=call.hold), headers)
         if not streaming:
-            return await _complete(chunks, first, options.model, headers, call.fault_id)
-        return StreamingResponse(
-            _body(
-                chunks,
-                first,
-                SseRenderer(model=options.model, include_usage=include_usage),
-                batch=target.timing.is_instant and call.fault_id is None,
-            ),
-            media_type="text/event-stream",
-            headers={**_SSE_HEADERS, **headers},
-        )
+            try:
+                return await _while_connected(request, _complete(chunks, first, options.model, headers, call.fault_id))
+            except _Gone:
+                return await _abandoned(call)
+        batch = target.timing.is_instant and call.fault_id is None
+        return _ReplayStream(_body(chunks, first, renderer, batch=batch, hold=call.hold), headers)
+
+
+class _Gone(Exception):
+    """The client disconnected while the server was still preparing its answer."""
+
+
+async def _while_connected(request: Request, work: Awaitable[T]) -> T:
+    """``await work``, cancelled as soon as the client disconnects (then raises ``_Gone``)."""
+    with anyio.CancelScope() as scope:
+        watcher = asyncio.ensure_future(_cancel_on_disconnect(request, scope))
+        try:
+            return await work
+        finally:
+            watcher.cancel()
+    raise _Gone
+
+
+async def _cancel_on_disconnect(request: Request, scope: anyio.CancelScope) -> None:
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+    scope.cancel()
+
+
+async def _abandoned(call: ReplayCall) -> Response:
+    """Nothing reached the client that left: the interaction is given back, so its retry replays it."""
+    with anyio.CancelScope(shield=True):
+        await call.chunks.aclose()
+    call.hold.release()
+    return Response(status_code=400)  # nobody reads it
+
+
+class _ReplayStream(StreamingResponse):
+    """An SSE response that closes its body when the response ends, also when the client left mid-body, so the
+    body's cleanup (giving back an interaction the client never got to the end of) runs at once, not whenever
+    the generator is collected."""
+
+    def __init__(self, body: AsyncGenerator[bytes, None], headers: Mapping[str, str]) -> None:
+        super().__init__(body, media_type="text/event-stream", headers={**_SSE_HEADERS, **headers})
+        self._body = body
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await self._body.aclose()
 
 
 async def _internal_error(request: Request, exc: Exception) -> Response:
@@ -607,8 +678,15 @@ def _header_text(text: str) -> str:
     return quote(text, safe=_HEADER_SAFE)
 
 
-def _problem(status: int, message: str, code: str, *, headers: Mapping[str, str] | None = None) -> JSONResponse:
-    return JSONResponse(error_body(message, status=None, code=code), status_code=status, headers=dict(headers or {}))
+def _problem(
+    status: int, message: str, code: str, *, headers: Mapping[str, str] | None = None, kind: str = "api_error"
+) -> JSONResponse:
+    """An error chunktape itself answers (not a replayed provider's): ``x-chunktape-error: <code>`` says so, and
+    ``x-should-retry: false`` keeps SDKs that honour it (openai, anthropic) from retrying what cannot change."""
+    body = error_body(message, status=None, code=code)
+    body["error"]["type"] = kind
+    marks = {"x-chunktape-error": code, "x-should-retry": "false"}
+    return JSONResponse(body, status_code=status, headers={**(headers or {}), **marks})
 
 
 def _provider_error(exc: LlmError, headers: Mapping[str, str]) -> JSONResponse:
@@ -626,20 +704,41 @@ def _provider_error(exc: LlmError, headers: Mapping[str, str]) -> JSONResponse:
     )
 
 
+MISS_STATUS = 418
+"""The status of a cassette miss (no match, all played): one no SDK retries (openai retries 408, 409, 429, 5xx)
+or reads as the provider's own answer (404 reads as "model not found", 400 as a bad request), with the error
+type ``chunktape_cassette_miss`` and the code in the body and in ``x-chunktape-error``."""
+MISS_TYPE = "chunktape_cassette_miss"
+"""The ``error.type`` of a cassette miss."""
+
 _EARLY_STATUS = {
-    ErrorCode.CASSETTE_MISMATCH: 404,
-    ErrorCode.CASSETTE_NOT_FOUND: 404,
-    ErrorCode.CASSETTE_EXHAUSTED: 409,
     ErrorCode.UNSUPPORTED_OPTION: 400,
     ErrorCode.CASSETTE_CORRUPT: 502,
     ErrorCode.CASSETTE_VERSION: 502,
 }
-_DATA_CODES = frozenset({ErrorCode.CASSETTE_CORRUPT, ErrorCode.CASSETTE_VERSION})
-"""The recorded data cannot be served: a well-formed error (502, or an in-band event), never a reset."""
+_MISSES = frozenset({ErrorCode.CASSETTE_MISMATCH, ErrorCode.CASSETTE_NOT_FOUND, ErrorCode.CASSETTE_EXHAUSTED})
+_SERVER_ADVICE = (
+    "record the request into the cassette (chunktape record), or serve with --match-on naming fewer fields "
+    "(e.g. --match-on model,last_message)"
+)
+_SERVER_HINTS = {
+    ErrorCode.CASSETTE_EXHAUSTED: "POST /reset to play the cassette again from the start, or serve with --repeat",
+    ErrorCode.CASSETTE_NOT_FOUND: "give chunktape serve a cassette that exists",
+}
+"""The next step named in the server's own knobs (the library's defaults name pytest options and arguments)."""
+
+
+def _miss_message(exc: LlmError) -> str:
+    """``[CODE] message; next step`` for a cassette miss, in the server's knobs."""
+    message = exc.message.replace(MISMATCH_ADVICE, _SERVER_ADVICE)
+    hint = exc.hint or _SERVER_HINTS.get(exc.code)
+    return f"[{exc.code.value}] {message}" + (f"; {hint}" if hint else "")
 
 
 def _early_error(exc: LlmError, headers: dict[str, str]) -> Response | None:
     """The HTTP answer for an error before any chunk, or None when it belongs in the body (a reset...)."""
+    if exc.code in _MISSES:
+        return _problem(MISS_STATUS, _miss_message(exc), exc.code.value, headers=headers, kind=MISS_TYPE)
     status = _EARLY_STATUS.get(exc.code)
     if status is not None:
         return _problem(status, str(exc), exc.code.value, headers=headers)
@@ -648,41 +747,35 @@ def _early_error(exc: LlmError, headers: dict[str, str]) -> Response | None:
     return None
 
 
-def _in_body(exc: LlmError, renderer: SseRenderer) -> bytes:
-    """How an error that happens once the body started reaches the wire; raises ``_Reset`` for a broken one."""
-    if exc.code is ErrorCode.PROVIDER_HTTP_ERROR or exc.code in _DATA_CODES:
-        return renderer.end(done=False) + renderer.error(exc)
-    if exc.code in (ErrorCode.INVALID_RESPONSE, ErrorCode.PROTOCOL_VIOLATION):
-        return MALFORMED_EVENT
-    if exc.code is ErrorCode.CASSETTE_EXHAUSTED:
-        return renderer.end(done=False)  # a recording cut short: the body ends where it does
-    raise _Reset(str(exc)) from exc
-
-
-async def _failing_body(exc: LlmError, renderer: SseRenderer) -> AsyncIterator[bytes]:
-    yield renderer.head()
-    yield _in_body(exc, renderer)
-
-
 _BATCH_BYTES = 64 * 1024
 
 
 async def _body(
-    chunks: AsyncIterator[StreamChunk], first: StreamChunk | None, renderer: SseRenderer, *, batch: bool = False
-) -> AsyncIterator[bytes]:
-    """The SSE body; with ``batch`` (instant timing, no fault) events are written in 64 KiB slabs, not one by one."""
+    chunks: AsyncIterator[StreamChunk],
+    first: StreamChunk | None,
+    renderer: SseRenderer,
+    *,
+    batch: bool = False,
+    error: LlmError | None = None,
+    hold: Hold | None = None,
+) -> AsyncGenerator[bytes, None]:
+    """The SSE body from ``first`` on (or, given ``error``, a body that fails at once), ending as
+    ``SseRenderer.ending`` says; with ``batch`` (instant timing, no fault) events are written in 64 KiB slabs.
+
+    The interaction counts as played once the body's last bytes were written; if the body stops before (the
+    client left), ``hold`` is released: the next matching request replays it."""
     validator = StreamValidator()
     pending: list[bytes] = [renderer.head()]
     size = 0
+    delivered = False
     try:
-        chunk = first
+        chunk = first if error is None else None
         while chunk is not None:
             try:
                 validator.feed(chunk)
             except LlmError as exc:
-                yield b"".join(pending)
-                yield _in_body(exc, renderer)
-                return
+                error = exc
+                break
             piece = renderer.chunk(chunk)
             if piece:
                 pending.append(piece)
@@ -693,20 +786,26 @@ async def _body(
             try:
                 chunk = await anext(chunks, None)
             except LlmError as exc:
-                if pending:
-                    yield b"".join(pending)
-                yield _in_body(exc, renderer)
-                return
-        try:
-            validator.close()
-        except LlmError:
-            # Only a stream cut short (a Truncate fault, no finish) fails at its end: it ends without [DONE].
-            yield b"".join(pending) + renderer.end(done=False)
-            return
-        yield b"".join(pending) + renderer.end()
+                error = exc
+                break
+        if error is not None:
+            ending = renderer.ending(error)
+        else:
+            try:
+                validator.close()
+                ending = renderer.ending(None)
+            except LlmError:
+                # Only a stream cut short (a Truncate fault, no finish) fails at its end: it ends without [DONE].
+                ending = Ending(renderer.end(done=False))
+        yield b"".join(pending) + ending.data
+        delivered = True  # the recorded ending was written (a reset is the recorded ending too)
+        if ending.reset:
+            raise _Reset(str(error)) from error
     finally:
         with anyio.CancelScope(shield=True):
             await chunks.aclose()  # type: ignore[attr-defined]
+        if not delivered and hold is not None:
+            hold.release()
 
 
 async def _complete(
@@ -734,7 +833,8 @@ async def _complete(
             return _problem(502, message, exc.code.value, headers=headers)
         return _provider_error(exc, headers)
     finally:
-        await chunks.aclose()  # type: ignore[attr-defined]
+        with anyio.CancelScope(shield=True):
+            await chunks.aclose()  # type: ignore[attr-defined]
     return JSONResponse(completion_from_chunks(collected, model=model), headers=headers)
 
 

@@ -17,11 +17,32 @@ from chunktape.faults.plan import ActiveFault, FaultPlan, reservation
 from chunktape.protocol import GenerateOptions, LlmAdapter, ReasoningOption, StreamChunk, aclose_stream
 from chunktape.replay_options import ReplayKeywords, ReplayOptions
 
-__all__ = ["ReplayAdapter", "ReplayCall"]
+__all__ = ["Hold", "ReplayAdapter", "ReplayCall"]
+
+
+class Hold:
+    """The recorded interaction one call holds (uses up), if any, until the call gives it back."""
+
+    __slots__ = ("_release", "index")
+
+    def __init__(self, release: Callable[[int], None]) -> None:
+        self._release = release
+        self.index: int | None = None
+        """The held interaction, or None (nothing reserved yet, or given back)."""
+
+    def take(self, index: int) -> int:
+        self.index = index
+        return index
+
+    def release(self, index: int | None = None) -> None:
+        """Give the interaction back (once): the next matching call replays it."""
+        if self.index is not None:
+            held, self.index = self.index, None
+            self._release(held)
 
 
 class ReplayCall(NamedTuple):
-    """One ``ReplayAdapter.open()`` call: its number, its injected fault and its chunks."""
+    """One ``ReplayAdapter.open()`` call: its number, its injected fault, its chunks and what it holds."""
 
     call: int
     """The 1-based number of the call (as ``Targeted(calls=...)`` counts them)."""
@@ -29,6 +50,9 @@ class ReplayCall(NamedTuple):
     """The id of the fault injected into this call, or None."""
     chunks: AsyncGenerator[StreamChunk, None]
     """The call's stream, as ``stream()`` would yield it; close it if it is not read to its end."""
+    hold: Hold
+    """The interaction the call holds once its chunks are read: a face that knows the stream never reached its
+    consumer (a server whose client left) gives it back with ``hold.release()``, after closing ``chunks``."""
 
 
 class ReplayAdapter(LlmAdapter):
@@ -159,22 +183,24 @@ class ReplayAdapter(LlmAdapter):
         self.calls += 1
         number = self.calls
         signal = options.signal
+        hold = Hold(self.release)
         if signal is not None and signal.aborted:
-            return ReplayCall(call=number, fault_id=None, chunks=_raise(signal.error()))
+            return ReplayCall(call=number, fault_id=None, chunks=_raise(signal.error()), hold=hold)
         fault = self.fault_plan.select(options) if self.fault_plan else None
         self.injected.append(None if fault is None else fault.fault_id)
         return ReplayCall(
             call=number,
             fault_id=None if fault is None else fault.fault_id,
-            chunks=self._play(options, fault, options if request is None else request),
+            chunks=self._play(options, fault, options if request is None else request, hold),
+            hold=hold,
         )
 
     async def _play(
-        self, options: GenerateOptions, fault: ActiveFault | None, live: GenerateOptions | RecordedRequest
+        self, options: GenerateOptions, fault: ActiveFault | None, live: GenerateOptions | RecordedRequest, hold: Hold
     ) -> AsyncGenerator[StreamChunk, None]:
         signal = options.signal
         request = self._recorded_form(live)
-        with reservation(fault, lambda: self.reserve(request), self.release) as index:
+        with reservation(fault, lambda: hold.take(self.reserve(request)), hold.release) as index:
             interaction = self.source.interaction(index)
             if fault is None and self.options.timing.is_instant:
                 # The hot path: no sleeps, no wrapping.
