@@ -32,6 +32,7 @@ from chunktape.cli import serve as cli_serve
 from chunktape.faults import FailFirst, Stall
 from chunktape.http import ReplayServer, render_sse
 from chunktape.http.server import MISS_STATUS
+from chunktape.replay_options import ReplayOptions
 from chunktape.replayer import Timing
 from chunktape.wire.openai_chat import options_to_openai_request
 from helpers import text_stream
@@ -177,7 +178,7 @@ def test_serve_match_on_reaches_the_server(monkeypatch: pytest.MonkeyPatch, tmp_
     monkeypatch.setattr(cli_serve, "serve_http", lambda *args, **kwargs: seen.update(kwargs))
     result = CliRunner().invoke(app, ["serve", str(path), "--match-on", "model,last_message"])
     assert result.exit_code == 0, result.output
-    assert seen["match_on"] == ("model", "last_message")
+    assert seen["options"].match_on == ReplayOptions(match_on="model,last_message").match_on
     bad = CliRunner().invoke(app, ["serve", str(path), "--match-on", "model,nope"])
     assert bad.exit_code != 0
     lines = bad.output.strip().splitlines()
