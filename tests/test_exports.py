@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import types
 
 import pytest
 
@@ -101,3 +102,20 @@ def test_all_is_sorted_unique_and_resolvable(name: str) -> None:
     for attribute in exported:
         assert hasattr(module, attribute), f"{name}.{attribute} is exported but missing"
     assert PROMISED.get(name, set()) <= set(exported)
+
+
+@pytest.mark.parametrize("name", PUBLIC_MODULES)
+def test_nothing_but_all_is_reachable(name: str) -> None:
+    """httpx's rule: a public module's public names are exactly its ``__all__``; its own submodules are the
+    implementation (importable, never re-exported), and nothing it imports for itself leaks as a public name."""
+    module = importlib.import_module(name)
+    own = f"{name}."
+    public = {
+        attribute
+        for attribute, value in vars(module).items()
+        if attribute.isidentifier()  # pytest's assertion rewriting adds '@py_builtins' to plugin packages
+        and not attribute.startswith("_")
+        and not (isinstance(value, types.ModuleType) and value.__name__.startswith(own))
+    }
+    exported = set(module.__all__) - {"__version__"}
+    assert public == exported, f"{name}: public but not in __all__: {sorted(public - exported)}"

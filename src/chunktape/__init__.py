@@ -1,6 +1,6 @@
 """chunktape: record and replay LLM adapter streams, chunk by chunk, with timing and faults."""
 
-import logging
+import logging as _logging
 
 from chunktape._version import __version__
 from chunktape.cassettes import (
@@ -63,7 +63,7 @@ from chunktape.session import CassetteSession, RecordMode, SessionCall, use_cass
 from chunktape.validation import StreamValidator, validate
 
 # A library logs, it does not print: without this, WARNINGs reach stderr through logging.lastResort.
-logging.getLogger("chunktape").addHandler(logging.NullHandler())
+_logging.getLogger("chunktape").addHandler(_logging.NullHandler())
 
 __all__ = [
     "AbortController",
