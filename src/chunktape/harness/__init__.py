@@ -26,7 +26,7 @@ from chunktape.harness.metrics import (
     add_usage,
 )
 from chunktape.harness.retry import ErrorClass, RetryPolicy, RetryRule, stream_with_retry
-from chunktape.harness.tools import Tool, ToolRunner, tool_content
+from chunktape.harness.tools import Tool, ToolRunner, tool_content, tool_error
 from chunktape.harness.tooltape import (
     RecordingToolRunner,
     ReplayingToolRunner,
@@ -71,5 +71,6 @@ __all__ = [
     "run_agent",
     "stream_with_retry",
     "tool_content",
+    "tool_error",
     "tool_run",
 ]
