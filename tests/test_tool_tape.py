@@ -11,7 +11,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from chunktape import use_cassette
+from chunktape import Timing, use_cassette
 from chunktape.cassettes.codec import Journal, load_cassette, open_cassette, recover, save_cassette
 from chunktape.cassettes.model import Cassette, CassetteMeta, ToolRun
 from chunktape.cassettes.redaction import find_secrets, redact
@@ -119,6 +119,19 @@ async def test_replay_answers_from_the_recording_and_calls_no_tool(
 async def _aiter(events: list[HarnessEvent]) -> Any:
     for event in events:
         yield event
+
+
+@pytest.mark.looptime
+async def test_recorded_timing_replays_each_tool_run_with_its_recorded_duration(
+    tmp_path: Path, never_live: Callable[[], LlmAdapter]
+) -> None:
+    path = tmp_path / "run.json"
+    await _record(path)
+    loop = asyncio.get_running_loop()
+    async with use_cassette(path, live=never_live, mode="none", timing=Timing.recorded(speed=2.0)) as tape:
+        start = loop.time()
+        await _run(tape, tape.tools())
+    assert loop.time() - start == pytest.approx(0.25)  # list_files took 0.5 s; the calls of a turn run together
 
 
 async def test_replay_with_real_tools_passed_still_calls_none(
@@ -317,3 +330,45 @@ def test_the_tape_fixture_offers_tools(pytester: pytest.Pytester) -> None:
     replayed = pytester.runpytest("--tape-strict", "-s")
     replayed.assert_outcomes(passed=1)
     replayed.stdout.fnmatch_lines(["*CALLS 0*"])
+
+
+def test_the_tape_fixture_lists_tool_divergences_in_the_report(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytester.makeini("[pytest]\nasyncio_default_fixture_loop_scope = function\n")
+    pytester.makeconftest(
+        """
+        import pytest
+        from chunktape.providers.scripted import ScriptedAdapter, ScriptedToolCall, ScriptedTurn
+
+        @pytest.fixture
+        def tape_live_adapter():
+            call = ScriptedToolCall(id="c1", name="add", arguments={"a": 1, "b": 2})
+            return lambda: ScriptedAdapter([ScriptedTurn(tool_calls=[call]), ScriptedTurn(text="3")])
+        """
+    )
+    pytester.makepyfile(
+        """
+        import asyncio, os
+        from chunktape.harness import collect, run_agent
+        from chunktape.protocol import GenerateOptions, Message
+
+        def add(a, b):
+            return a + b + int(os.environ.get("OFF_BY", "0"))
+
+        def test_agent(tape):
+            options = GenerateOptions(model="m", messages=[Message(role="user", content="1+2?")])
+            asyncio.run(collect(run_agent(tape, options, tape.tools({"add": add}, verify=tape.path.exists()))))
+            assert not tape.tool_divergences
+        """
+    )
+    pytester.runpytest("--tape-mode", "once").assert_outcomes(passed=1)
+    monkeypatch.setenv("OFF_BY", "1")
+    replayed = pytester.runpytest("-W", "default::chunktape.harness.ToolDivergenceWarning")
+    replayed.assert_outcomes(failed=1)
+    replayed.stdout.fnmatch_lines(
+        [
+            "*chunktape: real tools diverged from the recording*",
+            """*tool call add({"a":1,"b":2}) diverged from the recording: recorded '3', the real tool returned '4'*""",
+        ]
+    )

@@ -176,7 +176,8 @@ class CassetteSession(LlmAdapter):
 
         Recording (``all``; ``once`` without a cassette): runs ``tools`` and records each execution beside the
         model calls. Replaying (``none``; ``once`` with a cassette): answers from the recorded executions and
-        calls no tool; a call not on tape raises ``CASSETTE_MISMATCH``. ``new_episodes``: replays what is on
+        calls no tool; a call not on tape raises ``CASSETTE_MISMATCH``. With ``Timing.recorded(speed)`` each answer
+        takes its recorded duration (scaled), in event-loop time. ``new_episodes``: replays what is on
         tape, runs and records the rest. ``verify=True`` (replaying): runs the real ``tools`` instead, gives the
         model the recorded results, and lists every divergence in ``tool_divergences`` (and warns
         ``ToolDivergenceWarning``). Runners of one session share its recording: each recorded run answers once.
@@ -197,7 +198,8 @@ class CassetteSession(LlmAdapter):
         fallback = None
         if self.mode is RecordMode.NEW_EPISODES and tools is not None:
             fallback = RecordingToolRunner(tools, self._record_tool)
-        return ReplayingToolRunner(tape, fallback)
+        timing = self.options.timing
+        return ReplayingToolRunner(tape, fallback, time_scale=1e-9 / timing.speed if timing.kind == "recorded" else 0)
 
     def _record_tool(self, run: ToolRun) -> None:
         self._recording_adapter().record_tool(run)

@@ -25,7 +25,7 @@ from typing import Any
 
 import msgspec
 
-from chunktape.cassettes.model import ToolRun
+from chunktape.cassettes.model import MAX_GAP_NS, ToolRun
 from chunktape.errors import ErrorCode, LlmError
 from chunktape.harness.events import ToolCallEvent, ToolResultEvent
 from chunktape.harness.tools import Tool, ToolRunner
@@ -124,16 +124,23 @@ class RecordingToolRunner(ToolRunner):
 
 
 class ReplayingToolRunner(ToolRunner):
-    """Answers every call from ``tape`` and runs no tool; a call not on tape goes to ``fallback`` or raises."""
+    """Answers every call from ``tape`` and runs no tool; a call not on tape goes to ``fallback`` or raises.
 
-    def __init__(self, tape: ToolTape, fallback: ToolRunner | None = None) -> None:
+    ``time_scale`` > 0 makes each answer take its recorded duration times that (seconds per recorded ns, e.g.
+    ``1e-9 / speed``), on ``asyncio.sleep``, so timeouts around tools replay in virtual time; 0 answers at once.
+    """
+
+    def __init__(self, tape: ToolTape, fallback: ToolRunner | None = None, *, time_scale: float = 0.0) -> None:
         super().__init__({})
         self.tape = tape
         self.fallback = fallback
+        self.time_scale = time_scale
 
     async def run(self, call: ToolCallEvent) -> ToolResultEvent:
         run = self.tape.take(call)
         if run is not None:
+            if self.time_scale > 0 and run.duration_ns > 0:
+                await asyncio.sleep(min(run.duration_ns, MAX_GAP_NS) * self.time_scale)
             return _answer(call, run)
         if self.fallback is not None:
             return await self.fallback.run(call)
