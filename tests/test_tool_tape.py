@@ -10,11 +10,13 @@ from typing import Any
 
 import msgspec
 import pytest
+from typer.testing import CliRunner
 
 from chunktape import Timing, use_cassette
 from chunktape.cassettes.codec import Journal, load_cassette, open_cassette, recover, save_cassette
 from chunktape.cassettes.model import Cassette, CassetteMeta, ToolRun
 from chunktape.cassettes.redaction import find_secrets, redact
+from chunktape.cli import app
 from chunktape.errors import ErrorCode, LlmError
 from chunktape.harness import (
     HarnessEvent,
@@ -289,6 +291,18 @@ def test_recover_keeps_journaled_tool_runs(tmp_path: Path) -> None:
     journal.tool(run)
     journal.close(remove=False)
     assert recover(journal.path).tool_runs == [run]
+
+
+def test_recover_append_keeps_the_tool_runs_of_both(tmp_path: Path) -> None:
+    target = tmp_path / "run.json"
+    before = ToolRun(name="read_file", arguments={"path": "a"}, content="A", after_interaction=0)
+    save_cassette(Cassette(interactions=[], tool_runs=[before]), target)
+    journal = Journal(tmp_path / "crashed.journal", CassetteMeta(adapter="x"), cassette=tmp_path / "crashed.json")
+    journal.tool(ToolRun(name="list_files", arguments={}, content="[]"))
+    journal.close(remove=False)
+    result = CliRunner().invoke(app, ["recover", str(journal.path), "-o", str(target), "--append"])
+    assert result.exit_code == 0, result.output
+    assert [run.name for run in load_cassette(target).tool_runs] == ["read_file", "list_files"]
 
 
 def test_the_tape_fixture_offers_tools(pytester: pytest.Pytester) -> None:
