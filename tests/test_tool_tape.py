@@ -305,7 +305,8 @@ def test_recover_append_keeps_the_tool_runs_of_both(tmp_path: Path) -> None:
     assert [run.name for run in load_cassette(target).tool_runs] == ["read_file", "list_files"]
 
 
-def test_the_tape_fixture_offers_tools(pytester: pytest.Pytester) -> None:
+def _agent_project(pytester: pytest.Pytester) -> None:
+    """A project whose live adapter asks for one tool call, add(1, 2), then answers."""
     pytester.makeini("[pytest]\nasyncio_default_fixture_loop_scope = function\n")
     pytester.makeconftest(
         """
@@ -318,6 +319,10 @@ def test_the_tape_fixture_offers_tools(pytester: pytest.Pytester) -> None:
             return lambda: ScriptedAdapter([ScriptedTurn(tool_calls=[call]), ScriptedTurn(text="3")])
         """
     )
+
+
+def test_the_tape_fixture_offers_tools(pytester: pytest.Pytester) -> None:
+    _agent_project(pytester)
     pytester.makepyfile(
         """
         import asyncio
@@ -349,18 +354,7 @@ def test_the_tape_fixture_offers_tools(pytester: pytest.Pytester) -> None:
 def test_the_tape_fixture_lists_tool_divergences_in_the_report(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    pytester.makeini("[pytest]\nasyncio_default_fixture_loop_scope = function\n")
-    pytester.makeconftest(
-        """
-        import pytest
-        from chunktape.providers.scripted import ScriptedAdapter, ScriptedToolCall, ScriptedTurn
-
-        @pytest.fixture
-        def tape_live_adapter():
-            call = ScriptedToolCall(id="c1", name="add", arguments={"a": 1, "b": 2})
-            return lambda: ScriptedAdapter([ScriptedTurn(tool_calls=[call]), ScriptedTurn(text="3")])
-        """
-    )
+    _agent_project(pytester)
     pytester.makepyfile(
         """
         import asyncio, os
