@@ -334,7 +334,10 @@ def _live(value: LiveAdapter) -> Callable[[], LlmAdapter]:
 def tape(
     request: pytest.FixtureRequest, tape_dir: Path, tape_live_adapter: LiveAdapter, _tape_fault: MatrixRun | None
 ) -> Iterator[CassetteSession]:
-    """This test's adapter: replays its cassette, or records it per the record mode; saved at teardown."""
+    """This test's adapter: replays its cassette, or records it per the record mode; saved at teardown.
+
+    ``tape.tools(real_tools)`` is the ``ToolRunner`` for an agent run on it: records the tools' executions, or
+    answers from them without calling a tool (``verify=True``: runs them and reports divergences)."""
     item = request.node
     assert isinstance(item, pytest.Item)
     options = _marker_kwargs(item)
@@ -463,10 +466,14 @@ def _cassette_error(error: BaseException | None) -> LlmError | None:
 def pytest_runtest_makereport(
     item: pytest.Item, call: pytest.CallInfo[None]
 ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
-    """Remember each phase's report (teardown saves by outcome); shorten cassette misses to their message."""
+    """Remember each phase's report (teardown saves by outcome); shorten cassette misses to their message; list the
+    tool divergences a ``tape.tools(..., verify=True)`` run found."""
     report = yield
     item.stash.setdefault(_reports_key, {})[report.when] = report
     session = item.stash.get(_tape_key, None)
+    if session is not None and report.when == "call" and session.tool_divergences:
+        listed = "\n".join(str(divergence) for divergence in session.tool_divergences)
+        report.sections.append(("chunktape: real tools diverged from the recording", listed))
     if session is None or report.when != "call" or not report.failed:
         return report
     error = _cassette_error(call.excinfo.value if call.excinfo is not None else None)

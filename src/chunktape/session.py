@@ -1,21 +1,34 @@
-"""``use_cassette``: record or replay one cassette, picked by a vcrpy-style record mode."""
+"""``use_cassette``: record or replay one cassette, picked by a vcrpy-style record mode.
+
+Beside the model calls, a session records and replays an agent run's tool executions (``tools()``), and it checks
+each call's reasoning effort against the adapter it goes to, as the service would, before any stream starts.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import os
-from collections.abc import AsyncGenerator, Callable, Sequence
+from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from enum import StrEnum
 from pathlib import Path
 from typing import Unpack
 
 import msgspec
 
-from chunktape.cassettes.model import Cassette, RecordedRequest
+from chunktape.cassettes.codec import shift_tool_runs
+from chunktape.cassettes.model import Cassette, RecordedRequest, ToolRun
 from chunktape.errors import ErrorCode, LlmError
 from chunktape.faults import Fault
-from chunktape.protocol import GenerateOptions, LlmAdapter, ReasoningOption, StreamChunk
+from chunktape.harness.tools import Tool, ToolRunner
+from chunktape.harness.tooltape import (
+    RecordingToolRunner,
+    ReplayingToolRunner,
+    ToolDivergence,
+    ToolTape,
+    VerifyingToolRunner,
+)
+from chunktape.protocol import GenerateOptions, LlmAdapter, ReasoningOption, StreamChunk, check_reasoning
 from chunktape.recorder.recording import LIBRARY_SECRET_ADVICE, RUN_TAG, RecordingAdapter, all_raised, failed_path
 from chunktape.replay_options import ReplayKeywords, ReplayOptions
 from chunktape.replayer.replaying import ReplayAdapter
@@ -101,6 +114,9 @@ class CassetteSession(LlmAdapter):
         self._saved: Cassette | None = None
         self._save_done = False
         self._closed = False
+        self.tool_divergences: list[ToolDivergence] = []
+        """What a ``tools(..., verify=True)`` runner found: real tool results that differ from the recording."""
+        self._tool_tape: ToolTape | None = None
         self.written: Path | None = None
         """The file this session wrote on save: ``path``, ``failed_path``, or None when nothing was recorded."""
         if self.path.exists() and self.mode is not RecordMode.ALL:
@@ -148,8 +164,45 @@ class CassetteSession(LlmAdapter):
             return base
         recorded = self._recorder.cassette()
         if self.mode is RecordMode.NEW_EPISODES:
-            return Cassette(meta=base.meta, interactions=[*base.interactions, *recorded.interactions])
+            return Cassette(
+                meta=base.meta,
+                interactions=[*base.interactions, *recorded.interactions],
+                tool_runs=[*base.tool_runs, *shift_tool_runs(recorded.tool_runs, len(base.interactions))],
+            )
         return recorded
+
+    def tools(self, tools: Mapping[str, Tool] | None = None, *, verify: bool = False) -> ToolRunner:
+        """The ``ToolRunner`` for an agent run on this cassette (pass it to ``run_agent``), picked by the mode.
+
+        Recording (``all``; ``once`` without a cassette): runs ``tools`` and records each execution beside the
+        model calls. Replaying (``none``; ``once`` with a cassette): answers from the recorded executions and
+        calls no tool; a call not on tape raises ``CASSETTE_MISMATCH``. With ``Timing.recorded(speed)`` each answer
+        takes its recorded duration (scaled), in event-loop time. ``new_episodes``: replays what is on
+        tape, runs and records the rest. ``verify=True`` (replaying): runs the real ``tools`` instead, gives the
+        model the recorded results, and lists every divergence in ``tool_divergences`` (and warns
+        ``ToolDivergenceWarning``). Runners of one session share its recording: each recorded run answers once.
+        """
+        records = self.mode is RecordMode.ALL or (self.mode is RecordMode.ONCE and self._replayer is None)
+        needs_tools = records or verify
+        if needs_tools and tools is None:
+            why = f"record mode {self.mode.value!r} records them" if records else "verify=True runs them"
+            raise LlmError(f"tools() needs the real tools: {why}", ErrorCode.INVALID_CONFIG, hint="pass tools={...}")
+        if records:
+            return RecordingToolRunner(tools or {}, self._record_tool)
+        tape = self._tool_tape
+        if tape is None:
+            recorded = self._replayer.source.tool_runs if self._replayer is not None else []
+            tape = self._tool_tape = ToolTape(recorded, str(self.path))
+        if verify:
+            return VerifyingToolRunner(tools or {}, tape, self.tool_divergences)
+        fallback = None
+        if self.mode is RecordMode.NEW_EPISODES and tools is not None:
+            fallback = RecordingToolRunner(tools, self._record_tool)
+        timing = self.options.timing
+        return ReplayingToolRunner(tape, fallback, time_scale=1e-9 / timing.speed if timing.kind == "recorded" else 0)
+
+    def _record_tool(self, run: ToolRun) -> None:
+        self._recording_adapter().record_tool(run)
 
     def _recording_adapter(self) -> RecordingAdapter:
         if self._recorder is None:
@@ -182,11 +235,13 @@ class CassetteSession(LlmAdapter):
             raise LlmError(f"the cassette session for {self.path} is closed", ErrorCode.INVALID_CONFIG)
         replayer = self._replayer
         if replayer is not None and (self.mode is not RecordMode.NEW_EPISODES or replayer.can_play(request)):
+            check_reasoning(replayer, options)
             self.calls.append(SessionCall(request=request, recorded=False))
             return replayer.open(options, request=request).chunks
         if self.mode is RecordMode.NONE:
             raise LlmError(f"{self.path} does not exist", ErrorCode.CASSETTE_NOT_FOUND)
         recorder = self._recording_adapter()
+        check_reasoning(recorder.inner, options)
         self.calls.append(SessionCall(request=request, recorded=True))
         return recorder.record(options, request)
 
@@ -201,9 +256,14 @@ class CassetteSession(LlmAdapter):
             raise
 
     def assert_all_played(self) -> None:
-        """Fail if a replayable interaction was never played."""
+        """Fail if a replayable interaction, or a recorded tool run this session's ``tools()`` could answer, was never
+        played."""
         if self._replayer is not None:
             self._replayer.assert_all_played()
+        unplayed = [] if self._tool_tape is None else self._tool_tape.unplayed()
+        if unplayed:
+            listed = "; ".join(f"{run.name}({run.arguments})" for run in unplayed[:10])
+            raise AssertionError(f"{len(unplayed)} recorded tool run(s) in {self.path} were never played: {listed}")
 
     @property
     def failed_path(self) -> Path:

@@ -32,6 +32,7 @@ from chunktape.cassettes.model import (
     Outcome,
     RecordedRequest,
     ResponseMeta,
+    ToolRun,
 )
 from chunktape.errors import ErrorCode, LlmError
 from chunktape.protocol import StreamChunk
@@ -58,6 +59,7 @@ __all__ = [
     "open_cassette",
     "recover",
     "save_cassette",
+    "shift_tool_runs",
     "temp_path",
 ]
 
@@ -123,6 +125,7 @@ class _PackedCassette(msgspec.Struct, frozen=True, kw_only=True, rename="camel")
     version: int
     meta: CassetteMeta = msgspec.field(default_factory=CassetteMeta)
     interactions: list[_PackedInteraction] = []
+    tool_runs: list[ToolRun] = []
 
 
 _Stored: TypeAlias = _StoredInteraction | _PackedView
@@ -134,6 +137,7 @@ class _LazyJson(msgspec.Struct, kw_only=True, rename="camel"):
     version: int
     meta: CassetteMeta = msgspec.field(default_factory=CassetteMeta)
     interactions: list[_StoredInteraction] = []
+    tool_runs: list[ToolRun] = []
 
 
 class _LazyPacked(msgspec.Struct, kw_only=True, rename="camel"):
@@ -142,6 +146,7 @@ class _LazyPacked(msgspec.Struct, kw_only=True, rename="camel"):
     version: int
     meta: CassetteMeta = msgspec.field(default_factory=CassetteMeta)
     interactions: list[_PackedView] = []
+    tool_runs: list[ToolRun] = []
 
 
 class _SkeletonInteraction(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
@@ -159,6 +164,7 @@ class _Skeleton(msgspec.Struct, kw_only=True, rename="camel"):
     version: int
     meta: CassetteMeta = msgspec.field(default_factory=CassetteMeta)
     interactions: list[_SkeletonInteraction] = []
+    tool_runs: list[ToolRun] = []
 
 
 _skeleton_decoder = msgspec.json.Decoder(_Skeleton)
@@ -170,6 +176,17 @@ class _FullJson(msgspec.Struct, kw_only=True, rename="camel"):
     version: int
     meta: CassetteMeta = msgspec.field(default_factory=CassetteMeta)
     interactions: list[Interaction] = []
+    tool_runs: list[ToolRun] = []
+
+
+class _CassetteOut(msgspec.Struct, kw_only=True, rename="camel", omit_defaults=True):
+    """What is written: ``tool_runs`` only when there are some, so a cassette without them is byte for byte
+    what an older chunktape writes (and reads)."""
+
+    version: int
+    meta: CassetteMeta
+    interactions: list[Any]
+    tool_runs: list[ToolRun] = []
 
 
 class _Format:
@@ -187,12 +204,23 @@ class _Format:
         self.full: Any = module.Decoder(_FullJson)
 
     def encode(self, cassette: Cassette) -> bytes:
-        data: bytes = msgspec.json.format(self._encoder.encode(cassette), indent=2)
+        out = _CassetteOut(
+            version=cassette.version,
+            meta=cassette.meta,
+            interactions=cassette.interactions,
+            tool_runs=cassette.tool_runs,
+        )
+        data: bytes = msgspec.json.format(self._encoder.encode(out), indent=2)
         return data + b"\n"
 
     def to_cassette(self, document: Any) -> Cassette:
         """The ``Cassette`` for what ``self.full`` decoded."""
-        return Cassette(version=document.version, meta=document.meta, interactions=document.interactions)
+        return Cassette(
+            version=document.version,
+            meta=document.meta,
+            interactions=document.interactions,
+            tool_runs=document.tool_runs,
+        )
 
 
 class _MsgpackFormat(_Format):
@@ -205,8 +233,9 @@ class _MsgpackFormat(_Format):
 
     def encode(self, cassette: Cassette) -> bytes:
         encode = self._encoder.encode
-        packed = _PackedCassette(
+        packed = _CassetteOut(
             version=cassette.version,
+            tool_runs=cassette.tool_runs,
             meta=cassette.meta,
             interactions=[
                 _PackedInteraction(
@@ -237,7 +266,7 @@ class _MsgpackFormat(_Format):
             )
             for item in packed.interactions
         ]
-        return Cassette(version=packed.version, meta=packed.meta, interactions=interactions)
+        return Cassette(version=packed.version, meta=packed.meta, interactions=interactions, tool_runs=packed.tool_runs)
 
 
 _MSGPACK = _MsgpackFormat()
@@ -295,20 +324,23 @@ class LazyRequests(Sequence[RecordedRequest]):
 class LazyCassette:
     """A cassette ready to match: header decoded, each request and each interaction's events on first use."""
 
-    __slots__ = ("_decoded", "_format", "_stored", "meta", "path", "requests", "version")
+    __slots__ = ("_decoded", "_format", "_stored", "meta", "path", "requests", "tool_runs", "version")
 
     def __init__(self, cassette: Cassette, path: Path | None = None) -> None:
         self.path = path
         self.version = cassette.version
         self.meta = cassette.meta
+        self.tool_runs = cassette.tool_runs
         self.requests = LazyRequests([interaction.request for interaction in cassette.interactions], None, path)
         self._decoded: list[Interaction | None] = list(cassette.interactions)
         self._stored: list[_Stored] = []
         self._format: _Format = _MSGPACK
 
     @classmethod
-    def _from_stored(cls, path: Path, meta: CassetteMeta, stored: list[_Stored], fmt: _Format) -> LazyCassette:
-        lazy = cls(Cassette(meta=meta), path)
+    def _from_stored(
+        cls, path: Path, meta: CassetteMeta, stored: list[_Stored], fmt: _Format, tool_runs: list[ToolRun]
+    ) -> LazyCassette:
+        lazy = cls(Cassette(meta=meta, tool_runs=tool_runs), path)
         lazy.requests = LazyRequests([item.request for item in stored], fmt.request, path)
         lazy._decoded = [None] * len(stored)
         lazy._stored = stored
@@ -342,7 +374,7 @@ class LazyCassette:
     def to_cassette(self) -> Cassette:
         """Decode everything into a plain ``Cassette``."""
         interactions = [self.interaction(index) for index in range(len(self))]
-        return Cassette(version=FORMAT_VERSION, meta=self.meta, interactions=interactions)
+        return Cassette(version=FORMAT_VERSION, meta=self.meta, interactions=interactions, tool_runs=self.tool_runs)
 
 
 def _read(path: Path) -> bytes:
@@ -475,7 +507,7 @@ def _open_sliced(path: Path, data: bytes) -> LazyCassette | None:
         )
         for item in skeleton.interactions
     ]
-    return LazyCassette._from_stored(path, skeleton.meta, stored, _JSON)
+    return LazyCassette._from_stored(path, skeleton.meta, stored, _JSON, skeleton.tool_runs)
 
 
 def open_cassette(path: PathLike) -> LazyCassette:
@@ -491,7 +523,7 @@ def open_cassette(path: PathLike) -> LazyCassette:
     document = _decode(path, data, fmt.lazy, fmt)
     if document is None:
         return LazyCassette(_migrate(path, data, fmt, fmt.envelope.decode(data).version), path)
-    return LazyCassette._from_stored(path, document.meta, document.interactions, fmt)
+    return LazyCassette._from_stored(path, document.meta, document.interactions, fmt, document.tool_runs)
 
 
 def load_cassette(path: PathLike) -> Cassette:
@@ -663,13 +695,15 @@ def append_interactions(
     meta: CassetteMeta,
     *,
     join: Callable[[CassetteMeta], bool] | None = None,
+    tool_runs: Sequence[ToolRun] = (),
 ) -> Cassette:
     """Add interactions to the cassette at ``path`` (created if missing) under the lock; returns what was written.
 
     Re-reading under the lock means two processes appending to one cassette both keep their interactions.
     ``join`` decides, under the same lock, from the existing file's meta, whether to add to it (True) or to
     replace it with ``meta`` and ``interactions`` (False): how a re-recording's first writer is told apart
-    from later writers of the same run. An unreadable file is then replaced, not joined.
+    from later writers of the same run. An unreadable file is then replaced, not joined. ``tool_runs`` are
+    added too, their ``after_interaction`` shifted past the interactions already in the file.
     """
     path = Path(path)
     with _writing(path), cassette_lock(path):
@@ -685,11 +719,26 @@ def append_interactions(
                 if existing is not None and not join(existing.meta):
                     existing = None
         if existing is not None:
-            cassette = Cassette(meta=existing.meta, interactions=[*existing.interactions, *interactions])
+            shifted = shift_tool_runs(tool_runs, len(existing.interactions))
+            cassette = Cassette(
+                meta=existing.meta,
+                interactions=[*existing.interactions, *interactions],
+                tool_runs=[*existing.tool_runs, *shifted],
+            )
         else:
-            cassette = Cassette(meta=meta, interactions=list(interactions))
+            cassette = Cassette(meta=meta, interactions=list(interactions), tool_runs=list(tool_runs))
         _write_atomic(path, encode_cassette(cassette, path))
     return cassette
+
+
+def shift_tool_runs(tool_runs: Sequence[ToolRun], by: int) -> list[ToolRun]:
+    """``tool_runs`` as they read once appended after ``by`` interactions: each still names its own interaction."""
+    if not by:
+        return list(tool_runs)
+    return [
+        run if run.after_interaction < 0 else msgspec.structs.replace(run, after_interaction=run.after_interaction + by)
+        for run in tool_runs
+    ]
 
 
 # -- the crash journal ---------------------------------------------------------------------------
@@ -717,7 +766,11 @@ class _JEnd(msgspec.Struct, frozen=True, tag="end", array_like=True):
     outcome: Outcome
 
 
-_JRecord: TypeAlias = _JMeta | _JBegin | _JEvent | _JEnd
+class _JTool(msgspec.Struct, frozen=True, tag="tool", array_like=True):
+    run: ToolRun
+
+
+_JRecord: TypeAlias = _JMeta | _JBegin | _JEvent | _JEnd | _JTool
 _journal_encoder = msgspec.json.Encoder()
 _journal_decoder = msgspec.json.Decoder(_JRecord)
 _JOURNAL_HEAD = b'["meta",'
@@ -915,6 +968,9 @@ class Journal:
     def end(self, id: int, outcome: Outcome) -> None:
         self._write(_JEnd(id, outcome))
 
+    def tool(self, run: ToolRun) -> None:
+        self._write(_JTool(run))
+
     @property
     def closed(self) -> bool:
         return self._fd < 0
@@ -971,6 +1027,7 @@ def recover(path: PathLike) -> Cassette:
     begun: dict[int, _JBegin] = {}
     events: dict[int, list[Event]] = {}
     outcomes: dict[int, Outcome] = {}
+    tool_runs: list[ToolRun] = []
     last = len(lines) - 1
     for number, line in enumerate(lines):
         if not line:
@@ -993,6 +1050,8 @@ def recover(path: PathLike) -> Cassette:
                 events[record.id].append(Event(t_ns=record.t_ns, chunk=record.chunk))
             case _JEnd():
                 outcomes[record.id] = record.outcome
+            case _JTool():
+                tool_runs.append(record.run)
     interactions = []
     for id, begin in begun.items():
         recorded = events[id]
@@ -1009,4 +1068,4 @@ def recover(path: PathLike) -> Cassette:
                 attempt=begin.attempt,
             )
         )
-    return Cassette(meta=meta, interactions=interactions)
+    return Cassette(meta=meta, interactions=interactions, tool_runs=tool_runs)

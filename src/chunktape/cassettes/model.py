@@ -30,6 +30,7 @@ __all__ = [
     "Raised",
     "RecordedRequest",
     "ResponseMeta",
+    "ToolRun",
     "request_fingerprint",
 ]
 
@@ -230,6 +231,26 @@ class CassetteMeta(_Wire, frozen=True, kw_only=True):
     """The recorded adapter's ``reasoning_options()``, so a replay offers the agent the same efforts."""
 
 
+class ToolRun(_Wire, frozen=True, kw_only=True):
+    """One tool execution of a recorded agent run, kept beside the model calls so a replay can answer it.
+
+    ``content`` is exactly what the model received; ``result`` is the tool's value as JSON (the seed's
+    ``{"error": true, "message": ...}`` when ``is_error``).
+    """
+
+    name: str
+    arguments: dict[str, Any] = {}
+    result: Any = None
+    content: str = ""
+    is_error: bool = False
+    duration_ns: int = 0
+    """How long the tool ran, on the event loop's clock (virtual under ``looptime``)."""
+    call_id: str = ""
+    """The model's id for the call it answered."""
+    after_interaction: int = -1
+    """The index of the interaction whose tool call it answered (-1: none recorded)."""
+
+
 class Cassette(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     """A recorded session: a header and the interactions in the order their ``stream()`` calls began.
 
@@ -239,3 +260,5 @@ class Cassette(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     version: int = FORMAT_VERSION
     meta: CassetteMeta = msgspec.field(default_factory=CassetteMeta)
     interactions: list[Interaction] = []
+    tool_runs: list[ToolRun] = []
+    """The tool executions of a recorded agent run, in the order they finished (empty: none recorded)."""

@@ -5,6 +5,7 @@ base64); this module walks a cassette with it. Credentials come from what the re
 (``LlmAdapter.secrets``), the environment (``env_secrets``) and key-shaped strings. Streamed text and tool
 arguments are checked on the reassembled block (by index, so the deltas of parallel tool calls may
 interleave, and a block cut short before its end counts too), so a key split over deltas is still found.
+Recorded tool executions (their arguments, results and content) are walked and redacted too.
 """
 
 from __future__ import annotations
@@ -15,7 +16,16 @@ from typing import Any
 import msgspec
 
 from chunktape.cassettes.codec import LazyCassette, PathLike, as_cassette
-from chunktape.cassettes.model import Cancelled, Cassette, CassetteMeta, Event, Interaction, Raised, RecordedRequest
+from chunktape.cassettes.model import (
+    Cancelled,
+    Cassette,
+    CassetteMeta,
+    Event,
+    Interaction,
+    Raised,
+    RecordedRequest,
+    ToolRun,
+)
 from chunktape.errors import ErrorCode, LlmError
 from chunktape.protocol import (
     BlockEnd,
@@ -38,6 +48,7 @@ __all__ = [
     "redact",
     "redact_request",
     "redact_text",
+    "redact_tool_runs",
     "secrets_to_redact",
 ]
 
@@ -164,6 +175,8 @@ def _all_texts(cassette: Cassette, scan: Scanner) -> Iterator[tuple[str, str]]:
     for number, interaction in enumerate(cassette.interactions):
         if _may_hold(interaction, scan):
             yield from _texts(interaction, number)
+    for number, run in enumerate(cassette.tool_runs):
+        yield from _strings(msgspec.to_builtins(run), f"tool run #{number} ({run.name})")
 
 
 def find_secrets(
@@ -311,6 +324,17 @@ def redact_interaction(interaction: Interaction, secrets: Sequence[str], *, patt
     return msgspec.structs.replace(interaction, request=request, events=events, outcome=outcome)
 
 
+def redact_tool_runs(tool_runs: Sequence[ToolRun], secrets: Sequence[str], *, patterns: bool = False) -> list[ToolRun]:
+    """``tool_runs`` with every occurrence of ``secrets`` (and key patterns if asked) replaced, in every string."""
+    scan = scanner(secrets, patterns=patterns)
+    redacted = []
+    for run in tool_runs:
+        plain = msgspec.to_builtins(run)
+        cleaned = _redact_value(plain, scan)
+        redacted.append(run if cleaned == plain else msgspec.convert(cleaned, ToolRun))
+    return redacted
+
+
 def redact(
     cassette: Cassette | LazyCassette | PathLike, secrets: Iterable[str] = (), *, patterns: bool = True
 ) -> Cassette:
@@ -325,4 +349,5 @@ def redact(
     plain = msgspec.to_builtins(cassette.meta)
     cleaned = _redact_value(plain, scanner(secrets, patterns=patterns))
     meta = cassette.meta if cleaned == plain else msgspec.convert(cleaned, CassetteMeta)
-    return msgspec.structs.replace(cassette, meta=meta, interactions=interactions)
+    tool_runs = redact_tool_runs(cassette.tool_runs, secrets, patterns=patterns)
+    return msgspec.structs.replace(cassette, meta=meta, interactions=interactions, tool_runs=tool_runs)

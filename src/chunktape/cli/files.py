@@ -17,7 +17,7 @@ from chunktape.cassettes.analysis import (
     protocol_violation,
     summarize,
 )
-from chunktape.cassettes.codec import recover, save_cassette
+from chunktape.cassettes.codec import recover, save_cassette, shift_tool_runs
 from chunktape.cassettes.model import Cassette, Interaction
 from chunktape.cassettes.redaction import check_secrets, env_secrets, redact
 from chunktape.cli.common import (
@@ -238,7 +238,11 @@ def recover_journal(
     check_secrets(cassette, secrets, destination=target)
     if append and target.exists():
         existing = load(target)
-        cassette = Cassette(meta=existing.meta, interactions=[*existing.interactions, *cassette.interactions])
+        cassette = Cassette(
+            meta=existing.meta,
+            interactions=[*existing.interactions, *cassette.interactions],
+            tool_runs=[*existing.tool_runs, *shift_tool_runs(cassette.tool_runs, len(existing.interactions))],
+        )
     save_cassette(cassette, target)  # atomic and fsynced: only then may the journal go
     if not keep_journal:
         journal.unlink(missing_ok=True)

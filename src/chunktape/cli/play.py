@@ -24,7 +24,7 @@ from chunktape.cli.common import (
     shown,
     timing_option,
 )
-from chunktape.cli.render import ChunkPrinter
+from chunktape.cli.render import ChunkPrinter, tool_result_line
 from chunktape.errors import ErrorCode, LlmError, ProtocolViolation
 from chunktape.protocol import aclose_stream
 from chunktape.replay_options import ReplayKeywords, ReplayOptions
@@ -54,7 +54,8 @@ async def replay_to_console(
 
     Each interaction gets its own adapter (and fault plan, so a transient fault fires on each interaction once),
     so each plays exactly as recorded. Every stream goes through a ``StreamValidator``: a protocol violation
-    stops that interaction and is printed (it would fail a consumer).
+    stops that interaction and is printed (it would fail a consumer). The tool executions recorded after an
+    interaction (an agent run's) are shown after it, as the model received them.
     """
     settings = ReplayOptions.of(options, **replay)
     errors = violations = 0
@@ -89,6 +90,9 @@ async def replay_to_console(
         printer.done()
         if adapter.injected and adapter.injected[0] is not None:
             printer.note(f"(fault injected: {adapter.injected[0]})")
+        for run in cassette.tool_runs:
+            if run.after_interaction == index:
+                out.print(tool_result_line(run.name, run.content, is_error=run.is_error), style="dim", markup=False)
     return Played(errors=errors, violations=violations)
 
 
@@ -111,10 +115,10 @@ def play(
 ) -> None:
     """Replay a cassette to the terminal with its recorded timing.
 
-    Shows text, reasoning (dimmed), tool calls, usage and how each stream ended. Credentials are masked,
-    also those the cassette was allowed to keep, unless --show-secrets. A stream that breaks a protocol rule is
-    flagged and the exit code is 1. A fault follows the rule of chunktape.faults: a transient one fires once per
-    interaction, a permanent one (http-401, http-400) on every call.
+    Shows text, reasoning (dimmed), tool calls, the recorded tool results, usage and how each stream ended.
+    Credentials are masked, also those the cassette was allowed to keep, unless --show-secrets. A stream that
+    breaks a protocol rule is flagged and the exit code is 1. A fault follows the rule of chunktape.faults: a
+    transient one fires once per interaction, a permanent one (http-401, http-400) on every call.
 
     Example: chunktape play cassettes/demo-session.msgpack --speed 4 --fault disconnect-mid-tool-call
     """
@@ -127,7 +131,7 @@ def play(
         count = len(loaded.interactions)
         if not 0 <= interaction < count:
             raise CliError(f"--interaction {interaction}: {cassette} has interactions 0 to {count - 1}", EXIT_USAGE)
-        loaded = Cassette(meta=loaded.meta, interactions=[loaded.interactions[interaction]])
+        loaded = Cassette(meta=loaded.meta, interactions=[loaded.interactions[interaction]], tool_runs=loaded.tool_runs)
         first = interaction
     replay = replay_to_console(shown(loaded, show_secrets), console(), options=options, first_index=first)
     # --instant: on a virtual-time loop, so a fault's stall or latency takes no wall time either.

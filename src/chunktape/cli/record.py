@@ -1,11 +1,17 @@
-"""``chunktape record``: a live session against an OpenAI-compatible provider, recorded as it streams."""
+"""``chunktape record``: a live session against an OpenAI-compatible provider, recorded as it streams.
+
+With tools, every tool-call turn is answered before anything else is sent (providers reject a user message
+after unanswered tool calls): each result is typed on the terminal in ``--chat``, or computed by the callables
+of ``--tools-module``; each execution is recorded in the cassette beside the model calls.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import importlib
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -14,8 +20,11 @@ import typer
 from rich.console import Console
 
 from chunktape.cli.common import EXIT_USAGE, CliError, check_output_suffix, console, err_console
-from chunktape.cli.render import ChunkPrinter
+from chunktape.cli.render import ChunkPrinter, tool_result_line
 from chunktape.errors import LlmError
+from chunktape.harness.events import ToolCallEvent, ToolResultEvent
+from chunktape.harness.tools import Tool, tool_error
+from chunktape.harness.tooltape import RecordingToolRunner
 from chunktape.protocol import GenerateOptions, Message, ToolSpec
 from chunktape.providers.openai_compat import DEEPSEEK_BASE_URL, OpenAICompatAdapter
 from chunktape.recorder.recording import RecordingAdapter, all_raised
@@ -25,6 +34,14 @@ from chunktape.wire.openai_chat import message_from_openai, options_from_openai_
 __all__ = ["record"]
 
 _EXIT_WORDS = ("/exit", "/quit")
+_MAX_TOOL_ROUNDS = 25
+"""Tool-call turns answered in a row before the user is asked again (a model that never stops calling tools)."""
+
+
+class _InputEnded(BaseException):
+    """stdin ended while a tool result was asked for: stop, sending nothing more (not a tool failure)."""
+
+
 _SECRET_ADVICE = "add --allow-secret VALUE (its value) to this chunktape record command"
 
 
@@ -82,16 +99,57 @@ def _without_secrets(error: LlmError, secrets: Sequence[str]) -> LlmError:
     return LlmError(message, error.code, status=error.status, retry_after=error.retry_after, hint=hint)
 
 
+def load_tools_module(spec: str) -> dict[str, Tool]:
+    """``pkg.mod:TOOLS``: a mapping of tool names to callables, imported from the current directory or the path."""
+    module_name, _, attribute = spec.partition(":")
+    if not module_name or not attribute:
+        raise CliError(f"--tools-module {spec!r}: expected pkg.module:NAME", EXIT_USAGE)
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as exc:  # the user's module may fail in any way while importing
+        raise CliError(f"--tools-module {spec!r}: cannot import {module_name} ({type(exc).__name__}: {exc})") from None
+    tools = getattr(module, attribute, None)
+    if not isinstance(tools, Mapping) or not all(isinstance(k, str) and callable(v) for k, v in tools.items()):
+        raise CliError(f"--tools-module {spec!r}: {attribute} must be a mapping of tool names to callables")
+    return dict(tools)
+
+
+def _prompted_tools(specs: Sequence[ToolSpec], out: Console) -> dict[str, Tool]:
+    """One tool per spec whose result is the line the user types for it."""
+
+    def prompter(name: str) -> Callable[..., str]:
+        def ask(**arguments: object) -> str:
+            out.print(f"{name}({msgspec.json.encode(arguments).decode()}) result> ", style="bold", end="", markup=False)
+            line = sys.stdin.readline()
+            if not line:
+                out.print()
+                raise _InputEnded
+            return line.rstrip("\r\n")
+
+        return ask
+
+    return {spec.name: prompter(spec.name) for spec in specs}
+
+
 class _Session:
-    """One recording session: the conversation so far and the recorder every turn goes through."""
+    """One recording session: the conversation so far, the recorder every turn goes through, and the runner (if
+    any) that answers tool calls."""
 
     def __init__(
-        self, recorder: RecordingAdapter, out: Console, options: GenerateOptions, secrets: Sequence[str]
+        self,
+        recorder: RecordingAdapter,
+        out: Console,
+        options: GenerateOptions,
+        secrets: Sequence[str],
+        tools: Mapping[str, Tool] | None = None,
     ) -> None:
         self.recorder = recorder
         self.out = out
         self.options = options
         self.secrets = secrets
+        self.runner = None if tools is None else RecordingToolRunner(tools, recorder.record_tool)
 
     async def turn(self) -> LlmError | None:
         """Stream one reply to the conversation so far, live; the reply joins the conversation."""
@@ -116,11 +174,46 @@ class _Session:
         self.add(reply)
         return None
 
+    async def agent_turn(self) -> LlmError | None:
+        """A model turn, then (with a tool runner) its tool results and the next model turn, until one makes no
+        tool calls: every tool call is answered before the user is asked again."""
+        for _ in range(_MAX_TOOL_ROUNDS):
+            failure = await self.turn()
+            last = self.options.messages[-1]
+            if failure is not None or self.runner is None or last.role != "assistant" or not last.tool_calls:
+                return failure
+            for result in await self._answer(last):
+                line = tool_result_line(result.name, result.content, is_error=result.is_error)
+                self.out.print(line, style="dim", markup=False, soft_wrap=True)
+                self.add(Message(role="tool", tool_call_id=result.tool_call_id, content=result.content))
+        self.out.print(f"(stopped after {_MAX_TOOL_ROUNDS} tool-call turns in a row)", style="dim")
+        return None
+
+    async def _answer(self, reply: Message) -> list[ToolResultEvent]:
+        assert self.runner is not None
+        calls: list[ToolCallEvent] = []
+        bad: dict[int, ToolResultEvent] = {}
+        for index, block in enumerate(reply.tool_calls):
+            try:
+                calls.append(ToolCallEvent.from_block(block, index))
+            except LlmError as error:  # the model's arguments are not a JSON object: tell it so
+                call = ToolCallEvent(
+                    id=block.id, name=block.name, arguments={}, raw_arguments=block.arguments, index=index
+                )
+                bad[index] = tool_error(call, error.message)
+        answered = iter(await self.runner.run_turn(calls))
+        results = [bad[index] if index in bad else next(answered) for index in range(len(reply.tool_calls))]
+        return [result for result in results if result is not None]
+
+    def mark(self) -> int:
+        return len(self.options.messages)
+
+    def rewind(self, mark: int) -> None:
+        """Back to the conversation as it was at ``mark`` (a failed turn: the user can try again)."""
+        self.options = msgspec.structs.replace(self.options, messages=self.options.messages[:mark])
+
     def add(self, message: Message) -> None:
         self.options = msgspec.structs.replace(self.options, messages=[*self.options.messages, message])
-
-    def drop_last(self) -> None:
-        self.options = msgspec.structs.replace(self.options, messages=self.options.messages[:-1])
 
 
 def _read_user_line(out: Console) -> str | None:
@@ -140,7 +233,20 @@ def record(
         typer.Option("--messages", help="A JSON file with the conversation to send, in OpenAI chat format."),
     ] = None,
     tools: Annotated[
-        Path | None, typer.Option("--tools", help="A JSON file with the tools to offer, in OpenAI format.")
+        Path | None,
+        typer.Option(
+            "--tools",
+            help="A JSON file with the tools to offer, in OpenAI format. With --chat, each tool call's result is "
+            "asked for on the terminal (or computed with --tools-module) before the conversation goes on.",
+        ),
+    ] = None,
+    tools_module: Annotated[
+        str | None,
+        typer.Option(
+            "--tools-module",
+            metavar="PKG.MOD:TOOLS",
+            help="Compute tool results with this mapping of tool names to callables (needs --tools).",
+        ),
     ] = None,
     chat: Annotated[
         bool, typer.Option("--chat", help="Interactive: read user turns from stdin until EOF or /exit.")
@@ -172,7 +278,9 @@ def record(
 
     The provider is DeepSeek unless --base-url names another OpenAI-compatible API.
     Give the input with --prompt, --messages FILE.json (and --tools FILE.json), or --chat for a multi-turn
-    session on stdin (each turn is another interaction of the same cassette). Ctrl-C stops and keeps what was
+    session on stdin (each turn is another interaction of the same cassette). With --tools, every tool call is
+    answered before the conversation goes on: in --chat by the line you type for it, or by --tools-module
+    pkg.mod:TOOLS; each tool execution is recorded in the cassette. Ctrl-C stops and keeps what was
     recorded. The API key is read from --api-key-env and never written to the cassette or printed.
     A run in which no call completed (every call failed: a down server, a wrong URL or key) writes no
     cassette unless --force: it is kept beside it as <name>.failed.<suffix>, and the exit code is 3. So is a
@@ -192,6 +300,9 @@ def record(
     if prompt is not None:
         conversation.append(Message(role="user", content=prompt))
     tool_specs = load_tools(tools) if tools is not None else []
+    if tools_module is not None and tools is None:
+        raise CliError("--tools-module needs --tools FILE (the tools the model is offered)", EXIT_USAGE)
+    implementations = load_tools_module(tools_module) if tools_module is not None else None
     api_key = os.environ.get(api_key_env, "")
     if not api_key:
         raise CliError(f"no API key: set the environment variable {api_key_env} (or name another with --api-key-env)")
@@ -209,26 +320,32 @@ def record(
     adapter = OpenAICompatAdapter(base_url=base_url, api_key=api_key, model=model)
     recorder = RecordingAdapter(adapter, output, append=append, allow_secrets=allow_secret or ())
     secrets = [api_key]  # redact_text adds the environment's
-    session = _Session(recorder, out, options, secrets)
+    if implementations is None and chat and tool_specs:
+        implementations = _prompted_tools(tool_specs, out)
+    session = _Session(recorder, out, options, secrets, implementations)
     failure: LlmError | None = None
     interrupted = False
     with asyncio.Runner() as runner:
         try:
             if conversation and conversation[-1].role in ("user", "tool"):
-                failure = runner.run(session.turn())
+                start = session.mark()
+                failure = runner.run(session.agent_turn())
                 if failure is not None and chat:
-                    session.drop_last()
+                    session.rewind(start - 1)
             while chat:
                 line = _read_user_line(out)
                 if line is None or line.strip() in _EXIT_WORDS:
                     break
                 if not line.strip():
                     continue
+                start = session.mark()
                 session.add(Message(role="user", content=line))
-                turn_failure = runner.run(session.turn())
+                turn_failure = runner.run(session.agent_turn())
                 if turn_failure is not None:
                     failure = turn_failure
-                    session.drop_last()  # the user can try again; the failure stays recorded
+                    session.rewind(start)  # the user can try again; the failure stays recorded
+        except _InputEnded:
+            pass
         except KeyboardInterrupt:
             interrupted = True
         finally:

@@ -24,7 +24,7 @@ from chunktape.protocol import (
     UsageChunk,
 )
 
-__all__ = ["ChunkPrinter", "format_usage", "summary_table"]
+__all__ = ["ChunkPrinter", "format_usage", "summary_table", "tool_result_line"]
 
 
 def format_usage(usage: TokenUsage | None) -> str:
@@ -41,6 +41,11 @@ def format_usage(usage: TokenUsage | None) -> str:
 
 def _seconds(value: float | None) -> str:
     return "-" if value is None else f"{value:.3f}s"
+
+
+def tool_result_line(name: str, content: str, *, is_error: bool = False) -> str:
+    """How a tool's result (what the model received) is shown after its tool-call turn."""
+    return f"  -> {name}{' (error)' if is_error else ''}: {content}"
 
 
 class ChunkPrinter:

@@ -1,4 +1,5 @@
-"""The reference consumer: ``stream_with_retry``, the agent loop ``run_agent``, and their events, policy and metrics."""
+"""The reference consumer: ``stream_with_retry``, the agent loop ``run_agent`` (with its tools on tape), and their
+events, policy and metrics."""
 
 from chunktape.harness.agent import run_agent
 from chunktape.harness.events import (
@@ -25,7 +26,16 @@ from chunktape.harness.metrics import (
     add_usage,
 )
 from chunktape.harness.retry import ErrorClass, RetryPolicy, RetryRule, stream_with_retry
-from chunktape.harness.tools import Tool, ToolRunner, tool_content
+from chunktape.harness.tools import Tool, ToolRunner, tool_content, tool_error
+from chunktape.harness.tooltape import (
+    RecordingToolRunner,
+    ReplayingToolRunner,
+    ToolDivergence,
+    ToolDivergenceWarning,
+    ToolTape,
+    VerifyingToolRunner,
+    tool_run,
+)
 
 __all__ = [
     "DoneEvent",
@@ -34,6 +44,8 @@ __all__ = [
     "ErrorEvent",
     "HarnessEvent",
     "ReasoningEvent",
+    "RecordingToolRunner",
+    "ReplayingToolRunner",
     "RetryPolicy",
     "RetryRule",
     "STREAM_CHUNK",
@@ -46,13 +58,19 @@ __all__ = [
     "TextEvent",
     "Tool",
     "ToolCallEvent",
+    "ToolDivergence",
+    "ToolDivergenceWarning",
     "ToolResultEvent",
     "ToolRunner",
+    "ToolTape",
     "Transcript",
     "TurnEvent",
+    "VerifyingToolRunner",
     "add_usage",
     "collect",
     "run_agent",
     "stream_with_retry",
     "tool_content",
+    "tool_error",
+    "tool_run",
 ]

@@ -22,7 +22,7 @@ from typing import Any, Literal, TypeAlias, assert_never
 
 import msgspec
 
-from chunktape.errors import LlmError
+from chunktape.errors import ErrorCode, LlmError
 from chunktape.harness.metrics import StreamMetrics
 from chunktape.protocol import (
     BlockEnd,
@@ -54,6 +54,8 @@ __all__ = [
     "collect",
     "turn_reply",
 ]
+
+_json = msgspec.json.Decoder()
 
 DoneReason: TypeAlias = Literal["stop", "tool_use", "length", "cancel", "error"]
 
@@ -87,6 +89,28 @@ class ToolCallEvent(_Event, frozen=True, kw_only=True, tag="tool_call"):
     raw_arguments: str
     index: int
     attempt: int = 1
+
+    @classmethod
+    def from_block(cls, block: ToolCallBlock, index: int, attempt: int = 1) -> ToolCallEvent:
+        """The event for a complete tool-call block; ``INVALID_RESPONSE`` if its arguments are not a JSON object."""
+        try:
+            arguments = _json.decode(block.arguments)
+        except msgspec.DecodeError:
+            arguments = None
+        if not isinstance(arguments, dict):
+            raise LlmError(
+                f"tool call {block.name!r} ({block.id}) has arguments that are not a JSON object: "
+                f"{block.arguments[:80]!r}",
+                ErrorCode.INVALID_RESPONSE,
+            )
+        return cls(
+            id=block.id,
+            name=block.name,
+            arguments=arguments,
+            raw_arguments=block.arguments,
+            index=index,
+            attempt=attempt,
+        )
 
 
 class ErrorEvent(_Event, frozen=True, kw_only=True, tag="error"):

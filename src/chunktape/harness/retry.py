@@ -109,7 +109,6 @@ _DONE_REASONS: dict[FinishKind, DoneReason] = {
     "error": "error",
     "cancelled": "cancel",
 }
-_json = msgspec.json.Decoder()
 
 
 def _config_error(field: str, problem: str) -> LlmError:
@@ -366,7 +365,7 @@ class _Run:
                         case ReasoningDelta():
                             yield ReasoningEvent(text=chunk.text, index=chunk.index, attempt=attempt)
                         case BlockEnd(block=ToolCallBlock() as block):
-                            pending.append(_tool_call(block, chunk.index, attempt))
+                            pending.append(ToolCallEvent.from_block(block, chunk.index, attempt))
                         case _:
                             pass
                     if self.signal is not None:
@@ -392,18 +391,3 @@ class _Run:
             detail = reply.finish.detail or "no detail"
             finish_error = LlmError(f"the provider finished with an error ({detail})", ErrorCode.INVALID_RESPONSE)
         yield self._done(reason, usage=reply.usage, error=finish_error, finish=reply.finish.kind)
-
-
-def _tool_call(block: ToolCallBlock, index: int, attempt: int) -> ToolCallEvent:
-    try:
-        arguments = _json.decode(block.arguments)
-    except msgspec.DecodeError:
-        arguments = None
-    if not isinstance(arguments, dict):
-        raise LlmError(
-            f"tool call {block.name!r} ({block.id}) has arguments that are not a JSON object: {block.arguments[:80]!r}",
-            ErrorCode.INVALID_RESPONSE,
-        )
-    return ToolCallEvent(
-        id=block.id, name=block.name, arguments=arguments, raw_arguments=block.arguments, index=index, attempt=attempt
-    )

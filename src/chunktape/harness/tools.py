@@ -22,7 +22,7 @@ import msgspec
 from chunktape.abort import AbortSignal
 from chunktape.harness.events import ToolCallEvent, ToolResultEvent
 
-__all__ = ["Tool", "ToolRunner", "tool_content"]
+__all__ = ["Tool", "ToolRunner", "tool_content", "tool_error"]
 
 Tool: TypeAlias = Callable[..., Any]
 """A tool implementation: ``tool(**arguments)``, returning the result or an awaitable of it."""
@@ -35,7 +35,8 @@ def tool_content(result: Any) -> str:
     return result if isinstance(result, str) else _json.encode(result).decode()
 
 
-def _error_result(call: ToolCallEvent, message: str) -> ToolResultEvent:
+def tool_error(call: ToolCallEvent, message: str) -> ToolResultEvent:
+    """The ``is_error`` result the model sees for a call that failed: the seed's ``{"error": true, "message": ...}``."""
     result = {"error": True, "message": message}
     return ToolResultEvent(
         tool_call_id=call.id, name=call.name, result=result, is_error=True, content=tool_content(result)
@@ -53,14 +54,14 @@ class ToolRunner:
         tool = self.tools.get(call.name)
         if tool is None:
             available = ", ".join(sorted(self.tools)) or "none"
-            return _error_result(call, f"unknown tool {call.name!r} (available: {available})")
+            return tool_error(call, f"unknown tool {call.name!r} (available: {available})")
         try:
             result = tool(**call.arguments)
             if inspect.isawaitable(result):
                 result = await result
             content = tool_content(result)
         except Exception as exc:  # a failing tool is a result for the model, not a crash
-            return _error_result(call, str(exc) or type(exc).__name__)
+            return tool_error(call, str(exc) or type(exc).__name__)
         return ToolResultEvent(tool_call_id=call.id, name=call.name, result=result, content=content)
 
     async def run_turn(

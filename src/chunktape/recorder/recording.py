@@ -12,6 +12,8 @@ from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
+import msgspec
+
 from chunktape.cassettes.codec import (
     Journal,
     append_interactions,
@@ -31,6 +33,7 @@ from chunktape.cassettes.model import (
     Raised,
     RecordedRequest,
     ResponseMeta,
+    ToolRun,
 )
 from chunktape.cassettes.redaction import (
     REDACTED,
@@ -39,10 +42,19 @@ from chunktape.cassettes.redaction import (
     redact,
     redact_interaction,
     redact_request,
+    redact_tool_runs,
     secrets_to_redact,
 )
 from chunktape.errors import ErrorCode, LlmError, ProtocolViolation
-from chunktape.protocol import Finish, GenerateOptions, LlmAdapter, StreamChunk, WrappingAdapter
+from chunktape.protocol import (
+    BlockEnd,
+    Finish,
+    GenerateOptions,
+    LlmAdapter,
+    StreamChunk,
+    ToolCallBlock,
+    WrappingAdapter,
+)
 from chunktape.validation import StreamValidator
 
 __all__ = [
@@ -280,6 +292,7 @@ class RecordingAdapter(WrappingAdapter):
         self._journal: Journal | None = None
         self._lock = threading.Lock()
         self._slots: list[_Slot] = []
+        self._tool_runs: list[ToolRun] = []
         self._attempts: Counter[str] = Counter()
         self._closed = False
         if append and self.path.exists():
@@ -289,6 +302,36 @@ class RecordingAdapter(WrappingAdapter):
     def interactions(self) -> list[Interaction]:
         """What was recorded so far, in the order the ``stream()`` calls began (unredacted)."""
         return [slot.freeze() for slot in self._slots]
+
+    @property
+    def tool_runs(self) -> list[ToolRun]:
+        """The tool executions recorded so far, in the order they finished (unredacted)."""
+        return list(self._tool_runs)
+
+    def record_tool(self, run: ToolRun) -> ToolRun:
+        """Keep one tool execution of an agent run beside the model calls (journaled at once); returns it as kept.
+
+        Without an ``after_interaction``, it is set to the interaction that made the call ``run.call_id`` (the
+        latest one when no recorded call has that id)."""
+        with self._lock:
+            if run.after_interaction < 0 and self._slots:
+                run = msgspec.structs.replace(run, after_interaction=self._caller(run.call_id))
+            self._tool_runs.append(run)
+            journal = self._journal
+        if journal is not None:
+            try:
+                journal.tool(run)
+            except LlmError as error:
+                self._journal_failed(error)
+        return run
+
+    def _caller(self, call_id: str) -> int:
+        for slot in reversed(self._slots):
+            for event in slot.events:
+                chunk = event.chunk
+                if type(chunk) is BlockEnd and type(chunk.block) is ToolCallBlock and chunk.block.id == call_id:
+                    return slot.id
+        return len(self._slots) - 1
 
     def _begin(self, request: RecordedRequest) -> tuple[_Slot, Journal | None]:
         """Number the interaction and journal its request, under the lock (threads may share the recorder)."""
@@ -399,9 +442,11 @@ class RecordingAdapter(WrappingAdapter):
         """The cassette as it would be saved now (redacted, not yet checked)."""
         secrets = self._secrets()
         interactions = [slot.freeze() for slot in self._slots]
+        tool_runs = list(self._tool_runs)
         if secrets:
             interactions = [redact_interaction(item, secrets) for item in interactions]
-        return Cassette(meta=self.meta, interactions=interactions)
+            tool_runs = redact_tool_runs(tool_runs, secrets)
+        return Cassette(meta=self.meta, interactions=interactions, tool_runs=tool_runs)
 
     @property
     def failed_path(self) -> Path:
@@ -417,7 +462,7 @@ class RecordingAdapter(WrappingAdapter):
         every credential replaced (mode 0600) and ``SECRET_DETECTED`` says so; ``secret_advice`` tells the user
         how to allow a value that is not a real credential, in the words of the face they use.
         """
-        if not self._slots:
+        if not self._slots and not self._tool_runs:
             self._drop_journal()
             return None
         destination = self.failed_path if failed else self.path
@@ -429,7 +474,9 @@ class RecordingAdapter(WrappingAdapter):
             raise self._keep_redacted(cassette, literals, error, secret_advice) from None
         if not failed and (self.append or RUN_TAG in self.meta.tags):
             join = None if self.append else self._same_run
-            written = append_interactions(destination, cassette.interactions, cassette.meta, join=join)
+            written = append_interactions(
+                destination, cassette.interactions, cassette.meta, join=join, tool_runs=cassette.tool_runs
+            )
         else:
             save_cassette(cassette, destination)
             written = cassette
