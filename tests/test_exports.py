@@ -24,6 +24,7 @@ PROMISED = {
     "chunktape": {
         "AbortController",
         "AbortSignal",
+        "Advice",
         "BlockEnd",
         "BlockStart",
         "CallId",

@@ -13,7 +13,7 @@ from typing import Unpack
 import msgspec
 
 from chunktape.cassettes.model import Cassette, RecordedRequest
-from chunktape.errors import ErrorCode, LlmError
+from chunktape.errors import LIBRARY_ADVICE, Advice, ErrorCode, LlmError
 from chunktape.faults import Fault
 from chunktape.protocol import GenerateOptions, LlmAdapter, ReasoningOption, StreamChunk
 from chunktape.recorder.recording import LIBRARY_SECRET_ADVICE, RUN_TAG, RecordingAdapter, all_raised, failed_path
@@ -185,7 +185,7 @@ class CassetteSession(LlmAdapter):
             self.calls.append(SessionCall(request=request, recorded=False))
             return replayer.open(options, request=request).chunks
         if self.mode is RecordMode.NONE:
-            raise LlmError(f"{self.path} does not exist", ErrorCode.CASSETTE_NOT_FOUND)
+            raise LlmError(f"{self.path} does not exist", ErrorCode.CASSETTE_NOT_FOUND, advice=Advice.RECORD)
         recorder = self._recording_adapter()
         self.calls.append(SessionCall(request=request, recorded=True))
         return recorder.record(options, request)
@@ -200,10 +200,10 @@ class CassetteSession(LlmAdapter):
                 self.miss = error
             raise
 
-    def assert_all_played(self) -> None:
-        """Fail if a replayable interaction was never played."""
+    def assert_all_played(self, *, advice: str = LIBRARY_ADVICE[Advice.UNPLAYED]) -> None:
+        """Fail if a replayable interaction was never played; the message ends with ``advice`` (the caller's face)."""
         if self._replayer is not None:
-            self._replayer.assert_all_played()
+            self._replayer.assert_all_played(advice=advice)
 
     @property
     def failed_path(self) -> Path:
