@@ -488,7 +488,8 @@ def pytest_runtest_makereport(
             )
         report.longrepr = f"{item.nodeid}: {text}"
     elif session.miss is not None:
-        report.sections.append(("chunktape", f"the cassette reported (and the test caught): {session.miss.render(_ADVICE)}"))
+        caught = session.miss.render(_ADVICE)
+        report.sections.append(("chunktape", f"the cassette reported (and the test caught): {caught}"))
     return report
 
 
