@@ -8,10 +8,12 @@ a recording are met in each face where a user can meet them, and the text is gre
 
 from __future__ import annotations
 
+import asyncio
 import re
 from pathlib import Path
 
 import httpx
+import looptime
 import pytest
 from typer.testing import CliRunner
 
@@ -31,6 +33,7 @@ from chunktape import (
 )
 from chunktape.cli import app
 from chunktape.cli.common import with_cli_hint
+from chunktape.faults import Disconnect, Fault, Latency, Stall
 from chunktape.http import ReplayServer
 from chunktape.providers.scripted import ScriptedAdapter, ScriptedTurn
 from chunktape.replayer import Timing
@@ -276,3 +279,51 @@ def test_serve_a_missing_scenario_cassette_names_the_command_line(runner: CliRun
     line = result.stderr.strip().splitlines()[-1]
     assert "missing.msgpack" in line
     assert_in_face("cli", line)
+
+
+# -- audit of issue 13: time faults read the loop's clock only ------------------------------------------------
+
+
+def _timed_cassette(gap_s: float) -> Cassette:
+    chunks = text_stream("a", "b")
+    events = [Event(t_ns=round(position * gap_s * 1e9), chunk=chunk) for position, chunk in enumerate(chunks)]
+    outcome = Completed(t_ns=events[-1].t_ns)
+    return Cassette(
+        interactions=[Interaction(request=RecordedRequest.from_options(request("hi")), events=events, outcome=outcome)]
+    )
+
+
+async def _played(fault: Fault) -> tuple[list[tuple[float, str]], str | None]:
+    """Each chunk with its loop-time offset (ms) and type, and the code the stream ended with."""
+    loop = asyncio.get_running_loop()
+    replay = ReplayAdapter(_timed_cassette(0.2), timing=Timing.recorded(), faults=[fault])
+    start, seen = loop.time(), []
+    try:
+        async for chunk in replay.stream(request("hi")):
+            seen.append((round((loop.time() - start) * 1000), type(chunk).__name__))
+    except LlmError as error:
+        return seen, error.code.value
+    return seen, None
+
+
+@pytest.mark.parametrize(
+    "fault",
+    [Disconnect(after_s=0.5), Stall(after_chunks=1, seconds=0.1), Latency(first_chunk_s=0.05, between_s=0.02)],
+    ids=["disconnect-after-s", "stall", "latency"],
+)
+def test_a_time_fault_runs_the_same_schedule_in_real_and_virtual_time(fault: Fault) -> None:
+    with asyncio.Runner(loop_factory=lambda: looptime.new_event_loop(start=0)) as runner:
+        virtual = runner.run(_played(fault))
+    real = asyncio.run(_played(fault))
+    # Virtual time keeps the schedule exactly; real time must deliver the same chunks and end the same way
+    # (chunks are 200 ms apart, the disconnect falls 100 ms from either neighbour: no timing is asserted).
+    assert [kind for _, kind in real[0]] == [kind for _, kind in virtual[0]]
+    assert real[1] == virtual[1]
+    offsets = [at for at, _ in virtual[0]]
+    if isinstance(fault, Disconnect):
+        assert (offsets, virtual[1]) == ([0, 200, 400], "STREAM_ABORTED")
+    elif isinstance(fault, Stall):  # the stall shifts the rest of the recorded schedule by its 100 ms
+        assert (offsets, virtual[1]) == ([0, *(200 * n + 100 for n in range(1, len(offsets)))], None)
+    else:
+        assert virtual[1] is None
+        assert offsets[0] >= 50  # the first chunk waits the added latency
