@@ -293,7 +293,7 @@ def _timed_cassette(gap_s: float) -> Cassette:
     )
 
 
-async def _played(fault: Fault) -> tuple[list[tuple[float, str]], str | None]:
+async def _played(fault: Fault) -> tuple[list[tuple[int, str]], str | None]:
     """Each chunk with its loop-time offset (ms) and type, and the code the stream ended with."""
     loop = asyncio.get_running_loop()
     replay = ReplayAdapter(_timed_cassette(0.2), timing=Timing.recorded(), faults=[fault])
