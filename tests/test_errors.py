@@ -6,7 +6,7 @@ import pickle
 
 import pytest
 
-from chunktape import ErrorCode, LlmError, ProtocolViolation
+from chunktape import Advice, ErrorCode, LlmError, ProtocolViolation
 
 # Released codes. A code may be appended to this list, never renamed or removed.
 RELEASED_CODES = [
@@ -60,10 +60,12 @@ def test_recoverable_follows_code_and_status(code: str, status: int | None, reco
 
 
 def test_str_starts_with_the_code_and_says_what_to_do_next() -> None:
-    error = LlmError("tests/cassettes/test_agent/test_hello.msgpack does not exist", "CASSETTE_NOT_FOUND")
+    error = LlmError(
+        "tests/cassettes/test_agent/test_hello.msgpack does not exist", "CASSETTE_NOT_FOUND", advice=Advice.RECORD
+    )
     assert str(error) == (
         "[CASSETTE_NOT_FOUND] tests/cassettes/test_agent/test_hello.msgpack does not exist; "
-        "record it with --tape-mode once"
+        'record it: use_cassette(path, live=..., mode="once")'
     )
     assert str(LlmError("slow down", "PROVIDER_HTTP_ERROR", status=429)).startswith(
         "[PROVIDER_HTTP_ERROR] slow down (HTTP 429); "

@@ -25,6 +25,7 @@ PROMISED = {
     "chunktape": {
         "AbortController",
         "AbortSignal",
+        "Advice",
         "BlockEnd",
         "BlockStart",
         "CallId",

@@ -325,7 +325,8 @@ def test_strict_fails_a_test_that_leaves_interactions_unplayed(pytester: pytest.
     strict.stdout.fnmatch_lines(
         [
             "*--tape-strict: 1 of 2 recorded interaction(s) in *test_chat.msgpack were never played: "
-            "#1 (model 'm', last user message 'b')"
+            "#1 (model 'm', last user message 'b'); the test made fewer calls than were recorded; "
+            "re-record with --tape-mode all to drop them"
         ]
     )
     pytester.makefile(".ini", pytest=INI.format(asyncio_mode="auto", extra="tape_strict = true"))
@@ -459,8 +460,8 @@ def test_markers_are_registered_with_their_signature(pytester: pytest.Pytester) 
     result = run(pytester, "--markers")
     result.stdout.fnmatch_lines(
         [
-            "@pytest.mark.tape(name=None, mode=None, faults=(), timing=None, match_on=None, allow_secrets=(), "
-            "virtual_time=None):*",
+            "@pytest.mark.tape(name=None, mode=None, faults=(), timing=None, match_on=None, allow_repeats=False, "
+            "allow_secrets=(), virtual_time=None):*",
             "@pytest.mark.tape_fault_matrix(faults=STANDARD_FAULTS, calls=None):*",
         ]
     )

@@ -54,7 +54,9 @@ async def test_none_with_a_missing_file_is_not_found_and_never_builds_live(
     async with use_cassette(path, live=never_live, mode="none") as tape:
         _, error = await collect_until_error(tape.stream(options()))
     assert error.code is ErrorCode.CASSETTE_NOT_FOUND
-    assert str(error) == f"[CASSETTE_NOT_FOUND] {path} does not exist; record it with --tape-mode once"
+    assert str(error) == (
+        f'[CASSETTE_NOT_FOUND] {path} does not exist; record it: use_cassette(path, live=..., mode="once")'
+    )
     assert not path.exists()
 
 

@@ -22,7 +22,7 @@ from chunktape.cassettes import (
     redact,
     save_cassette,
 )
-from chunktape.errors import ErrorCode, LlmError, ProtocolViolation
+from chunktape.errors import Advice, ErrorCode, LlmError, ProtocolViolation
 from chunktape.protocol import (
     PROTOCOL,
     AbortController,
@@ -68,6 +68,7 @@ _logging.getLogger("chunktape").addHandler(_logging.NullHandler())
 __all__ = [
     "AbortController",
     "AbortSignal",
+    "Advice",
     "Block",
     "BlockEnd",
     "BlockStart",

@@ -40,7 +40,7 @@ from chunktape._matrix import (
     mark_items,
     matrix_runs,
 )
-from chunktape.errors import ErrorCode, LlmError
+from chunktape.errors import Advice, AdviceWords, ErrorCode, LlmError
 from chunktape.protocol import LlmAdapter, WrappingAdapter
 from chunktape.replay_options import ReplayOptions
 from chunktape.session import MISS_CODES, CassetteSession, RecordMode, use_cassette
@@ -56,7 +56,7 @@ LiveAdapter = LlmAdapter | Callable[[], LlmAdapter]
 """What a ``tape_live_adapter`` fixture returns: a factory (called only to record) or an adapter."""
 
 _MODES = [mode.value for mode in RecordMode]
-_REPLAY_ARGS = ("faults", "timing", "match_on", "allow_secrets")
+_REPLAY_ARGS = ("faults", "timing", "match_on", "allow_repeats", "allow_secrets")
 """The marker's arguments that are replay options (``ReplayOptions`` checks them)."""
 _TAPE_ARGS = ("name", "mode", *_REPLAY_ARGS, "virtual_time")
 _BAD_NAME = re.compile(r"[/\\\x00-\x1f\x7f]")
@@ -66,6 +66,14 @@ _MAX_NAME = 100
 _PROPERTY = "chunktape"
 
 _SECRET_ADVICE = "list its value in @pytest.mark.tape(allow_secrets=[...])"
+_ADVICE: AdviceWords = {
+    Advice.RECORD_OR_MATCH: "re-record with --tape-mode new_episodes, or relax @pytest.mark.tape(match_on=...)",
+    Advice.RECORD_OR_REPEAT: "record the extra call with --tape-mode new_episodes, or let calls replay again with "
+    "@pytest.mark.tape(allow_repeats=True)",
+    Advice.UNPLAYED: "the test made fewer calls than were recorded; re-record with --tape-mode all to drop them",
+    ErrorCode.CASSETTE_NOT_FOUND: "record it with --tape-mode once",
+}
+"""The next steps of a cassette miss in pytest's knobs: its options and the tape marker's arguments."""
 
 _tape_key = pytest.StashKey[CassetteSession]()
 _run_key = pytest.StashKey[str]()
@@ -114,9 +122,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
-        "tape(name=None, mode=None, faults=(), timing=None, match_on=None, allow_secrets=(), virtual_time=None): the "
-        "tape fixture's cassette: its file name, record mode (--tape-mode wins), faults injected on replay, replay "
-        "Timing, request matchers, values that may stay in the cassette although they look like credentials, and "
+        "tape(name=None, mode=None, faults=(), timing=None, match_on=None, allow_repeats=False, allow_secrets=(), "
+        "virtual_time=None): the tape fixture's cassette: its file name, record mode (--tape-mode wins), faults "
+        "injected on replay, replay Timing, request matchers, whether played interactions may play again, values "
+        "that may stay in the cassette although they look like credentials, and "
         "whether fault runs and timed replays run in virtual time (looptime; default: the tape_virtual_time ini).",
     )
     config.addinivalue_line(
@@ -445,7 +454,7 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
     session = item.stash.get(_tape_key, None)
     if session is not None and session.fault is None and _strict(item.config):
         try:
-            session.assert_all_played()
+            session.assert_all_played(advice=_ADVICE[Advice.UNPLAYED])
         except AssertionError as error:
             raise pytest.fail.Exception(f"--tape-strict: {error}", pytrace=False) from None
     return result
@@ -478,7 +487,7 @@ def pytest_runtest_makereport(
         return report
     error = _cassette_error(call.excinfo.value if call.excinfo is not None else None)
     if error is not None:
-        text = str(error)
+        text = error.render(_ADVICE)
         if error.code is ErrorCode.CASSETTE_NOT_FOUND:
             text = (
                 f"[CASSETTE_NOT_FOUND] no cassette at {_show(item.config, session.path)} (record mode "
@@ -486,7 +495,8 @@ def pytest_runtest_makereport(
             )
         report.longrepr = f"{item.nodeid}: {text}"
     elif session.miss is not None:
-        report.sections.append(("chunktape", f"the cassette reported (and the test caught): {session.miss}"))
+        caught = session.miss.render(_ADVICE)
+        report.sections.append(("chunktape", f"the cassette reported (and the test caught): {caught}"))
     return report
 
 

@@ -18,7 +18,7 @@ import msgspec
 
 from chunktape.cassettes.codec import shift_tool_runs
 from chunktape.cassettes.model import Cassette, RecordedRequest, ToolRun
-from chunktape.errors import ErrorCode, LlmError
+from chunktape.errors import LIBRARY_ADVICE, Advice, ErrorCode, LlmError
 from chunktape.faults import Fault
 from chunktape.harness.tools import Tool, ToolRunner
 from chunktape.harness.tooltape import (
@@ -239,7 +239,7 @@ class CassetteSession(LlmAdapter):
             self.calls.append(SessionCall(request=request, recorded=False))
             return replayer.open(options, request=request).chunks
         if self.mode is RecordMode.NONE:
-            raise LlmError(f"{self.path} does not exist", ErrorCode.CASSETTE_NOT_FOUND)
+            raise LlmError(f"{self.path} does not exist", ErrorCode.CASSETTE_NOT_FOUND, advice=Advice.RECORD)
         recorder = self._recording_adapter()
         check_reasoning(recorder.inner, options)
         self.calls.append(SessionCall(request=request, recorded=True))
@@ -255,11 +255,11 @@ class CassetteSession(LlmAdapter):
                 self.miss = error
             raise
 
-    def assert_all_played(self) -> None:
+    def assert_all_played(self, *, advice: str = LIBRARY_ADVICE[Advice.UNPLAYED]) -> None:
         """Fail if a replayable interaction, or a recorded tool run this session's ``tools()`` could answer, was never
-        played."""
+        played; the message ends with ``advice`` (the caller's face)."""
         if self._replayer is not None:
-            self._replayer.assert_all_played()
+            self._replayer.assert_all_played(advice=advice)
         unplayed = [] if self._tool_tape is None else self._tool_tape.unplayed()
         if unplayed:
             listed = "; ".join(f"{run.name}({run.arguments})" for run in unplayed[:10])

@@ -42,14 +42,13 @@ from typing import Any, TypeAlias
 import msgspec
 
 from chunktape.cassettes.model import RecordedRequest
-from chunktape.errors import ErrorCode, LlmError
+from chunktape.errors import Advice, ErrorCode, LlmError
 from chunktape.protocol import Message, ToolSpec
 from chunktape.secrets import redact_text
 
 __all__ = [
     "DEFAULT_MATCH",
     "MATCHERS",
-    "MISMATCH_ADVICE",
     "MatchOn",
     "Matcher",
     "RequestMatcher",
@@ -210,8 +209,6 @@ MATCHERS: dict[str, Matcher] = {
 All but ``fingerprint`` compare as the module docstring's table says."""
 
 DEFAULT_MATCH: tuple[str, ...] = ("model", "messages", "tools", "params")
-MISMATCH_ADVICE = "re-record with --tape-mode new_episodes, or relax match_on"
-"""What a mismatch message advises (a face that has other knobs, such as the replay server, replaces it)."""
 
 
 def parse_match_on(match_on: MatchOn) -> tuple[str | Matcher, ...]:
@@ -268,12 +265,14 @@ class RequestMatcher:
         return [name for name, check in self._checks if not check(live, recorded)]
 
     def mismatch(self, live: RecordedRequest, recorded: Sequence[RecordedRequest], where: str) -> LlmError:
-        """The ``CASSETTE_MISMATCH`` error for ``live``: the closest recorded request and a readable diff."""
+        """The ``CASSETTE_MISMATCH`` error for ``live``: the closest recorded request and a readable diff (its
+        ``detail``, after the next step), advised ``RECORD_OR_MATCH`` so each face names its own knobs."""
         summary = f"model={live.model!r}, {len(live.messages)} message(s)"
         if not recorded:
             return LlmError(
                 redact_text(f"no recorded interaction matches the request ({summary}): {where} holds no interactions"),
                 ErrorCode.CASSETTE_MISMATCH,
+                advice=Advice.RECORD_OR_MATCH,
             )
         scored = []
         for index, candidate in enumerate(recorded):
@@ -284,12 +283,12 @@ class RequestMatcher:
         lines = "\n".join(f"    {line}" for line in diff[:12])
         more = f"\n    ... and {len(diff) - 12} more difference(s)" if len(diff) > 12 else ""
         return LlmError(
-            redact_text(
-                f"no recorded interaction in {where} matches the request ({summary}); {MISMATCH_ADVICE}. "
+            redact_text(f"no recorded interaction in {where} matches the request ({summary})"),
+            ErrorCode.CASSETTE_MISMATCH,
+            advice=Advice.RECORD_OR_MATCH,
+            detail=redact_text(
                 f"Closest is interaction #{index} (failing matchers: {failing}), recorded vs requested:\n{lines}{more}"
             ),
-            ErrorCode.CASSETTE_MISMATCH,
-            hint="",  # the advice is in the message, before the diff
         )
 
 

@@ -86,7 +86,7 @@ class _Group(TyperGroup):
             code = error.exit_code
         except LlmError as error:
             self._debug()
-            _report(str(with_cli_hint(error, _state.command)))
+            _report(with_cli_hint(error, _state.command))
             code = EXIT_RUNTIME
         except OSError as error:
             self._debug()

@@ -18,7 +18,7 @@ from chunktape.cassettes.analysis import CASSETTE_SUFFIXES
 from chunktape.cassettes.codec import load_cassette
 from chunktape.cassettes.model import Cassette
 from chunktape.cassettes.redaction import redact
-from chunktape.errors import ErrorCode, LlmError
+from chunktape.errors import AdviceWords, ErrorCode, LlmError
 from chunktape.faults import Fault, parse_fault
 from chunktape.secrets import env_secrets
 from chunktape.timing import Timing
@@ -63,13 +63,14 @@ class CliError(Exception):
         self.exit_code = exit_code
 
 
-_CLI_HINTS: Final[dict[ErrorCode, str]] = {
+_CLI_HINTS: Final[AdviceWords] = {
     ErrorCode.CASSETTE_NOT_FOUND: "check the path; `chunktape record -o FILE` records a new cassette",
     ErrorCode.CASSETTE_CORRUPT: "is it a chunktape cassette (.msgpack or .json)? `chunktape check FILE` says what "
     "is wrong; if its recording crashed, `chunktape recover FILE.journal` rebuilds it",
     ErrorCode.SECRET_DETECTED: "redact it with `chunktape redact FILE --secret VALUE`",
 }
-"""Next steps on the command line, replacing the library's default hints (which speak of pytest options)."""
+"""Next steps on the command line, replacing the library's words (which name Python arguments). No command replays
+by matching a request (``serve`` answers in the server's words), so none meets a mismatch or an exhausted match."""
 _COMMAND_HINTS: Final[dict[tuple[str, ErrorCode], str]] = {
     ("recover", ErrorCode.CASSETTE_NOT_FOUND): "check the path; a recording that ended normally leaves no journal",
     ("recover", ErrorCode.CASSETTE_CORRUPT): "give the <cassette>.journal file an interrupted recording left",
@@ -78,13 +79,10 @@ _COMMAND_HINTS: Final[dict[tuple[str, ErrorCode], str]] = {
 }
 
 
-def with_cli_hint(error: LlmError, command: str | None) -> LlmError:
-    """``error`` with the command line's next step when its raiser left the (library, pytest-minded) default."""
-    if error.hint is None:
-        hint = _COMMAND_HINTS.get((command or "", error.code), _CLI_HINTS.get(error.code))
-        if hint is not None:
-            error.hint = hint
-    return error
+def with_cli_hint(error: LlmError, command: str | None) -> str:
+    """``error`` as one line of ``command``'s output, its next step in the command line's words."""
+    hint = _COMMAND_HINTS.get((command or "", error.code))
+    return error.render({**_CLI_HINTS, error.code: hint} if hint is not None else _CLI_HINTS)
 
 
 def _no_color() -> bool:

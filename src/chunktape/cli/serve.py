@@ -9,6 +9,7 @@ import typer
 
 from chunktape.cassettes.matching import DEFAULT_MATCH, MATCHERS
 from chunktape.cli.common import EXIT_USAGE, CliError, console, err_console, parse_fault_option, timing_option
+from chunktape.errors import ErrorCode, LlmError
 from chunktape.http import ReplayServer, ServerLimits
 from chunktape.http import serve as serve_http
 from chunktape.http.limits import MAX_BODY_BYTES
@@ -70,6 +71,9 @@ def serve(
     """
     if not cassettes and scenarios is None:
         raise CliError("give at least one cassette or --scenarios FILE", EXIT_USAGE)
+    for path in cassettes or []:
+        if not path.exists():  # a cassette miss: the command line's next step (with_cli_hint) says how to record one
+            raise LlmError(f"{path} does not exist", ErrorCode.CASSETTE_NOT_FOUND)
     for path in [*(cassettes or []), *([scenarios] if scenarios is not None else [])]:
         if not path.is_file():
             raise CliError(f"{path} does not exist" if not path.exists() else f"{path} is not a file")

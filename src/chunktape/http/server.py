@@ -82,9 +82,8 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from chunktape.cassettes.codec import LazyCassette, as_cassette, as_lazy
-from chunktape.cassettes.matching import MISMATCH_ADVICE
 from chunktape.cassettes.model import ERROR_STATUSES, Cassette
-from chunktape.errors import ErrorCode, LlmError
+from chunktape.errors import Advice, AdviceWords, ErrorCode, LlmError
 from chunktape.faults import fault_id
 from chunktape.http.limits import ServerLimits, read_body
 from chunktape.http.render import (
@@ -717,22 +716,18 @@ _EARLY_STATUS = {
     ErrorCode.CASSETTE_VERSION: 502,
 }
 _MISSES = frozenset({ErrorCode.CASSETTE_MISMATCH, ErrorCode.CASSETTE_NOT_FOUND, ErrorCode.CASSETTE_EXHAUSTED})
-_SERVER_ADVICE = (
-    "record the request into the cassette (chunktape record), or serve with --match-on naming fewer fields "
-    "(e.g. --match-on model,last_message)"
-)
-_SERVER_HINTS = {
-    ErrorCode.CASSETTE_EXHAUSTED: "POST /reset to play the cassette again from the start, or serve with --repeat",
+_SERVER_ADVICE: AdviceWords = {
+    Advice.RECORD_OR_MATCH: "record the request into the cassette (chunktape record), or serve with --match-on naming "
+    "fewer fields (e.g. --match-on model,last_message)",
+    Advice.RECORD_OR_REPEAT: "POST /reset to play the cassette again from the start, or serve with --repeat",
     ErrorCode.CASSETTE_NOT_FOUND: "give chunktape serve a cassette that exists",
 }
-"""The next step named in the server's own knobs (the library's defaults name pytest options and arguments)."""
+"""The next step of a miss in the server's own knobs (the library's name Python arguments, pytest's its flags)."""
 
 
 def _miss_message(exc: LlmError) -> str:
-    """``[CODE] message; next step`` for a cassette miss, in the server's knobs."""
-    message = exc.message.replace(MISMATCH_ADVICE, _SERVER_ADVICE)
-    hint = exc.hint or _SERVER_HINTS.get(exc.code)
-    return f"[{exc.code.value}] {message}" + (f"; {hint}" if hint else "")
+    """``[CODE] message; next step. detail`` for a cassette miss, in the server's knobs."""
+    return exc.render(_SERVER_ADVICE)
 
 
 def _early_error(exc: LlmError, headers: dict[str, str]) -> Response | None:

@@ -12,7 +12,7 @@ from chunktape.cassettes.codec import LazyCassette, as_lazy
 from chunktape.cassettes.matching import RequestMatcher
 from chunktape.cassettes.model import Cancelled, Cassette, Interaction, Raised, RecordedRequest
 from chunktape.cassettes.redaction import redact_request, secrets_to_redact
-from chunktape.errors import ErrorCode, LlmError
+from chunktape.errors import LIBRARY_ADVICE, Advice, ErrorCode, LlmError
 from chunktape.faults.plan import ActiveFault, FaultPlan, reservation
 from chunktape.protocol import GenerateOptions, LlmAdapter, ReasoningOption, StreamChunk, aclose_stream
 from chunktape.replay_options import ReplayKeywords, ReplayOptions
@@ -128,6 +128,7 @@ class ReplayAdapter(LlmAdapter):
             f"the request (model={request.model!r}) matches {len(candidates)} interaction(s) in {self._where} "
             f"({numbers}), all already played",
             ErrorCode.CASSETTE_EXHAUSTED,
+            advice=Advice.RECORD_OR_REPEAT,
         )
 
     def _recorded_form(self, options: GenerateOptions | RecordedRequest) -> RecordedRequest:
@@ -153,8 +154,9 @@ class ReplayAdapter(LlmAdapter):
     def unplayed(self) -> list[int]:
         return [index for index, count in enumerate(self.play_counts) if count == 0]
 
-    def assert_all_played(self) -> None:
-        """Fail if a recorded interaction was never played (the code under test made fewer calls)."""
+    def assert_all_played(self, *, advice: str = LIBRARY_ADVICE[Advice.UNPLAYED]) -> None:
+        """Fail if a recorded interaction was never played (the code under test made fewer calls); the message
+        ends with ``advice``, the next step in the caller's face (the pytest plugin names ``--tape-mode``)."""
         unplayed = self.unplayed()
         if not unplayed:
             return
@@ -163,7 +165,7 @@ class ReplayAdapter(LlmAdapter):
         more = f"; and {len(unplayed) - 10} more" if len(unplayed) > 10 else ""
         raise AssertionError(
             f"{len(unplayed)} of {len(requests)} recorded interaction(s) in {self._where} were never played: "
-            f"{listed}{more}"
+            f"{listed}{more}; {advice}"
         )
 
     # -- playing -------------------------------------------------------------------------------
