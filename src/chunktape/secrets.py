@@ -9,8 +9,9 @@ config; a hit covers the whole run).
 
 A key with a short prefix (``AKIA``, ``AIza``, ``sk-``) must not follow an ASCII letter or digit (``task-...`` is
 not a key), but may follow anything else: ``_``, punctuation, a JSON escape, or Chinese text (``我的密钥是sk-...``).
-A distinctive prefix (``sk-proj-``, ``github_pat_``) may follow anything. Redaction runs to a fixed point, so replacing one credential never makes a new
-one appear (``...789sk-`` becomes ``[REDACTED]sk-``, which is itself a key-shaped start).
+A distinctive prefix (``sk-proj-``, ``github_pat_``) may follow anything. Redaction runs to a fixed point, so
+replacing one credential never makes a new one appear (``...789sk-`` becomes ``[REDACTED]sk-``, which is itself
+a key-shaped start).
 
 ``detect-secrets`` was measured as the alternative (see the i11 report): its plugins miss ``sk-proj-``,
 ``sk-ant-``, ``AIza``, ``hf_``, ``gsk_``, ``xai-``, ``xapp-``, ``Basic`` values and base64 of a key, and it scans
@@ -111,6 +112,18 @@ def _named(name: str, value: str) -> re.Pattern[str]:
     return re.compile(f"{name}{separator}(?P<secret>{value})(?![A-Za-z0-9/+=])")
 
 
+def _spellings(*words: str) -> tuple[str, ...]:
+    """Needles for a name the regex takes in any case: its usual spellings (``secret_access_key``,
+    ``SECRET_ACCESS_KEY``, ``SecretAccessKey``, ``secret-access-key``...), less the first letter (``s`` or ``S``).
+    A case-insensitive screen would be slower than the whole scan."""
+    forms = {
+        (case(words[0]) + sep + sep.join(case(word) for word in words[1:]))[1:]
+        for sep in ("_", "-", "")
+        for case in (str.lower, str.upper, str.capitalize)
+    }
+    return tuple(sorted(forms))
+
+
 _BUILTIN: dict[str, _Shape] = {
     # OpenAI (sk-, sk-proj-), Anthropic (sk-ant-), DeepSeek, OpenRouter (sk-or-): the providers' key formats
     "api key (sk-...)": _key(
@@ -132,13 +145,13 @@ _BUILTIN: dict[str, _Shape] = {
             r"(?:(?i:secret[_\-]?access[_\-]?key)|(?:AWS|Aws|aws(?=[_.\-SK]))[A-Za-z0-9_.\- ]{0,20}?(?i:secret|key))",
             "[A-Za-z0-9/+]{40}",
         ),
-        ("AWS", "Aws", "aws_", "aws.", "aws-", "awsS", "awsK", "ecret", "ECRET"),
+        ("AWS", "Aws", "aws_", "aws.", "aws-", "awsS", "awsK", *_spellings("secret", "access", "key")),
     ),
     # STS session tokens ("SessionToken": "IQoJb3JpZ2lu..." from assume-role, aws_session_token, the older
     # aws_security_token): long base64, told apart by their name as well
     "AWS session token": _Shape(
         _named(r"(?i:se(?:ssion|curity)[_\-]?token)", "[A-Za-z0-9/+]{40,}=*"),
-        ("ession", "ESSION", "ecurity", "ECURITY"),
+        (*_spellings("session", "token"), *_spellings("security", "token")),
     ),
     # Google Cloud API keys (gitleaks gcp-api-key)
     "Google API key": _key(r"AIza[0-9A-Za-z_\-]{35}", ("AIza",)),
@@ -400,6 +413,22 @@ def _runs(text: str, minimum: int) -> Iterator[tuple[int, int, str]]:
         start = marks.find(wanted, end)
 
 
+def _trie(needles: Iterable[str]) -> str:
+    """A regex matching any of ``needles``, their common prefixes factored out (``e(?:yJ|arer|cret_...)``), so
+    the engine tests each character of the text against one branch per first letter, not one per needle."""
+    branches: dict[str, list[str]] = {}
+    for needle in needles:
+        branches.setdefault(needle[:1], []).append(needle[1:])
+    parts = []
+    for first, rests in sorted(branches.items()):
+        if "" in rests:  # a needle ends here: the rest are longer and need not be looked for
+            parts.append(re.escape(first))
+            continue
+        rest = _trie(rests)
+        parts.append(re.escape(first) + (rest if len(rests) == 1 else f"(?:{rest})"))
+    return "|".join(parts)
+
+
 class Scanner:
     """A credential search set up once: the literal secrets given, and (``patterns``) the key shapes in force.
 
@@ -415,7 +444,7 @@ class Scanner:
         self._always = any(not shape.needles for shape in shapes.values())
         needles = dict.fromkeys([*self.literals, *(needle for shape in shapes.values() for needle in shape.needles)])
         # one alternation: the regex engine skips, in C, every position whose character starts no needle
-        self._screen = re.compile("|".join(map(re.escape, sorted(needles, key=len, reverse=True))) or "(?!)")
+        self._screen = re.compile(_trie(needles) or "(?!)")
         # base64 of a literal at any alignment keeps 4/3 of its length, less up to 2 characters at each end
         self._run = min([_SCREEN_RUN, *(len(secret) * 4 // 3 - 4 for secret in self.literals)])
 
