@@ -306,8 +306,8 @@ def test_a_secret_in_a_finish_detail_is_found_and_redacted() -> None:
         ('{"note": "line one\\n' + PATTERN_KEY + '"}', '{"note": "line one\\n' + REDACTED + '"}'),
         ('{"note": "col\\t' + PATTERN_KEY + '"}', '{"note": "col\\t' + REDACTED + '"}'),
         ('{"env": "OPENAI_' + PATTERN_KEY + '"}', '{"env": "OPENAI_' + REDACTED + '"}'),
-        # an escape whose raw form ends in a hex digit: only the decoded string shows the key; all of it goes
-        ('{"a": 1, "note": "x\\u000a' + PATTERN_KEY + '"}', '{"a": 1, "note": "' + REDACTED + '"}'),
+        # an escape whose raw form ends in a hex digit: only the decoded text shows the key, which alone goes
+        ('{"a": 1, "note": "x\\u000a' + PATTERN_KEY + '"}', '{"a": 1, "note": "x\\u000a' + REDACTED + '"}'),
     ],
     ids=["after-newline-escape", "after-tab-escape", "after-underscore", "after-unicode-escape"],
 )

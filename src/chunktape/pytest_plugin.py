@@ -43,6 +43,7 @@ from chunktape._matrix import (
 from chunktape.errors import Advice, AdviceWords, ErrorCode, LlmError
 from chunktape.protocol import LlmAdapter, WrappingAdapter
 from chunktape.replay_options import ReplayOptions
+from chunktape.secrets import redact_text
 from chunktape.session import MISS_CODES, CassetteSession, RecordMode, use_cassette
 
 __all__ = ["BASELINE_ID", "Tape"]
@@ -162,7 +163,9 @@ def _record_mode(config: pytest.Config, marker_mode: object) -> RecordMode:
         try:
             return RecordMode.parse(marker_mode)
         except LlmError as error:
-            raise pytest.fail.Exception(f"@pytest.mark.tape(mode=...): {error.message}", pytrace=False) from None
+            raise pytest.fail.Exception(
+                redact_text(f"@pytest.mark.tape(mode=...): {error.message}"), pytrace=False
+            ) from None
     ini = str(config.getini("tape_mode"))
     return RecordMode(ini) if ini else RecordMode.NONE
 
@@ -222,7 +225,7 @@ def _tape_fault(request: pytest.FixtureRequest) -> MatrixRun | None:
     """The fault the matrix injects into this run (None outside the matrix and in its ``[no-fault]`` run)."""
     param: MatrixRun | BadMatrix | None = getattr(request, "param", None)
     if isinstance(param, BadMatrix):
-        pytest.fail(f"@pytest.mark.tape_fault_matrix: {param.problem}", pytrace=False)
+        pytest.fail(redact_text(f"@pytest.mark.tape_fault_matrix: {param.problem}"), pytrace=False)
     return param
 
 
@@ -336,7 +339,9 @@ def _live(value: LiveAdapter) -> Callable[[], LlmAdapter]:
         return lambda: WrappingAdapter(value)
     if callable(value):
         return value
-    pytest.fail(f"tape_live_adapter must return an LlmAdapter or a factory of one, got {value!r}", pytrace=False)
+    pytest.fail(
+        redact_text(f"tape_live_adapter must return an LlmAdapter or a factory of one, got {value!r}"), pytrace=False
+    )
 
 
 @pytest.fixture
@@ -360,7 +365,7 @@ def tape(
         name = _check_name(options["name"]) if options.get("name") is not None else _test_name(item, matrix_id)
         replay = ReplayOptions(**{key: options[key] for key in _REPLAY_ARGS if options.get(key) is not None})
     except LlmError as error:
-        raise pytest.fail.Exception(f"@pytest.mark.tape: {error.message}", pytrace=False) from None
+        raise pytest.fail.Exception(redact_text(f"@pytest.mark.tape: {error.message}"), pytrace=False) from None
     path = tape_dir / _file_name(name)
     gate = _baseline_gate(request)
     if _tape_fault is not None:
@@ -385,7 +390,7 @@ def tape(
             run_id=request.config.stash[_run_key],
         )
     except LlmError as error:  # an unreadable cassette: the message says what to do
-        raise pytest.fail.Exception(f"{_show(request.config, path)}: {error}", pytrace=False) from None
+        raise pytest.fail.Exception(redact_text(f"{_show(request.config, path)}: {error}"), pytrace=False) from None
     session.owner_closes = True  # saved below, once the test's outcome is known
     if _tape_fault is not None:
         session.fault, session.fault_id = _tape_fault.fault, _tape_fault.ident
@@ -404,7 +409,7 @@ def tape(
             recorded = sum(1 for made in session.calls if made.recorded)
             kept = {"path": _show(request.config, session.written), "interactions": recorded, "failed": True}
             item.user_properties.append((_PROPERTY, kept))
-        raise pytest.fail.Exception(f"{_show(request.config, path)}: {error}", pytrace=False) from None
+        raise pytest.fail.Exception(redact_text(f"{_show(request.config, path)}: {error}"), pytrace=False) from None
     if written is not None:
         recorded = sum(1 for made in session.calls if made.recorded)
         total = len(session.cassette.interactions) if passed else recorded
@@ -456,7 +461,7 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
         try:
             session.assert_all_played(advice=_ADVICE[Advice.UNPLAYED])
         except AssertionError as error:
-            raise pytest.fail.Exception(f"--tape-strict: {error}", pytrace=False) from None
+            raise pytest.fail.Exception(redact_text(f"--tape-strict: {error}"), pytrace=False) from None
     return result
 
 
@@ -493,7 +498,7 @@ def pytest_runtest_makereport(
                 f"[CASSETTE_NOT_FOUND] no cassette at {_show(item.config, session.path)} (record mode "
                 f"{session.mode.value!r} only replays); record it with: pytest '{item.nodeid}' --tape-mode once"
             )
-        report.longrepr = f"{item.nodeid}: {text}"
+        report.longrepr = redact_text(f"{item.nodeid}: {text}")
     elif session.miss is not None:
         caught = session.miss.render(_ADVICE)
         report.sections.append(("chunktape", f"the cassette reported (and the test caught): {caught}"))

@@ -3,13 +3,15 @@
 On a low floor (it imports only ``errors``) so that providers, cassettes, matching, the server and the CLI all
 use the same search. Credentials are literal values (an adapter's ``secrets``, ``env_secrets()``) and
 key-shaped strings (``KEY_PATTERNS``, extensible with ``register_pattern`` or ``CHUNKTAPE_REDACT_PATTERNS``).
-A text is also searched through two encodings people paste keys in: inside a quoted JSON string holding
-escapes (``"\\u0073k-..."``, decoded; also a string cut off before its closing quote) and base64 runs
-(``Basic`` values, encoded config); a hit there covers the whole string or run.
+A text is also searched through two encodings people paste keys in: ``\\u`` escapes, decoded wherever they are
+(a hit covers the escapes that spell it), and base64 runs, also wrapped over lines (``Basic`` values, encoded
+config; a hit covers the whole run).
 
-A key-shaped string must not follow a letter or digit (``task-...`` is not a key), but may follow ``_``,
-punctuation or a JSON escape. Redaction runs to a fixed point, so replacing one credential never makes a new
-one appear (``...789sk-`` becomes ``[REDACTED]sk-``, which is itself a key-shaped start).
+A key with a short prefix (``AKIA``, ``AIza``, ``sk-``) must not follow an ASCII letter or digit (``task-...`` is
+not a key), but may follow anything else: ``_``, punctuation, a JSON escape, or Chinese text (``我的密钥是sk-...``).
+A distinctive prefix (``sk-proj-``, ``github_pat_``) may follow anything. Redaction runs to a fixed point, so
+replacing one credential never makes a new one appear (``...789sk-`` becomes ``[REDACTED]sk-``, which is itself
+a key-shaped start).
 
 ``detect-secrets`` was measured as the alternative (see the i11 report): its plugins miss ``sk-proj-``,
 ``sk-ant-``, ``AIza``, ``hf_``, ``gsk_``, ``xai-``, ``xapp-``, ``Basic`` values and base64 of a key, and it scans
@@ -53,10 +55,12 @@ REDACTED = "[REDACTED]"
 MIN_SECRET_LENGTH = 8
 """Shorter values (``TOKEN=1``) are too likely to occur by chance to be treated as secrets."""
 
-_START = r"(?:(?<![^\W_])|(?<=\\[bfnrt]))"
-"""Where a key may start: not right after a letter or digit (``\\b`` also refused ``_`` and the ``n`` of a
-JSON ``\\n``), or right after a JSON escape."""
-_END = r"(?![^\W_])"
+_ASCII_ALNUM = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789")
+_START = r"(?:(?<![A-Za-z0-9])|(?<=\\[bfnrt]))"
+"""Where a short-prefixed key may start: not right after an ASCII letter or digit (``task-...``, ``1AKIA...``),
+or right after a JSON escape. Any other character may come first: Chinese and Japanese put no space before a
+key (``我的密钥是sk-...``), nor does ``clé:``."""
+_END = r"(?![A-Za-z0-9])"
 
 
 class _Shape(NamedTuple):
@@ -69,16 +73,25 @@ class _Shape(NamedTuple):
     search: re.Pattern[str] | None = None
     """``pattern`` without its leading ``_START``, which is checked in Python instead: a regex that starts
     with a lookbehind is tried at every position, one that starts with a literal is found at C speed."""
+    anywhere: tuple[str, ...] = ()
+    """Prefixes distinctive enough to start a key right after anything, even a letter (``key1sk-proj-...``)."""
 
 
-def _key(body: str, needles: tuple[str, ...], check: Callable[[str], bool] | None = None) -> _Shape:
-    """A key shape that must start clean (see ``_START``)."""
-    return _Shape(re.compile(_START + body), needles, check, re.compile(body))
+def _key(
+    body: str,
+    needles: tuple[str, ...],
+    check: Callable[[str], bool] | None = None,
+    *,
+    anywhere: tuple[str, ...] = (),
+) -> _Shape:
+    """A key shape that must start clean (see ``_START``), unless it starts with one of ``anywhere``."""
+    start = _START if not anywhere else f"(?:(?={'|'.join(map(re.escape, anywhere))})|{_START})"
+    return _Shape(re.compile(start + body), needles, check, re.compile(body), anywhere)
 
 
 def _clean_start(text: str, start: int) -> bool:
-    """``_START`` at ``start``: not right after a letter or digit, unless that is the letter of a JSON escape."""
-    if start == 0 or not text[start - 1].isalnum():
+    """``_START`` at ``start``: not right after an ASCII letter or digit, unless that is the letter of a JSON escape."""
+    if start == 0 or text[start - 1] not in _ASCII_ALNUM:
         return True
     return start >= 2 and text[start - 2] == "\\" and text[start - 1] in "bfnrt"
 
@@ -92,26 +105,62 @@ def _basic_credentials(found: str) -> bool:
     return b":" in decoded and decoded.isascii() and decoded.decode().isprintable()
 
 
+def _named(name: str, value: str) -> re.Pattern[str]:
+    """A credential told apart by the name before it: ``name``, a separator (``=``, ``: "``, also escaped inside
+    a JSON string: ``\\": \\"``), then ``value``, the ``secret`` group (the name stays readable)."""
+    separator = r"[A-Za-z0-9_.\- ]{0,20}?\\?[\"']?\s*[:=]\s*\\?[\"']?"
+    return re.compile(f"{name}{separator}(?P<secret>{value})(?![A-Za-z0-9/+=])")
+
+
+def _spellings(*words: str) -> tuple[str, ...]:
+    """Needles for a name the regex takes in any case: its usual spellings (``secret_access_key``,
+    ``SECRET_ACCESS_KEY``, ``SecretAccessKey``, ``secret-access-key``...), less the first letter (``s`` or ``S``).
+    A case-insensitive screen would be slower than the whole scan."""
+    forms = {
+        (case(words[0]) + sep + sep.join(case(word) for word in words[1:]))[1:]
+        for sep in ("_", "-", "")
+        for case in (str.lower, str.upper, str.capitalize)
+    }
+    return tuple(sorted(forms))
+
+
 _BUILTIN: dict[str, _Shape] = {
     # OpenAI (sk-, sk-proj-), Anthropic (sk-ant-), DeepSeek, OpenRouter (sk-or-): the providers' key formats
-    "api key (sk-...)": _key(r"sk-[A-Za-z0-9_\-]{20,}", ("sk-",)),
+    "api key (sk-...)": _key(
+        r"sk-[A-Za-z0-9_\-]{20,}", ("sk-",), anywhere=("sk-proj-", "sk-ant-", "sk-or-", "sk-svcacct-", "sk-admin-")
+    ),
     # GitHub's documented token prefixes (github.blog, "Behind GitHub's new authentication token formats")
     "GitHub token": _key(
         r"(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{30,})",
         ("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_"),
+        anywhere=("github_pat_",),
     ),
     # AWS key ids: AKIA long-term, ASIA STS session, ABIA/ACCA (gitleaks rule aws-access-token)
     "AWS access key": _key(r"(?:AKIA|ASIA|ABIA|ACCA)[0-9A-Z]{16}" + _END, ("AKIA", "ASIA", "ABIA", "ACCA")),
-    # 40 base64 characters are only told apart by their name next to them (detect-secrets' AWSKeyDetector)
-    "AWS secret access key": _key(
-        r"(?:AWS|Aws|aws(?=[_.\-SK]))[A-Za-z0-9_.\- ]{0,20}?(?i:secret|key)[A-Za-z0-9_.\- ]{0,20}?"
-        r"[\"']?\s*[:=]\s*[\"']?(?P<secret>[A-Za-z0-9/+]{40})(?![A-Za-z0-9/+=])",
-        ("AWS", "Aws", "aws_", "aws.", "aws-", "awsS", "awsK"),
+    # 40 base64 characters are only told apart by the name next to them (detect-secrets' AWSKeyDetector), as the
+    # AWS tools print it: "SecretAccessKey": (sts, iam JSON), secret_access_key= (boto3), aws_secret_access_key
+    # (credentials files, env), in any case; the name may end a longer word (awsSecretAccessKey, mySecretKey)
+    "AWS secret access key": _Shape(
+        _named(
+            r"(?:(?i:secret[_\-]?access[_\-]?key)|(?:AWS|Aws|aws(?=[_.\-SK]))[A-Za-z0-9_.\- ]{0,20}?(?i:secret|key))",
+            "[A-Za-z0-9/+]{40}",
+        ),
+        ("AWS", "Aws", "aws_", "aws.", "aws-", "awsS", "awsK", *_spellings("secret", "access", "key")),
+    ),
+    # STS session tokens ("SessionToken": "IQoJb3JpZ2lu..." from assume-role, aws_session_token, the older
+    # aws_security_token): long base64, told apart by their name as well
+    "AWS session token": _Shape(
+        _named(r"(?i:se(?:ssion|curity)[_\-]?token)", "[A-Za-z0-9/+]{40,}=*"),
+        (*_spellings("session", "token"), *_spellings("security", "token")),
     ),
     # Google Cloud API keys (gitleaks gcp-api-key)
     "Google API key": _key(r"AIza[0-9A-Za-z_\-]{35}", ("AIza",)),
     # Slack bot/user/app tokens (api.slack.com/authentication/token-types; gitleaks slack-app-token)
-    "Slack token": _key(r"(?:xox[abposre]-[A-Za-z0-9\-]{10,}|xapp-[0-9]-[A-Za-z0-9\-]{10,})", ("xox", "xapp-")),
+    "Slack token": _key(
+        r"(?:xox[abposre]-[A-Za-z0-9\-]{10,}|xapp-[0-9]-[A-Za-z0-9\-]{10,})",
+        ("xox", "xapp-"),
+        anywhere=("xoxb-", "xoxp-", "xapp-"),  # not xoxo-, which is prose
+    ),
     # incoming webhooks carry their secret in the path (gitleaks slack-webhook-url)
     "Slack webhook URL": _Shape(
         re.compile(r"hooks\.slack\.com/(?:services|workflows|triggers)/[A-Za-z0-9+/_\-]{20,}"), ("hooks.slack.com",)
@@ -126,9 +175,9 @@ _BUILTIN: dict[str, _Shape] = {
     "Groq key": _key(r"gsk_[A-Za-z0-9]{20,}", ("gsk_",)),
     "xAI key": _key(r"xai-[A-Za-z0-9]{20,}", ("xai-",)),
     # GitLab personal access tokens, npm and PyPI upload tokens (gitleaks gitlab-pat, npm-access-token, pypi)
-    "GitLab token": _key(r"glpat-[A-Za-z0-9_\-]{20,}", ("glpat-",)),
+    "GitLab token": _key(r"glpat-[A-Za-z0-9_\-]{20,}", ("glpat-",), anywhere=("glpat-",)),
     "npm token": _key(r"npm_[A-Za-z0-9]{36}", ("npm_",)),
-    "PyPI token": _key(r"pypi-AgE[A-Za-z0-9_\-]{50,}", ("pypi-AgE",)),
+    "PyPI token": _key(r"pypi-AgE[A-Za-z0-9_\-]{50,}", ("pypi-AgE",), anywhere=("pypi-AgE",)),
     # RFC 7468 PEM; up to the END line, or to where the key body stops (a stream cut short)
     "private key": _Shape(
         re.compile(
@@ -278,29 +327,39 @@ def mask(secret: str) -> str:
     return f"{secret[:4]}…({len(secret)} chars)"
 
 
-_JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*(?:(?P<close>")|\\?\Z)', re.DOTALL)
-"""A quoted JSON string, or one cut off at the end of the text (a stream that stopped mid-argument)."""
-_PARTIAL_ESCAPE = re.compile(r"\\(?:u[0-9a-fA-F]{0,3})?\Z")
-_UNICODE_ESCAPE = re.compile(r"\\u([0-9a-fA-F]{4})")
+_UNICODE_ESCAPE = re.compile(r"\\+u([dD][89abAB][0-9a-fA-F]{2})\\+u([dD][c-fC-F][0-9a-fA-F]{2})|\\+u([0-9a-fA-F]{4})")
+"""A JSON ``\\uXXXX`` escape, or a surrogate pair of two (one character); also escaped again (``\\\\u0073``: a
+JSON snippet inside a JSON string, as tool arguments hold one)."""
 _BASE64_ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/-_"
 _MIN_RUN = 11
 """Base64 (standard or URL-safe) this long can hold an 8-character secret."""
-_BASE64_RUN = re.compile(rf"[A-Za-z0-9+/_\-]{{{_MIN_RUN},}}")
 _SCREEN_RUN = 24
 """The screen decodes runs this long for key shapes: a key needs 20 characters, which base64 makes 28."""
-_json_string = msgspec.json.Decoder(str)
 _URLSAFE = str.maketrans("-_", "+/")
+_LINE_BREAKS = (b"\n", b"\r\n", b"\\n", b"\\r\\n")
+"""What may end a line of wrapped base64: a newline, or its JSON escape (inside tool arguments)."""
 
 
-def _decode_json_string(token: re.Match[str]) -> str | None:
-    """The content of a JSON string token, decoded; a cut-off one loses its incomplete last escape."""
-    raw = token.group()
-    if token.group("close") is None:
-        raw = _PARTIAL_ESCAPE.sub("", raw) + '"'
-    try:
-        return _json_string.decode(raw)
-    except msgspec.DecodeError:
-        return None
+def _unescaped(text: str) -> tuple[str, list[int]]:
+    """``text`` with its ``\\uXXXX`` escapes decoded, wherever they are (a JSON snippet pasted after an odd
+    ``"`` is not tokenised the way it was written), and where each decoded character starts in ``text`` (one
+    entry more: the end), so a match in the decoded text maps back onto the characters that spelled it."""
+    parts: list[str] = []
+    starts: list[int] = []
+    position = 0
+    for match in _UNICODE_ESCAPE.finditer(text):
+        high, low, single = match.groups()
+        parts.append(text[position : match.start()])
+        starts.extend(range(position, match.start()))
+        if single is None:
+            parts.append(chr(0x10000 + ((int(high, 16) - 0xD800) << 10) + int(low, 16) - 0xDC00))
+        else:
+            parts.append(chr(int(single, 16)))
+        starts.append(match.start())
+        position = match.end()
+    parts.append(text[position:])
+    starts.extend(range(position, len(text) + 1))
+    return "".join(parts), starts
 
 
 def _base64_texts(run: str) -> Iterator[str]:
@@ -322,29 +381,52 @@ def _base64_texts(run: str) -> Iterator[str]:
 _RUN_MARKS = bytes(0x61 if chr(byte) in _BASE64_ALPHABET else 0x20 for byte in range(256))
 
 
-def _run_spans(text: str) -> Iterator[tuple[int, int]]:
-    """Where the base64 runs of ``text`` are (at C speed on ASCII text, the usual case)."""
-    if not text.isascii():
-        for match in _BASE64_RUN.finditer(text):
-            yield match.span()
-        return
-    yield from _byte_runs(text.encode("ascii"), _MIN_RUN)
+def _runs(text: str, minimum: int) -> Iterator[tuple[int, int, str]]:
+    """The base64 runs of ``text`` at least ``minimum`` long, with their span and content, at C speed.
 
-
-def _byte_runs(data: bytes, minimum: int) -> Iterator[tuple[int, int]]:
-    """The runs of base64 characters at least ``minimum`` long, found on a byte map of ``data``."""
+    Base64 wrapped over lines (``base64``'s 76 columns, PEM's 64) is one run: a first line (which may be glued
+    to a word before it), lines as long as the second, and a shorter last one, each after a single line break;
+    its content is the lines joined, its span all of them.
+    """
+    data = text.encode("ascii", "replace")  # one byte per character: byte offsets are text offsets
     marks = data.translate(_RUN_MARKS)
+    size = len(marks)
     wanted = b"a" * minimum
     start = marks.find(wanted)
     while start >= 0:
         end = marks.find(b" ", start)
-        end = len(marks) if end < 0 else end
-        yield start, end
+        end = size if end < 0 else end
+        pieces = [data[start:end]]
+        width = 0  # of a full line: the second one's
+        while True:
+            after = next((end + len(brk) for brk in _LINE_BREAKS if data.startswith(brk, end)), size)
+            if after >= size or marks[after] != 0x61:
+                break
+            stop = marks.find(b" ", after)
+            stop = size if stop < 0 else stop
+            pieces.append(data[after:stop])
+            line, end = stop - after, stop
+            width = width or line
+            if line != width or width % 4:
+                break  # the last line, or lines that are not a wrap
+        yield start, end, b"".join(pieces).decode("ascii")
         start = marks.find(wanted, end)
 
 
-def _unescape(text: str) -> str:
-    return _UNICODE_ESCAPE.sub(lambda match: chr(int(match.group(1), 16)), text)
+def _trie(needles: Iterable[str]) -> str:
+    """A regex matching any of ``needles``, their common prefixes factored out (``e(?:yJ|arer|cret_...)``), so
+    the engine tests each character of the text against one branch per first letter, not one per needle."""
+    branches: dict[str, list[str]] = {}
+    for needle in needles:
+        branches.setdefault(needle[:1], []).append(needle[1:])
+    parts = []
+    for first, rests in sorted(branches.items()):
+        if "" in rests:  # a needle ends here: the rest are longer and need not be looked for
+            parts.append(re.escape(first))
+            continue
+        rest = _trie(rests)
+        parts.append(re.escape(first) + (rest if len(rests) == 1 else f"(?:{rest})"))
+    return "|".join(parts)
 
 
 class Scanner:
@@ -362,7 +444,7 @@ class Scanner:
         self._always = any(not shape.needles for shape in shapes.values())
         needles = dict.fromkeys([*self.literals, *(needle for shape in shapes.values() for needle in shape.needles)])
         # one alternation: the regex engine skips, in C, every position whose character starts no needle
-        self._screen = re.compile("|".join(map(re.escape, sorted(needles, key=len, reverse=True))) or "(?!)")
+        self._screen = re.compile(_trie(needles) or "(?!)")
         # base64 of a literal at any alignment keeps 4/3 of its length, less up to 2 characters at each end
         self._run = min([_SCREEN_RUN, *(len(secret) * 4 // 3 - 4 for secret in self.literals)])
 
@@ -371,17 +453,15 @@ class Scanner:
         screen = self._screen.search
         if self._always or screen(text):
             return True
-        if "\\u" in text and screen(_unescape(text)):
+        if "\\u" in text and screen(_unescaped(text)[0]):
             return True
-        data = text.encode("utf-8", "surrogateescape")
-        runs = (data[start:end].decode("ascii") for start, end in _byte_runs(data, self._run))
-        return any(screen(decoded) for run in runs for decoded in _base64_texts(run))
+        return any(screen(decoded) for _, _, run in _runs(text, self._run) for decoded in _base64_texts(run))
 
     def matches(self, text: str, *, decode: bool = True) -> Iterator[Found]:
         """Every credential in ``text``.
 
-        With ``decode``, a quoted JSON string holding an escape and a base64 run are also searched decoded; a
-        hit there spans the whole string content or run in ``text`` (its raw form does not hold it verbatim).
+        With ``decode``, ``text`` is also searched with its ``\\u`` escapes decoded (a hit spans the escapes that
+        spell it) and each base64 run decoded (a hit spans the whole run, over all its lines if it is wrapped).
         """
         for secret in self.literals:
             start = text.find(secret)
@@ -396,7 +476,11 @@ class Scanner:
             position = 0
             while (match := regex.search(text, position)) is not None:
                 position = max(match.end(), match.start() + 1)
-                if shape.search is not None and not _clean_start(text, match.start()):
+                if (
+                    shape.search is not None
+                    and not match.group().startswith(shape.anywhere)
+                    and not _clean_start(text, match.start())
+                ):
                     position = match.start() + 1  # a later, clean start may overlap this one
                     continue
                 start, end = match.span("secret") if named else match.span()
@@ -405,19 +489,13 @@ class Scanner:
                 yield Found(label, text[start:end], start, end)
         if not decode:
             return
-        if "\\" in text:
-            for token in _JSON_STRING.finditer(text):
-                raw = token.group()
-                if "\\" not in raw:
-                    continue
-                decoded = _decode_json_string(token)
-                if decoded is None:
-                    continue
-                content_end = token.end() - 1 if token.group("close") is not None else token.end()
-                for label, found, _, _ in self.matches(decoded, decode=False):
-                    yield Found(label, found, token.start() + 1, content_end)
-        for start, end in _run_spans(text):
-            for decoded in _base64_texts(text[start:end]):
+        if "\\u" in text:
+            decoded, starts = _unescaped(text)
+            if len(decoded) < len(text):
+                for label, found, start, end in self.matches(decoded, decode=False):
+                    yield Found(label, found, starts[start], starts[end])
+        for start, end, run in _runs(text, _MIN_RUN):
+            for decoded in _base64_texts(run):
                 for label, found, _, _ in self.matches(decoded, decode=False):
                     yield Found(f"base64 of {label}" if label else "", found, start, end)
 
@@ -472,8 +550,13 @@ class Scanner:
 
 
 def usable(secrets: Iterable[str]) -> tuple[str, ...]:
-    """Long enough to be a credential, and not part of the marker itself (redacting would never end); longest first."""
-    found = {secret for secret in secrets if len(secret) >= MIN_SECRET_LENGTH and secret not in REDACTED}
+    """Long enough to be a credential, and not part of the marker itself (redacting would never end); longest first.
+
+    A value with spaces or a line end around it (a ``.env`` saved with CRLF) also counts stripped: that is what
+    a program sends.
+    """
+    candidates = {form for secret in secrets for form in (secret, secret.strip())}
+    found = {secret for secret in candidates if len(secret) >= MIN_SECRET_LENGTH and secret not in REDACTED}
     return tuple(sorted(found, key=len, reverse=True))
 
 

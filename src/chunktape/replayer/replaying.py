@@ -16,6 +16,7 @@ from chunktape.errors import LIBRARY_ADVICE, Advice, ErrorCode, LlmError
 from chunktape.faults.plan import ActiveFault, FaultPlan, reservation
 from chunktape.protocol import GenerateOptions, LlmAdapter, ReasoningOption, StreamChunk, aclose_stream
 from chunktape.replay_options import ReplayKeywords, ReplayOptions
+from chunktape.secrets import redact_text
 
 __all__ = ["Hold", "ReplayAdapter", "ReplayCall"]
 
@@ -164,8 +165,10 @@ class ReplayAdapter(LlmAdapter):
         listed = "; ".join(f"#{index} {_describe(requests[index])}" for index in unplayed[:10])
         more = f"; and {len(unplayed) - 10} more" if len(unplayed) > 10 else ""
         raise AssertionError(
-            f"{len(unplayed)} of {len(requests)} recorded interaction(s) in {self._where} were never played: "
-            f"{listed}{more}; {advice}"
+            redact_text(
+                f"{len(unplayed)} of {len(requests)} recorded interaction(s) in {self._where} were never played: "
+                f"{listed}{more}; {advice}"
+            )
         )
 
     # -- playing -------------------------------------------------------------------------------
