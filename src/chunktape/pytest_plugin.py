@@ -40,10 +40,10 @@ from chunktape._matrix import (
     mark_items,
     matrix_runs,
 )
+from chunktape._secrets import redact_text
 from chunktape.errors import Advice, AdviceWords, ErrorCode, LlmError
 from chunktape.protocol import LlmAdapter, WrappingAdapter
 from chunktape.replay_options import ReplayOptions
-from chunktape.secrets import redact_text
 from chunktape.session import MISS_CODES, CassetteSession, RecordMode, use_cassette
 
 __all__ = ["BASELINE_ID", "Tape"]

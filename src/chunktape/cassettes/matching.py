@@ -41,10 +41,10 @@ from typing import Any, TypeAlias
 
 import msgspec
 
+from chunktape._secrets import redact_text
 from chunktape.cassettes.model import RecordedRequest
 from chunktape.errors import Advice, ErrorCode, LlmError
 from chunktape.protocol import Message, ToolSpec
-from chunktape.secrets import redact_text
 
 __all__ = [
     "DEFAULT_MATCH",

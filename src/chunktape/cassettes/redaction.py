@@ -15,6 +15,7 @@ from typing import Any
 
 import msgspec
 
+from chunktape._secrets import KEY_PATTERNS, REDACTED, Scanner, env_secrets, mask, redact_text, scanner, usable
 from chunktape.cassettes.codec import LazyCassette, PathLike, as_cassette
 from chunktape.cassettes.model import (
     Cancelled,
@@ -37,7 +38,6 @@ from chunktape.protocol import (
     ToolCallBlock,
     ToolCallDelta,
 )
-from chunktape.secrets import KEY_PATTERNS, REDACTED, Scanner, env_secrets, mask, redact_text, scanner, usable
 
 __all__ = [
     "KEY_PATTERNS",

@@ -17,6 +17,7 @@ import typer
 from typer.core import TyperGroup
 
 from chunktape import __version__
+from chunktape._secrets import redact_text
 from chunktape.cli import demo as demo_command
 from chunktape.cli import files, play, record, scenarios, serve
 from chunktape.cli.common import (
@@ -29,7 +30,6 @@ from chunktape.cli.common import (
     with_cli_hint,
 )
 from chunktape.errors import LlmError
-from chunktape.secrets import redact_text
 
 __all__ = ["app", "main"]
 

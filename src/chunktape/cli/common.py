@@ -14,13 +14,13 @@ import msgspec
 import typer
 from rich.console import Console
 
+from chunktape._secrets import env_secrets
 from chunktape.cassettes.analysis import CASSETTE_SUFFIXES
 from chunktape.cassettes.codec import load_cassette
 from chunktape.cassettes.model import Cassette
 from chunktape.cassettes.redaction import redact
 from chunktape.errors import AdviceWords, ErrorCode, LlmError
 from chunktape.faults import Fault, parse_fault
-from chunktape.secrets import env_secrets
 from chunktape.timing import Timing
 
 __all__ = [

@@ -9,6 +9,7 @@ import msgspec
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
+from chunktape._secrets import redact_text
 from chunktape.cassettes.analysis import (
     InteractionSummary,
     check_cassette,
@@ -32,7 +33,6 @@ from chunktape.cli.common import (
 )
 from chunktape.cli.render import summary_table
 from chunktape.http.vcr import VcrSerializer, read_vcr
-from chunktape.secrets import redact_text
 
 __all__ = ["check", "convert", "diff", "import_vcr", "recover_journal", "redact_cassette", "show"]
 

@@ -19,6 +19,7 @@ import msgspec
 import typer
 from rich.console import Console
 
+from chunktape._secrets import redact_text
 from chunktape.cli.common import EXIT_USAGE, CliError, check_output_suffix, console, err_console
 from chunktape.cli.render import ChunkPrinter, tool_result_line
 from chunktape.errors import LlmError
@@ -28,7 +29,6 @@ from chunktape.harness.tooltape import RecordingToolRunner
 from chunktape.protocol import GenerateOptions, Message, ToolSpec
 from chunktape.providers.openai_compat import DEEPSEEK_BASE_URL, OpenAICompatAdapter
 from chunktape.recorder.recording import RecordingAdapter, all_raised
-from chunktape.secrets import redact_text
 from chunktape.wire.openai_chat import message_from_openai, options_from_openai_request, options_to_openai_request
 
 __all__ = ["record"]

@@ -22,10 +22,10 @@ import math
 from collections.abc import Iterable
 from typing import Any, NamedTuple
 
+from chunktape._secrets import redact_text
 from chunktape.cassettes.model import Cancelled, Completed, Interaction, Outcome, Raised, ResponseMeta
 from chunktape.errors import ErrorCode, LlmError
 from chunktape.protocol import Finish, ReplyBuilder, StreamChunk
-from chunktape.secrets import redact_text
 from chunktape.wire.http_errors import clamp_retry_after
 from chunktape.wire.openai_chat import (
     DONE_EVENT,

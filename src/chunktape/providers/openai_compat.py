@@ -33,6 +33,7 @@ from chunktape._httpx import (
     new_async_client,
     post_streaming,
 )
+from chunktape._secrets import redact_text
 from chunktape.abort import AbortSignal
 from chunktape.errors import ErrorCode, LlmError
 from chunktape.protocol import (
@@ -43,7 +44,6 @@ from chunktape.protocol import (
     aclose_stream,
     attribution_headers,
 )
-from chunktape.secrets import redact_text
 from chunktape.wire.http_errors import http_error
 from chunktape.wire.openai_chat import (
     DEEPSEEK_REASONING,

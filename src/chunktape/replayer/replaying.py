@@ -8,6 +8,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from typing import NamedTuple, Unpack
 
 from chunktape import abort
+from chunktape._secrets import redact_text
 from chunktape.cassettes.codec import LazyCassette, as_lazy
 from chunktape.cassettes.matching import RequestMatcher
 from chunktape.cassettes.model import Cancelled, Cassette, Interaction, Raised, RecordedRequest
@@ -16,7 +17,6 @@ from chunktape.errors import LIBRARY_ADVICE, Advice, ErrorCode, LlmError
 from chunktape.faults.plan import ActiveFault, FaultPlan, reservation
 from chunktape.protocol import GenerateOptions, LlmAdapter, ReasoningOption, StreamChunk, aclose_stream
 from chunktape.replay_options import ReplayKeywords, ReplayOptions
-from chunktape.secrets import redact_text
 
 __all__ = ["Hold", "ReplayAdapter", "ReplayCall"]
 
