@@ -481,7 +481,6 @@ def _open_sliced(path: Path, data: bytes) -> LazyCassette | None:
 def open_cassette(path: PathLike) -> LazyCassette:
     """Open a cassette for matching: events stay undecoded until an interaction is played."""
     path = Path(path)
-    _remove_stale_temp(path)
     data = _read(path)
     fmt = _format_for(path)
     if fmt is _JSON:
@@ -497,7 +496,6 @@ def open_cassette(path: PathLike) -> LazyCassette:
 def load_cassette(path: PathLike) -> Cassette:
     """Read and fully decode a cassette (``.json`` is JSON, anything else msgpack)."""
     path = Path(path)
-    _remove_stale_temp(path)
     data = _read(path)
     fmt = _format_for(path)
     document = _decode(path, data, fmt.full, fmt)
@@ -574,7 +572,9 @@ def temp_path(path: PathLike) -> Path:
     """The temp file a save of ``path`` writes before its ``os.replace``: ``.ct-<8 hex>.tmp`` beside it.
 
     Fixed and short, so a cassette name of up to 255 characters still saves, and derived from the cassette's
-    name, so the temp file a killed save left is found (and removed) by the next save or open of that cassette.
+    name, so the temp file a killed save left is found (and removed) by the next save of that cassette. Readers
+    leave it alone: removing it needs the writers' lock, which a reader must never wait for (an appending save
+    reads the cassette while holding it).
     Writers of one folder hold ``cassette_lock``, so a name per cassette never has two live owners.
     """
     path = Path(path)
@@ -615,16 +615,6 @@ def _write_atomic(path: Path, data: bytes) -> None:
             os.unlink(temp)
         raise
     _fsync_folder(path.parent)
-
-
-def _remove_stale_temp(path: Path) -> None:
-    """Opening a cassette removes the temp file a killed save of it left (only under the writers' lock, so a
-    save running now keeps its own); a folder we may not lock or write is left as it is."""
-    temp = temp_path(path)
-    if not os.path.lexists(temp):
-        return
-    with contextlib.suppress(OSError), cassette_lock(path):
-        os.unlink(temp)
 
 
 @contextlib.contextmanager
