@@ -6,10 +6,12 @@ import os
 import subprocess
 import sys
 import textwrap
+import warnings
 from pathlib import Path
 
-from chunktape import save_cassette
-from chunktape.cassettes.codec import temp_path
+from chunktape import RecordingAdapter, load_cassette, save_cassette
+from chunktape.cassettes.codec import journal_path, temp_path
+from helpers import PacedAdapter, collect, options, paced, text_stream
 from test_codec import make_cassette
 
 
@@ -46,3 +48,15 @@ def test_an_appending_save_after_a_killed_save_neither_hangs_nor_keeps_the_temp(
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["3", "3"]
     assert sorted(os.listdir(tmp_path)) == ["c.msgpack"]
+
+
+async def test_a_crashed_journal_under_warnings_as_errors_still_lets_the_stream_record(tmp_path: Path) -> None:
+    path = tmp_path / "c.msgpack"
+    journal_path(path).write_bytes(b'["meta",{}]\n')  # what a SIGKILLed recording left
+    recorder = RecordingAdapter(PacedAdapter(paced(text_stream("x"))), path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert await collect(recorder.stream(options())) == text_stream("x")
+    await recorder.aclose()
+    assert len(load_cassette(path).interactions) == 1
+    assert [name for name in os.listdir(tmp_path) if ".crashed-" in name]  # the earlier journal, set aside

@@ -755,12 +755,13 @@ def _set_aside(candidate: Path, cassette: Path) -> None:
             break
     os.rename(candidate, aside)
     output = cassette.with_name(f"{cassette.stem}.recovered-{stamp}{cassette.suffix}")
-    warnings.warn(
-        f"{candidate} held the journal of an earlier recording of {cassette} that stopped without saving (a crash?);"
-        f" it was moved to {aside}: run `chunktape recover {aside} -o {output}` to get what it received",
-        CrashedJournalWarning,
-        stacklevel=5,
-    )
+    with contextlib.suppress(CrashedJournalWarning):  # a warnings-as-errors filter must not break the new stream
+        warnings.warn(
+            f"{candidate} held the journal of an earlier recording of {cassette} that stopped without saving (a"
+            f" crash?); it was moved to {aside}: run `chunktape recover {aside} -o {output}` to get what it received",
+            CrashedJournalWarning,
+            stacklevel=5,
+        )
 
 
 def _still_at(path: Path, fd: int) -> bool:
