@@ -327,8 +327,10 @@ async def test_recover_turns_a_journal_into_a_cassette(runner: CliRunner, tmp_pa
     target = tmp_path / "crashed.msgpack"
     recorder = RecordingAdapter(ScriptedAdapter([ScriptedTurn(text="one two three four")]), target)
     stream = recorder.stream(options())
-    received = [await anext(stream) for _ in range(3)]  # the "crash": never finished, never saved
+    received = [await anext(stream) for _ in range(3)]
     journal = recorder.journal_path
+    await stream.aclose()
+    del stream, recorder  # the "crash": never saved, its journal closed and unlocked as a dead process's is
     assert journal.exists()
     assert not target.exists()
     result = run(runner, "recover", journal)
@@ -339,7 +341,6 @@ async def test_recover_turns_a_journal_into_a_cassette(runner: CliRunner, tmp_pa
     assert not journal.exists()
     again = run(runner, "recover", journal)
     assert again.exit_code == 3
-    await stream.aclose()
     assert run(runner, "recover", tmp_path).exit_code == 3
 
 

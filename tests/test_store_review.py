@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import subprocess
 import sys
@@ -9,8 +10,13 @@ import textwrap
 import warnings
 from pathlib import Path
 
+import pytest
+from typer.testing import CliRunner
+
+import chunktape.cassettes.codec as codec
 from chunktape import RecordingAdapter, load_cassette, save_cassette
 from chunktape.cassettes.codec import journal_path, temp_path
+from chunktape.cli.app import app
 from helpers import PacedAdapter, collect, options, paced, text_stream
 from test_codec import make_cassette
 
@@ -60,3 +66,94 @@ async def test_a_crashed_journal_under_warnings_as_errors_still_lets_the_stream_
     await recorder.aclose()
     assert len(load_cassette(path).interactions) == 1
     assert [name for name in os.listdir(tmp_path) if ".crashed-" in name]  # the earlier journal, set aside
+
+
+async def _crashed_journal(path: Path, name: str, text: str) -> Path:
+    """A journal at ``name`` beside ``path`` as a recording killed after one reply left it (unlocked)."""
+    recorder = RecordingAdapter(PacedAdapter(paced(text_stream(text))), path)
+    await collect(recorder.stream(options(text)))
+    journal = recorder.journal_path
+    del recorder  # dropped unsaved: its journal is closed and unlocked, as a dead process's is
+    return journal.rename(journal.with_name(name))
+
+
+async def test_recover_refuses_the_journal_of_a_recording_still_running(tmp_path: Path) -> None:
+    path = tmp_path / "c.msgpack"
+    recorder = RecordingAdapter(PacedAdapter(paced(text_stream("one two three"))), path)
+    stream = recorder.stream(options())
+    await anext(stream)
+    journal = recorder.journal_path
+    result = CliRunner().invoke(app, ["recover", str(journal), "-o", str(tmp_path / "out.msgpack")])
+    assert result.exit_code == 3
+    assert "still being recorded by a live process" in result.output
+    assert journal.exists()
+    assert not (tmp_path / "out.msgpack").exists()
+    assert [chunk async for chunk in stream][-1] == text_stream("one two three")[-1]
+    await recorder.aclose()
+    assert len(load_cassette(path).interactions) == 1
+
+
+async def test_two_crashed_journals_recover_by_default_into_two_cassettes(tmp_path: Path) -> None:
+    path = tmp_path / "c.msgpack"
+    first = await _crashed_journal(path, "c.msgpack.journal.crashed-20260101T000000000000Z", "first")
+    second = await _crashed_journal(path, "c.msgpack.journal.crashed-20260101T000000000000Z-1", "second")
+    third = await _crashed_journal(path, "c.msgpack.journal.1", "third")
+    for journal in (first, second, third):
+        result = CliRunner().invoke(app, ["recover", str(journal)])
+        assert result.exit_code == 0, result.output
+    outputs = sorted(name for name in os.listdir(tmp_path) if name.endswith(".msgpack"))
+    assert outputs == [
+        "c.recovered-1.msgpack",
+        "c.recovered-20260101T000000000000Z-1.msgpack",
+        "c.recovered-20260101T000000000000Z.msgpack",
+    ]
+    texts = {name: load_cassette(tmp_path / name).interactions[0].request.messages[0].content for name in outputs}
+    assert sorted(map(str, texts.values())) == ["first", "second", "third"]
+
+
+async def test_recover_refuses_a_default_output_another_live_recorder_will_write(tmp_path: Path) -> None:
+    path = tmp_path / "c.msgpack"
+    crashed = await _crashed_journal(path, "c.msgpack.journal.held", "crashed")
+    held = os.open(crashed, os.O_RDONLY)
+    fcntl.flock(held, fcntl.LOCK_EX)  # stands for the crashed recorder while it was still alive
+    crashed.rename(journal_path(path))
+    recorder = RecordingAdapter(PacedAdapter(paced(text_stream("live"))), path)
+    stream = recorder.stream(options())
+    await anext(stream)  # this recorder took c.msgpack.journal.1
+    os.close(held)  # ... and now the first one has died
+    result = CliRunner().invoke(app, ["recover", str(journal_path(path))])
+    assert result.exit_code == 3
+    assert "being recorded now by a live process" in result.output
+    assert journal_path(path).exists()
+    await stream.aclose()
+    await recorder.aclose()
+
+
+async def test_recover_append_reads_the_cassette_under_the_writers_lock(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "c.msgpack"
+    journal = await _crashed_journal(path, "c.msgpack.journal", "recovered")
+    out = tmp_path / "out.msgpack"
+    save_cassette(make_cassette(2), out)
+    reads: list[bool] = []
+    real_read = codec._read
+
+    def read(read_path: Path) -> bytes:
+        if read_path == out:
+            folder = os.open(tmp_path, os.O_RDONLY)
+            try:
+                fcntl.flock(folder, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                reads.append(True)  # a writer holds the lock: this read is part of an appending save
+            else:
+                reads.append(False)
+            finally:
+                os.close(folder)
+        return real_read(read_path)
+
+    monkeypatch.setattr(codec, "_read", read)
+    result = CliRunner().invoke(app, ["recover", str(journal), "-o", str(out), "--append"])
+    assert result.exit_code == 0, result.output
+    assert reads == [True]
+    assert len(load_cassette(out).interactions) == 3

@@ -53,10 +53,13 @@ __all__ = [
     "cassette_lock",
     "encode_cassette",
     "fitting_name",
+    "held_journal",
     "journal_path",
+    "live_journal",
     "load_cassette",
     "open_cassette",
     "recover",
+    "recovered_path",
     "save_cassette",
     "temp_path",
 ]
@@ -754,7 +757,7 @@ def _set_aside(candidate: Path, cassette: Path) -> None:
         if not os.path.lexists(aside):
             break
     os.rename(candidate, aside)
-    output = cassette.with_name(f"{cassette.stem}.recovered-{stamp}{cassette.suffix}")
+    output = recovered_path(aside, cassette)
     with contextlib.suppress(CrashedJournalWarning):  # a warnings-as-errors filter must not break the new stream
         warnings.warn(
             f"{candidate} held the journal of an earlier recording of {cassette} that stopped without saving (a"
@@ -762,6 +765,67 @@ def _set_aside(candidate: Path, cassette: Path) -> None:
             CrashedJournalWarning,
             stacklevel=5,
         )
+
+
+def recovered_path(journal: PathLike, cassette: PathLike | None = None) -> Path:
+    """Where ``chunktape recover`` writes a journal by default, so two journals never share an output: a
+    cassette's own journal (``c.msgpack.journal``) goes to the cassette; another one (a second recorder's
+    ``.journal.1``, one set aside as ``.journal.crashed-<stamp>``) to ``c.recovered-<1 or stamp>.msgpack``."""
+    journal = Path(journal)
+    base, found, rest = journal.name.rpartition(_JOURNAL_SUFFIX)
+    if not (found and base):
+        return journal.with_suffix(".msgpack")
+    owner = Path(cassette) if cassette is not None else journal.with_name(base)
+    tag = rest.lstrip(".").replace(".crashed-", "-").removeprefix("crashed-")
+    if not tag:
+        return owner
+    return owner.with_name(f"{owner.stem}.recovered-{tag}{owner.suffix}")
+
+
+def _open_journal(path: Path) -> int | None:
+    """An fd to read (and lock) the journal at ``path``, never through a link; None if it cannot be opened."""
+    try:
+        return os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return None
+
+
+@contextlib.contextmanager
+def held_journal(path: PathLike) -> Iterator[bool]:
+    """Hold the lock of a journal being recovered, so no new recorder claims it or sets it aside meanwhile.
+
+    Yields False (holding nothing) when a live recorder owns it: its journal must be left alone. A file that
+    cannot be opened yields True: ``recover`` says what is wrong with it.
+    """
+    fd = _open_journal(Path(path))
+    if fd is None:
+        yield True
+        return
+    try:
+        yield _try_lock(fd)
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def live_journal(cassette: PathLike, *, besides: PathLike | None = None) -> Path | None:
+    """A journal of ``cassette`` that a live recorder holds now (``besides``, one this process holds, aside):
+    that recorder will write the cassette when it saves, so nothing else should."""
+    first = journal_path(cassette)
+    skip = os.path.abspath(besides) if besides is not None else None
+    with contextlib.suppress(OSError):
+        for name in sorted(os.listdir(first.parent or ".")):
+            if name != first.name and not (name.startswith(f"{first.name}.") and name[len(first.name) + 1 :].isdigit()):
+                continue
+            candidate = first.with_name(name)
+            fd = None if os.path.abspath(candidate) == skip else _open_journal(candidate)
+            if fd is None:
+                continue
+            try:
+                if not _try_lock(fd):
+                    return candidate
+            finally:
+                os.close(fd)
+    return None
 
 
 def _still_at(path: Path, fd: int) -> bool:
@@ -909,6 +973,12 @@ class Journal:
     @property
     def closed(self) -> bool:
         return self._fd < 0
+
+    def __del__(self) -> None:
+        """A recorder dropped unsaved leaves its journal as a crash does (closed, unlocked), not open until exit."""
+        fd = getattr(self, "_fd", -1)
+        if fd >= 0:
+            os.close(fd)
 
     def close(self, *, remove: bool) -> None:
         """Close the file; ``remove`` deletes it while still holding its lock.

@@ -17,8 +17,15 @@ from chunktape.cassettes.analysis import (
     protocol_violation,
     summarize,
 )
-from chunktape.cassettes.codec import recover, save_cassette
-from chunktape.cassettes.model import Cassette, Interaction
+from chunktape.cassettes.codec import (
+    append_interactions,
+    held_journal,
+    live_journal,
+    recover,
+    recovered_path,
+    save_cassette,
+)
+from chunktape.cassettes.model import Interaction
 from chunktape.cassettes.redaction import check_secrets, env_secrets, redact
 from chunktape.cli.common import (
     EXIT_FAILED,
@@ -196,18 +203,16 @@ def redact_cassette(
     console().print(f"{cassette}: redacted {changed} interaction(s)", markup=False, soft_wrap=True)
 
 
-def _default_output(journal: Path) -> Path:
-    name = journal.name
-    stem, _, rest = name.rpartition(".journal")
-    if stem and (not rest or rest.lstrip(".").isdigit()):
-        return journal.with_name(stem)
-    return journal.with_suffix(".msgpack")
-
-
 def recover_journal(
     journal: Annotated[Path, typer.Argument(help="The journal a crashed recording left (<cassette>.journal).")],
     output: Annotated[
-        Path | None, typer.Option("--output", "-o", help="The cassette to write (default: the journal's cassette).")
+        Path | None,
+        typer.Option(
+            "--output",
+            "-o",
+            help="The cassette to write (default: the journal's cassette; c.recovered-<N or stamp>.msgpack for a "
+            "journal.N or one set aside as crashed).",
+        ),
     ] = None,
     force: Annotated[bool, typer.Option("--force", help="Overwrite an existing cassette.")] = False,
     append: Annotated[
@@ -219,8 +224,9 @@ def recover_journal(
 
     Credentials in the environment (names containing KEY, TOKEN, SECRET, PASSWORD...) and key-shaped strings are
     redacted first.
-    A file that is not a journal (a cassette, an empty file) is refused and left alone; the journal is deleted
-    only once the cassette holding what it recovered is written and fsynced.
+    A file that is not a journal (a cassette, an empty file) is refused and left alone, as is the journal of a
+    recording still running; the journal is deleted only once the cassette holding what it recovered is written
+    and fsynced.
 
     Example: chunktape recover session.msgpack.journal -o session.msgpack
     """
@@ -228,20 +234,29 @@ def recover_journal(
         raise CliError(f"{journal} is a directory, not a journal file")
     if output is not None:
         check_output_suffix(output, "--output")
-    target = output or _default_output(journal)
+    target = output or recovered_path(journal)
     if target.exists() and journal.exists() and target.samefile(journal):
         raise CliError(f"{target} is the journal itself; give another --output")
-    if target.exists() and not (force or append):
-        raise CliError(f"{target} exists; pass --append to add to it or --force to replace it")
-    secrets = list(env_secrets().values())
-    cassette = redact(recover(journal), secrets)  # CASSETTE_CORRUPT (nothing touched) if it is not a journal
-    check_secrets(cassette, secrets, destination=target)
-    if append and target.exists():
-        existing = load(target)
-        cassette = Cassette(meta=existing.meta, interactions=[*existing.interactions, *cassette.interactions])
-    save_cassette(cassette, target)  # atomic and fsynced: only then may the journal go
-    if not keep_journal:
-        journal.unlink(missing_ok=True)
+    with held_journal(journal) as free:  # held until the journal is gone: no recorder claims it meanwhile
+        if not free:
+            raise CliError(
+                f"{journal} is still being recorded by a live process; it saves its cassette itself when it stops "
+                "(recover only what a crashed recording left)"
+            )
+        live = None if output is not None else live_journal(target, besides=journal)
+        if live is not None:
+            raise CliError(f"{target} is being recorded now by a live process (its journal {live}); give -o")
+        if target.exists() and not (force or append):
+            raise CliError(f"{target} exists; pass --append to add to it or --force to replace it")
+        secrets = list(env_secrets().values())
+        cassette = redact(recover(journal), secrets)  # CASSETTE_CORRUPT (nothing touched) if it is not a journal
+        check_secrets(cassette, secrets, destination=target)
+        if append:  # re-read under the writers' lock, as every appending save does
+            cassette = append_interactions(target, cassette.interactions, cassette.meta)
+        else:
+            save_cassette(cassette, target)  # atomic and fsynced: only then may the journal go
+        if not keep_journal:
+            journal.unlink(missing_ok=True)
     console().print(
         f"recovered {len(cassette.interactions)} interaction(s) into {target}", markup=False, soft_wrap=True
     )
