@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import fcntl
 import os
+import signal
+import socket
+import stat
 import subprocess
 import sys
 import textwrap
@@ -14,7 +19,16 @@ import pytest
 from typer.testing import CliRunner
 
 import chunktape.cassettes.codec as codec
-from chunktape import RecordingAdapter, load_cassette, save_cassette
+from chunktape import (
+    Cancelled,
+    CassetteSession,
+    ErrorCode,
+    LlmError,
+    RecordingAdapter,
+    load_cassette,
+    save_cassette,
+    use_cassette,
+)
 from chunktape.cassettes.codec import journal_path, temp_path
 from chunktape.cli.app import app
 from helpers import PacedAdapter, collect, options, paced, text_stream
@@ -157,3 +171,122 @@ async def test_recover_append_reads_the_cassette_under_the_writers_lock(
     assert result.exit_code == 0, result.output
     assert reads == [True]
     assert len(load_cassette(out).interactions) == 3
+
+
+KEY = "sk-proj-" + "A1b2C3d4" * 5
+
+
+async def _session_run(path: Path, text: str, prompt: str, *, failed: bool | None = None) -> CassetteSession:
+    session = use_cassette(path, live=lambda: PacedAdapter(paced(text_stream(text))), mode="new_episodes")
+    await collect(session.stream(options(prompt)))
+    with contextlib.suppress(LlmError):
+        session.save(failed=failed)
+    await session.aclose()
+    return session
+
+
+async def test_a_failed_recording_is_never_replaced_nor_removed_by_a_later_save(tmp_path: Path) -> None:
+    path = tmp_path / "shared.msgpack"
+    secret = await _session_run(path, f"here is your key {KEY}", "paid A")
+    assert secret.written == tmp_path / "shared.failed.msgpack"
+    assert stat.S_IMODE(os.stat(secret.written).st_mode) == 0o600
+    failing = await _session_run(path, "a failing test's reply", "paid B", failed=True)
+    assert failing.written == tmp_path / "shared.failed-2.msgpack"
+    passing = await _session_run(path, "fine", "C")
+    assert passing.written == path
+    kept = {
+        name: [item.request.messages[0].content for item in load_cassette(tmp_path / name).interactions]
+        for name in ("shared.failed.msgpack", "shared.failed-2.msgpack", "shared.msgpack")
+    }
+    assert kept == {"shared.failed.msgpack": ["paid A"], "shared.failed-2.msgpack": ["paid B"], "shared.msgpack": ["C"]}
+
+
+async def test_a_session_whose_only_call_was_cancelled_writes_no_cassette(tmp_path: Path) -> None:
+    path = tmp_path / "good.msgpack"
+    await _session_run(path, "paid answer", "hello")
+    good = path.read_bytes()
+    session = use_cassette(path, live=lambda: PacedAdapter(paced(text_stream("never seen"))), mode="all")
+    stream = session.stream(options("hello"))
+    await anext(stream)
+    await stream.aclose()  # interrupted before the reply completed
+    await session.aclose()
+    assert path.read_bytes() == good
+    assert session.written == tmp_path / "good.failed.msgpack"
+    assert type(load_cassette(session.written).interactions[0].outcome) is Cancelled
+
+
+def test_record_interrupted_before_any_chunk_keeps_the_good_cassette(tmp_path: Path) -> None:
+    out = tmp_path / "good.msgpack"
+    save_cassette(make_cassette(2), out)
+    good = out.read_bytes()
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        server.settimeout(60)
+        port = server.getsockname()[1]
+        env = {**os.environ, "DEEPSEEK_API_KEY": "x" * 20, "NO_COLOR": "1", "PYTHONPATH": os.pathsep.join(sys.path)}
+        command = [sys.executable, "-m", "chunktape", "record", "-p", "Say hello", "-o", str(out)]
+        process = subprocess.Popen(
+            [*command, "--base-url", f"http://127.0.0.1:{port}/v1"],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        connection, _ = server.accept()  # the request is out; no reply will come
+        with connection:
+            connection.recv(65536)
+            process.send_signal(signal.SIGINT)
+            _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 3, stderr
+    assert out.read_bytes() == good
+    kept = load_cassette(tmp_path / "good.failed.msgpack").interactions
+    assert [type(item.outcome) for item in kept] == [Cancelled]
+
+
+def _full_disk_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The next cassette write fails with ENOSPC; the one after it finds room again."""
+    real = codec._write_atomic
+    calls: list[Path] = []
+
+    def write(path: Path, data: bytes, *mode: int | None) -> None:
+        calls.append(path)
+        if len(calls) == 1:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        real(path, data, *mode)
+
+    monkeypatch.setattr(codec, "_write_atomic", write)
+
+
+@pytest.mark.parametrize("again", ["save", "aclose"])
+async def test_a_session_save_that_failed_is_retried(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, again: str
+) -> None:
+    path = tmp_path / "c.msgpack"
+    session = use_cassette(path, live=lambda: PacedAdapter(paced(text_stream("paid for"))), mode="once")
+    await collect(session.stream(options()))
+    _full_disk_once(monkeypatch)
+    with pytest.raises(LlmError) as caught:
+        await session.aclose()
+    assert caught.value.code is ErrorCode.CASSETTE_UNWRITABLE
+    assert session.recorder is not None
+    assert session.recorder.journal_path.exists()
+    if again == "save":
+        assert session.save() == path
+    else:
+        await session.aclose()
+    assert session.written == path
+    assert len(load_cassette(path).interactions) == 1
+    assert not session.recorder.journal_path.exists()
+
+
+async def test_a_recorder_aclose_that_failed_is_retried(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "c.msgpack"
+    recorder = RecordingAdapter(PacedAdapter(paced(text_stream("paid for"))), path)
+    await collect(recorder.stream(options()))
+    _full_disk_once(monkeypatch)
+    with pytest.raises(LlmError):
+        await recorder.aclose()
+    await recorder.aclose()
+    assert len(load_cassette(path).interactions) == 1
+    assert not recorder.journal_path.exists()

@@ -11,11 +11,12 @@ from __future__ import annotations
 import contextlib
 import errno
 import hashlib
+import itertools
 import os
 import stat
 import threading
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeAlias, overload
@@ -61,6 +62,7 @@ __all__ = [
     "recover",
     "recovered_path",
     "save_cassette",
+    "save_new",
     "temp_path",
 ]
 
@@ -594,19 +596,21 @@ def _fsync_folder(folder: Path) -> None:
             os.close(fd)
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
+def _write_atomic(path: Path, data: bytes, mode: int | None = None) -> None:
     """Temp file in the same folder, fsync, ``os.replace``, fsync the folder: readers see the old file or the new
-    one, and the new one survives a power loss once this returns. Call it under ``cassette_lock``."""
+    one, and the new one survives a power loss once this returns. Call it under ``cassette_lock``. ``mode``
+    (e.g. 0o600) is set before the file appears at ``path``."""
     temp = temp_path(path)
     with contextlib.suppress(FileNotFoundError):
         os.unlink(temp)  # left by a killed save: under the lock nobody else is writing it (unlink never follows)
     fd = os.open(temp, _NEW_FILE, 0o600)
     try:
         # A cassette gets the usual permissions, or keeps its own.
-        try:
-            mode = path.stat().st_mode & 0o777
-        except FileNotFoundError:
-            mode = 0o666 & ~_UMASK
+        if mode is None:
+            try:
+                mode = path.stat().st_mode & 0o777
+            except FileNotFoundError:
+                mode = 0o666 & ~_UMASK
         os.fchmod(fd, mode)
         with os.fdopen(fd, "wb") as file:
             file.write(data)
@@ -648,6 +652,22 @@ def save_cassette(cassette: Cassette, path: PathLike) -> None:
     data = encode_cassette(cassette, path)
     with _writing(path), cassette_lock(path):
         _write_atomic(path, data)
+
+
+def save_new(cassette: Cassette, paths: Iterable[Path], *, mode: int | None = None) -> Path:
+    """Write ``cassette`` atomically to the first of ``paths`` (names in one folder) where no file is yet, and
+    return it: chosen under the writers' lock, so two writers never pick one name and no file is replaced.
+    ``CASSETTE_UNWRITABLE`` if every name is taken."""
+    names = iter(paths)
+    first = next(names)
+    with _writing(first), cassette_lock(first):
+        for path in itertools.chain([first], names):
+            if not os.path.lexists(path):
+                _write_atomic(path, encode_cassette(cassette, path), mode)
+                return path
+    raise LlmError(
+        f"cannot write {first} or any name after it: all are taken", ErrorCode.CASSETTE_UNWRITABLE, hint="remove some"
+    )
 
 
 def append_interactions(

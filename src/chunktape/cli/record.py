@@ -18,7 +18,7 @@ from chunktape.cli.render import ChunkPrinter
 from chunktape.errors import LlmError
 from chunktape.protocol import GenerateOptions, Message, ToolSpec
 from chunktape.providers.openai_compat import DEEPSEEK_BASE_URL, OpenAICompatAdapter
-from chunktape.recorder.recording import RecordingAdapter, all_raised
+from chunktape.recorder.recording import RecordingAdapter, none_completed
 from chunktape.secrets import redact_text
 from chunktape.wire.openai_chat import message_from_openai, options_from_openai_request, options_to_openai_request
 
@@ -173,8 +173,9 @@ def record(
     The provider is DeepSeek unless --base-url names another OpenAI-compatible API.
     Give the input with --prompt, --messages FILE.json (and --tools FILE.json), or --chat for a multi-turn
     session on stdin (each turn is another interaction of the same cassette). Ctrl-C stops and keeps what was
-    recorded. The API key is read from --api-key-env and never written to the cassette or printed.
-    A run in which no call completed (every call failed: a down server, a wrong URL or key) writes no
+    recorded (aside, as below, if no reply had completed). The API key is read from --api-key-env and never
+    written to the cassette or printed.
+    A run in which no call completed (a down server, a wrong URL or key, Ctrl-C before the reply) writes no
     cassette unless --force: it is kept beside it as <name>.failed.<suffix>, and the exit code is 3. So is a
     recording that still holds a credential, with every credential replaced; --allow-secret VALUE keeps a
     value that only looks like one.
@@ -232,8 +233,8 @@ def record(
         except KeyboardInterrupt:
             interrupted = True
         finally:
-            # A down server, a wrong --base-url or key: the recording is the failure, not the provider's answer.
-            aside = not force and all_raised(recorder.interactions)
+            # A down server, a wrong --base-url or key, a Ctrl-C before the reply: not the provider's answer.
+            aside = not force and none_completed(recorder.interactions)
             try:
                 written = recorder.save(failed=aside, secret_advice=_SECRET_ADVICE)
             finally:
@@ -242,7 +243,7 @@ def record(
         state = "was left as it was" if output.exists() else "was not written"
         reason = f": {failure}" if failure is not None else ""
         raise CliError(
-            f"no call completed{reason}; kept the failed recording in {recorder.failed_path}, {output} {state} "
+            f"no call completed{reason}; kept the failed recording in {recorder.written}, {output} {state} "
             "(--force writes it)"
         )
     count = 0 if written is None else len(written.interactions)
