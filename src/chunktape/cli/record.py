@@ -241,7 +241,7 @@ def record(
                 runner.run(adapter.aclose())
     if aside:
         state = "was left as it was" if output.exists() else "was not written"
-        reason = f": {failure}" if failure is not None else ""
+        reason = f": {failure}" if failure is not None else ": interrupted" if interrupted else ""
         raise CliError(
             f"no call completed{reason}; kept the failed recording in {recorder.written}, {output} {state} "
             "(--force writes it)"
