@@ -21,6 +21,7 @@ from typer.testing import CliRunner
 import chunktape.cassettes.codec as codec
 from chunktape import (
     Cancelled,
+    Cassette,
     CassetteSession,
     ErrorCode,
     LlmError,
@@ -31,7 +32,7 @@ from chunktape import (
 )
 from chunktape.cassettes.codec import journal_path, temp_path
 from chunktape.cli.app import app
-from helpers import PacedAdapter, collect, options, paced, text_stream
+from helpers import PacedAdapter, collect, interaction_of, options, paced, text_stream, tool_stream
 from test_codec import make_cassette
 
 
@@ -290,3 +291,21 @@ async def test_a_recorder_aclose_that_failed_is_retried(tmp_path: Path, monkeypa
     await recorder.aclose()
     assert len(load_cassette(path).interactions) == 1
     assert not recorder.journal_path.exists()
+
+
+_ESCAPES = "\x1b]52;c;ZWNobyBwd25lZA==\x07 \x1b[2J \x9b31m \r"
+
+
+@pytest.mark.parametrize("command", [["play", "--instant"], ["show"], ["show", "--json"]], ids=lambda c: " ".join(c))
+def test_nothing_printed_from_a_cassette_reaches_the_terminal_as_a_control_sequence(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, command: list[str]
+) -> None:
+    monkeypatch.setenv("NO_COLOR", "1")
+    path = tmp_path / "c.msgpack"
+    chunks = [*text_stream(f"hi {_ESCAPES} there")[:-1], *tool_stream(f"f{_ESCAPES}", f'{{"a": "{_ESCAPES}"}}')]
+    interaction = interaction_of(chunks, content=f"\x1b[31mred{_ESCAPES}")
+    save_cassette(Cassette(interactions=[interaction]), path)
+    result = CliRunner().invoke(app, [command[0], str(path), *command[1:]])
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.output
+    assert "hi" in result.output or "red" in result.output
+    assert not set(result.output) & {"\x1b", "\x07", "\x9b", "\r"}

@@ -37,7 +37,7 @@ from chunktape.cli.common import (
     load,
     shown,
 )
-from chunktape.cli.render import summary_table
+from chunktape.cli.render import printable, printable_json, summary_table
 from chunktape.http.vcr import VcrSerializer, read_vcr
 from chunktape.secrets import redact_text
 
@@ -61,7 +61,7 @@ def show(
     loaded = shown(load(cassette), show_secrets)
     if json:
         data = msgspec.json.format(msgspec.json.encode(loaded, order="sorted"), indent=2)
-        typer.echo(data.decode())
+        typer.echo(printable_json(data.decode()))
         return
     out = console()
     meta = loaded.meta
@@ -117,7 +117,7 @@ def check(
             progress.advance(task)
     out = console()
     for line in failures:
-        out.print(redact_text(line), markup=False, soft_wrap=True)
+        out.print(printable(redact_text(line)), markup=False, soft_wrap=True)
     passed = len(files) - len(failures)
     summary = f"{passed} of {len(files)} cassette file(s) pass"
     missing = [path for path in files if not path.exists()]
@@ -166,9 +166,9 @@ def diff(
         )
     out = console()
     for line in result.changes:
-        out.print(line, markup=False, soft_wrap=True)
+        out.print(printable(line), markup=False, soft_wrap=True)
     for line in result.timing:
-        out.print(f"timing: {line}", style="dim", markup=False, soft_wrap=True)
+        out.print(f"timing: {printable(line)}", style="dim", markup=False, soft_wrap=True)
     if not result.same:
         err_console().print(f"{len(result.changes)} difference(s)", style="red", soft_wrap=True)
         raise typer.Exit(EXIT_FAILED)
