@@ -12,6 +12,7 @@ import contextlib
 import errno
 import hashlib
 import itertools
+import mmap
 import os
 import stat
 import threading
@@ -732,6 +733,7 @@ class _JEnd(msgspec.Struct, frozen=True, tag="end", array_like=True):
 
 _JRecord: TypeAlias = _JMeta | _JBegin | _JEvent | _JEnd
 _journal_encoder = msgspec.json.Encoder()
+_encode_into = _journal_encoder.encode_into
 _journal_decoder = msgspec.json.Decoder(_JRecord)
 _JOURNAL_HEAD = b'["meta",'
 """How every journal starts: its first record is the meta record (msgspec writes no spaces)."""
@@ -894,7 +896,7 @@ def _clear(candidate: Path, cassette: Path) -> bool:
             return True
         if not _still_at(candidate, fd):  # unlinked (or replaced) between our open and our lock
             return False
-        if os.fstat(fd).st_size > 0:
+        if os.pread(fd, 1, 0) not in (b"", b"\x00"):  # a NUL start: space reserved, nothing written yet
             _set_aside(candidate, cassette)
         else:
             os.unlink(candidate)  # created by a recorder that died before its first write: nothing to keep
@@ -918,7 +920,7 @@ def _claim_journal(path: Path, cassette: Path) -> tuple[Path, int]:
             break
         candidate = path if attempt == 0 else path.with_name(f"{path.name}.{attempt}")
         try:
-            fd = os.open(candidate, _NEW_FILE | os.O_APPEND, 0o600)  # it holds the stream before redaction
+            fd = os.open(candidate, _NEW_JOURNAL, 0o600)  # it holds the stream before redaction
         except FileExistsError:
             if _clear(candidate, cassette):
                 attempt += 1
@@ -930,56 +932,111 @@ def _claim_journal(path: Path, cassette: Path) -> tuple[Path, int]:
     raise LlmError(f"no free journal next to {path}", ErrorCode.INVALID_CONFIG)  # pragma: no cover
 
 
+_NEW_JOURNAL = (_NEW_FILE & ~os.O_WRONLY) | os.O_RDWR
+"""A journal is created as any new file is, but readable too: it is written through a mapping."""
+
 _os_write = os.write
-"""The journal's one system call, a module global so tests can inject a failing disk (ENOSPC, EIO)."""
+"""The write path's one system call, a module global so tests can inject a failing disk (ENOSPC, EIO)."""
+_fallocate = getattr(os, "posix_fallocate", None)
+"""Reserves a window of the journal before it is mapped (a module global so tests can make it fail)."""
+
+_WINDOW = 1 << 20
+"""How much of the journal is reserved and mapped at a time (a multiple of the page size)."""
 
 
 class Journal:
-    """Append-only JSON lines, one ``write()`` per record, so a SIGKILL loses nothing already received.
+    """Append-only JSON lines, each record stored before ``begin``/``event``/``end`` returns, so a SIGKILL loses
+    nothing already received.
 
-    Once ``write()`` returns, the record is in the kernel's page cache and reaches the file even if the process
-    is killed the next instant. Nothing is fsynced: a process crash loses nothing, a power loss can lose the
-    tail. Writes are serialised by a lock (one journal may be shared by threads). The first failed write (disk
-    full, quota, I/O error) raises ``CASSETTE_UNWRITABLE`` naming the path and leaves the journal as it was
-    (at worst a torn last line, which ``recover`` drops); later writes do nothing, as do writes after
-    ``close``. The journal is deleted once the cassette is saved.
+    Records are copied into a ``MAP_SHARED`` window of the file, 1 MiB at a time, each window reserved first with
+    ``posix_fallocate``: a full disk (or a quota) is then a clean error at reserve time, never a SIGBUS on a store.
+    Where a window cannot be reserved (little room left, a filesystem without fallocate), the rest of the journal
+    is written with one ``write()`` per record. Either way the record is in the kernel's page cache once the call
+    returns and reaches the file even if the process is killed the next instant (the reserved, unwritten tail is
+    NULs, which ``recover`` ignores; ``close`` trims it). Nothing is fsynced: a process crash loses nothing, a
+    power loss can lose the tail. Writes are serialised by a lock (one journal may be shared by threads). The
+    first failed write raises ``CASSETTE_UNWRITABLE`` naming the path and leaves the journal as it was (at worst a
+    torn last line, which ``recover`` drops); later writes do nothing, as do writes after ``close``. The journal
+    is deleted once the cassette is saved.
     """
 
-    __slots__ = ("_buffer", "_fd", "_lock", "error", "path")
+    __slots__ = ("_buffer", "_end", "_fd", "_lock", "_map", "_pos", "_start", "error", "path")
 
     def __init__(self, path: PathLike, meta: CassetteMeta, *, cassette: PathLike | None = None) -> None:
         """Claim a journal at ``path``; ``CASSETTE_UNWRITABLE`` if it cannot be created or its first record
         written (then nothing is left behind)."""
         path = Path(path)
+        self._fd = -1
         with _writing(path, "journal"):
             self.path, self._fd = _claim_journal(path, Path(cassette) if cassette else _cassette_of(path))
         self._lock = threading.Lock()
         self._buffer = bytearray()
         self.error: LlmError | None = None
+        self._map: mmap.mmap | None = None
+        self._pos = self._start = 0
+        self._end = -1  # where the mapped window ends; -1: writing with write()
+        self._map_window(0)
         try:
             self._write(_JMeta(meta))
         except LlmError:
             self.close(remove=True)
             raise
 
+    def _map_window(self, start: int) -> None:
+        """Reserve and map the window at ``start``; where that fails, go on with ``write()`` from ``_pos``."""
+        if self._map is not None:
+            self._map.close()
+            self._map, self._end = None, -1
+        try:
+            if _fallocate is None:
+                raise OSError(errno.EOPNOTSUPP, os.strerror(errno.EOPNOTSUPP))
+            _fallocate(self._fd, start, _WINDOW)
+            self._map = mmap.mmap(self._fd, _WINDOW, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE, offset=start)
+        except (OSError, ValueError):  # ENOSPC, EDQUOT, EOPNOTSUPP, EINVAL, ...: the write path needs no room ahead
+            os.lseek(self._fd, self._pos, os.SEEK_SET)
+            return
+        self._start, self._end = start, start + _WINDOW
+
     def _write(self, record: _JRecord) -> None:
         with self._lock:
+            buffer = self._buffer
+            _encode_into(record, buffer)
+            buffer.append(10)
+            pos = self._pos
+            end = pos + len(buffer)
+            window = self._map
+            if end <= self._end and window is not None:  # the common case: one copy into the mapped window
+                start = self._start
+                window[pos - start : end - start] = buffer
+                self._pos = end
+                return
             if self._fd < 0 or self.error is not None:
                 return
-            buffer = self._buffer
-            _journal_encoder.encode_into(record, buffer)
-            buffer.append(10)
             try:
-                written = _os_write(self._fd, buffer)
-                while written < len(buffer):  # a short write: the rest goes right after it
-                    with memoryview(buffer) as rest:
-                        more = _os_write(self._fd, rest[written:])
-                    if more <= 0:
-                        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-                    written += more
+                self._spill(buffer)
             except OSError as exc:
                 self.error = _unwritable(self.path, exc, "journal")
                 raise self.error from exc
+
+    def _spill(self, buffer: bytearray) -> None:
+        """Store a record that does not fit in the mapped window: what fits, then the next window (or ``write()``)."""
+        with memoryview(buffer) as view:
+            done = 0
+            while self._map is not None:
+                part = min(len(view) - done, self._end - self._pos)
+                offset = self._pos - self._start
+                self._map[offset : offset + part] = view[done : done + part]
+                self._pos += part
+                done += part
+                if done == len(view):
+                    return
+                self._map_window(self._end)
+            while done < len(view):  # a short write: the rest goes right after it
+                written = _os_write(self._fd, view[done:])
+                if written <= 0:
+                    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+                done += written
+                self._pos += written
 
     def begin(self, id: int, request: RecordedRequest, started_at: datetime | None, attempt: int) -> None:
         self._write(_JBegin(id, request, started_at, attempt))
@@ -1001,7 +1058,7 @@ class Journal:
             os.close(fd)
 
     def close(self, *, remove: bool) -> None:
-        """Close the file; ``remove`` deletes it while still holding its lock.
+        """Close the file, trimmed to what was written; ``remove`` deletes it while still holding its lock.
 
         Unlinking before closing (which drops the lock) matters: a new recorder that opened this file just
         before the unlink then either fails to lock it or, once it has the lock, sees it is no longer at the
@@ -1009,11 +1066,17 @@ class Journal:
         """
         with self._lock:
             fd, self._fd = self._fd, -1
+            mapped, self._map, self._end = self._map, None, -1
         if fd < 0:
             return
         try:
+            if mapped is not None:
+                mapped.close()
             if remove and _still_at(self.path, fd):  # never delete a file someone else put at our path
                 os.unlink(self.path)
+            elif not remove:
+                with contextlib.suppress(OSError):
+                    os.ftruncate(fd, self._pos)  # the reserved tail holds nothing
         finally:
             os.close(fd)
 
