@@ -1,9 +1,10 @@
 """The journal never kills the process, never loses what was received, never writes through a planted link.
 
-A full disk is tested twice: by injecting ``ENOSPC`` into the journal's write path (the one a journal takes when
-no window can be reserved; always runs), and for real on a 64 KiB tmpfs (skips only where mounting is impossible). The recorder's promise is in its docstring:
-a journal that cannot be created is ``CASSETTE_UNWRITABLE`` before the inner adapter is called; a journal write
-that fails mid-stream never breaks the caller's stream, and the save then writes everything or raises.
+A full disk is tested twice: by injecting ``ENOSPC`` into the journal's write path (the one it takes when no
+window can be reserved; always runs), and for real on a 64 KiB tmpfs (skips only where mounting is impossible).
+The recorder's promise is in its docstring: a journal that cannot be created is ``CASSETTE_UNWRITABLE`` before
+the inner adapter is called; a journal write that fails mid-stream never breaks the caller's stream, and the save
+then writes everything or raises.
 """
 
 from __future__ import annotations
