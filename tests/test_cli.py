@@ -327,8 +327,10 @@ async def test_recover_turns_a_journal_into_a_cassette(runner: CliRunner, tmp_pa
     target = tmp_path / "crashed.msgpack"
     recorder = RecordingAdapter(ScriptedAdapter([ScriptedTurn(text="one two three four")]), target)
     stream = recorder.stream(options())
-    received = [await anext(stream) for _ in range(3)]  # the "crash": never finished, never saved
+    received = [await anext(stream) for _ in range(3)]
     journal = recorder.journal_path
+    await stream.aclose()
+    del stream, recorder  # the "crash": never saved, its journal closed and unlocked as a dead process's is
     assert journal.exists()
     assert not target.exists()
     result = run(runner, "recover", journal)
@@ -339,7 +341,6 @@ async def test_recover_turns_a_journal_into_a_cassette(runner: CliRunner, tmp_pa
     assert not journal.exists()
     again = run(runner, "recover", journal)
     assert again.exit_code == 3
-    await stream.aclose()
     assert run(runner, "recover", tmp_path).exit_code == 3
 
 
@@ -596,7 +597,7 @@ def test_record_that_streamed_nothing_keeps_the_cassette_and_hides_the_key(
     assert forced.exit_code == 3
     assert f"saved 1 interaction(s) in {out}" in forced.stderr
     assert len(load_cassette(out).interactions) == 1
-    assert not failed.exists()  # the stale side file goes once the cassette is written
+    assert failed.exists()  # a failed recording is never removed for you
 
 
 # -- serve, import-vcr -------------------------------------------------------------------------------
@@ -858,10 +859,13 @@ def test_ctrl_c_while_recording_keeps_what_was_recorded(fake_provider: FakeProvi
         seen += piece
     process.send_signal(signal.SIGINT)
     _, stderr = process.communicate(timeout=30)
-    assert process.returncode == 0, stderr
-    assert "interrupted; kept 1 interaction(s)" in stderr
-    interaction = load_cassette(out).interactions[0]
+    # No reply completed: what was received is kept beside the cassette, never as it.
+    assert process.returncode == 3, stderr
+    kept = tmp_path / "cut.failed.msgpack"
+    assert f"no call completed: interrupted; kept the failed recording in {kept}" in " ".join(stderr.split())
+    assert not out.exists()
+    interaction = load_cassette(kept).interactions[0]
     assert type(interaction.outcome) is Cancelled
     assert [c.text for c in interaction.chunks if hasattr(c, "text")] == ["partial answer"]
-    assert DUMMY_KEY not in out.read_bytes().decode(errors="replace")
+    assert DUMMY_KEY not in kept.read_bytes().decode(errors="replace")
     assert not (tmp_path / "cut.msgpack.journal").exists()

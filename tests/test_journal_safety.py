@@ -1,9 +1,10 @@
 """The journal never kills the process, never loses what was received, never writes through a planted link.
 
-A full disk is tested twice: by injecting ``ENOSPC`` into the journal's one system call (always runs), and for
-real on a 64 KiB tmpfs (skips only where mounting is impossible). The recorder's promise is in its docstring:
-a journal that cannot be created is ``CASSETTE_UNWRITABLE`` before the inner adapter is called; a journal write
-that fails mid-stream never breaks the caller's stream, and the save then writes everything or raises.
+A full disk is tested twice: by injecting ``ENOSPC`` into the journal's write path (the one it takes when no
+window can be reserved; always runs), and for real on a 64 KiB tmpfs (skips only where mounting is impossible).
+The recorder's promise is in its docstring: a journal that cannot be created is ``CASSETTE_UNWRITABLE`` before
+the inner adapter is called; a journal write that fails mid-stream never breaks the caller's stream, and the save
+then writes everything or raises.
 """
 
 from __future__ import annotations
@@ -59,6 +60,7 @@ async def test_a_journal_write_failing_mid_stream_keeps_the_stream_and_everythin
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path = tmp_path / "c.msgpack"
+    monkeypatch.setattr(codec, "_fallocate", None)  # no room to reserve: the write() path
     monkeypatch.setattr(codec, "_os_write", failing_writes(after=40))  # meta, begin, then 38 events
     recorder = RecordingAdapter(PacedAdapter(paced(CHUNKS)), path)
     with pytest.warns(JournalWriteWarning, match=r"c\.msgpack\.journal.*No space left on device"):
@@ -76,6 +78,7 @@ async def test_a_disk_still_full_at_save_raises_unwritable_and_keeps_journal_and
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path = tmp_path / "c.json"
+    monkeypatch.setattr(codec, "_fallocate", None)  # no room to reserve: the write() path
     monkeypatch.setattr(codec, "_os_write", failing_writes(after=10))
     real_fsync = os.fsync
 
@@ -100,6 +103,7 @@ async def test_no_space_for_the_first_record_is_unwritable_before_the_inner_adap
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path = tmp_path / "c.msgpack"
+    monkeypatch.setattr(codec, "_fallocate", None)  # no room to reserve: the write() path
     monkeypatch.setattr(codec, "_os_write", failing_writes(after=0))
     inner = PacedAdapter(paced(CHUNKS))
     recorder = RecordingAdapter(inner, path)
@@ -116,6 +120,7 @@ def test_short_writes_are_completed(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     def dribble(fd: int, data: Any) -> int:
         return os.write(fd, bytes(data[:7]))
 
+    monkeypatch.setattr(codec, "_fallocate", None)  # no room to reserve: the write() path
     monkeypatch.setattr(codec, "_os_write", dribble)
     path = tmp_path / "c.msgpack"
     recorder = RecordingAdapter(PacedAdapter(paced(CHUNKS)), path)

@@ -252,7 +252,7 @@ def test_bad_replay_options_are_refused_even_when_recording(
     assert caught.value.code is ErrorCode.INVALID_CONFIG
 
 
-async def test_a_passing_recording_removes_a_stale_failed_recording(tmp_path: Path) -> None:
+async def test_a_passing_recording_keeps_an_earlier_failed_recording(tmp_path: Path) -> None:
     path = tmp_path / "c.msgpack"
     session = use_cassette(path, live=lambda: PacedAdapter(paced(text_stream("no"))), mode="all")
     await collect(session.stream(options()))
@@ -263,7 +263,7 @@ async def test_a_passing_recording_removes_a_stale_failed_recording(tmp_path: Pa
     await collect(again.stream(options()))
     await again.aclose()
     assert path.exists()
-    assert not again.failed_path.exists()
+    assert again.failed_path.exists()  # it holds what was never saved anywhere else
 
 
 async def test_reasoning_options_survive_record_and_replay(

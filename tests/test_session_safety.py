@@ -110,7 +110,7 @@ async def test_a_session_in_which_every_call_raised_writes_no_cassette(tmp_path:
     await again.aclose()
     assert again.written == path
     assert _questions(path) == ["hi"]
-    assert not (tmp_path / "down.failed.msgpack").exists()
+    assert (tmp_path / "down.failed.msgpack").exists()  # a failed recording is never removed for you
 
 
 def test_a_deliberate_recording_of_an_error_is_kept_with_failed_false(tmp_path: Path) -> None:

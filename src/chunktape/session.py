@@ -29,7 +29,7 @@ from chunktape.harness.tooltape import (
     VerifyingToolRunner,
 )
 from chunktape.protocol import GenerateOptions, LlmAdapter, ReasoningOption, StreamChunk, check_reasoning
-from chunktape.recorder.recording import LIBRARY_SECRET_ADVICE, RUN_TAG, RecordingAdapter, all_raised, failed_path
+from chunktape.recorder.recording import LIBRARY_SECRET_ADVICE, RUN_TAG, RecordingAdapter, failed_path, none_completed
 from chunktape.replay_options import ReplayKeywords, ReplayOptions
 from chunktape.replayer.replaying import ReplayAdapter
 
@@ -113,6 +113,7 @@ class CassetteSession(LlmAdapter):
         self._replayer: ReplayAdapter | None = None
         self._saved: Cassette | None = None
         self._save_done = False
+        self._failed: bool | None = None
         self._closed = False
         self.tool_divergences: list[ToolDivergence] = []
         """What a ``tools(..., verify=True)`` runner found: real tool results that differ from the recording."""
@@ -267,7 +268,8 @@ class CassetteSession(LlmAdapter):
 
     @property
     def failed_path(self) -> Path:
-        """Where ``save(failed=True)`` keeps a recording: ``<name>.failed<suffix>`` beside the cassette."""
+        """The first name ``save(failed=True)`` tries: ``<name>.failed<suffix>`` beside the cassette (``written``
+        names the file it used: ``<name>.failed-2<suffix>`` and on when an earlier failed recording is there)."""
         return failed_path(self.path)
 
     def save(self, *, failed: bool | None = None, secret_advice: str = LIBRARY_SECRET_ADVICE) -> Path | None:
@@ -276,29 +278,33 @@ class CassetteSession(LlmAdapter):
         ``failed=True`` is for a recording whose test failed: it goes to ``failed_path``, for inspection, and the
         cassette is left as it was, so a failed run never replaces a good cassette. Only the interactions this
         session recorded are kept there (in ``new_episodes`` mode, not the replayed ones). ``failed=None``
-        decides by the recording itself: if every recorded call raised (a down server, a wrong URL or key),
-        it is kept aside too, since replaying it would replay the failure rather than the provider; pass
-        ``failed=False`` to keep such a recording as the cassette. A credential left in the recording raises
-        ``SECRET_DETECTED`` and the recording is kept in ``failed_path``, redacted (see ``RecordingAdapter.save``).
+        decides by the recording itself: if no recorded call completed (a down server, a wrong URL or key, an
+        interrupt before the reply), it is kept aside too, since replaying it would replay the failure rather
+        than the provider; pass ``failed=False`` to keep such a recording as the cassette. A credential left in
+        the recording raises ``SECRET_DETECTED`` and the recording is kept aside, redacted (see
+        ``RecordingAdapter.save``). A save that failed otherwise (a full disk) is tried again by the next
+        ``save()``, ``aclose()`` or ``close()``, with the same ``failed`` decision unless one is passed.
         """
         if self._save_done:
             return self.written
-        self._save_done = True
         recorder = self._recorder
         if recorder is None:
+            self._save_done = True
             return None
         if failed is None:
-            failed = all_raised(recorder.interactions)
+            failed = self._failed if self._failed is not None else none_completed(recorder.interactions)
+        self._failed = failed
         try:
             saved = recorder.save(failed=failed, secret_advice=secret_advice)
         except LlmError as error:
-            if error.code is ErrorCode.SECRET_DETECTED:
-                self.written = self.failed_path
+            if error.code is ErrorCode.SECRET_DETECTED:  # kept aside, redacted: nothing left to retry
+                self.written = recorder.written
+                self._save_done = True
             raise
-        if saved is not None:
-            self.written = self.failed_path if failed else self.path
-            if not failed:
-                self._saved = saved
+        self._save_done = True
+        self.written = recorder.written
+        if saved is not None and not failed:
+            self._saved = saved
         return self.written
 
     async def aclose(self) -> None:
@@ -310,7 +316,7 @@ class CassetteSession(LlmAdapter):
         await self._finish(failed=True if exc_info and exc_info[0] is not None else None)
 
     async def _finish(self, *, failed: bool | None) -> None:
-        if self._closed or self.owner_closes:
+        if self.owner_closes or (self._closed and self._save_done):
             return
         self._closed = True
         try:
@@ -336,7 +342,7 @@ class CassetteSession(LlmAdapter):
                 ErrorCode.INVALID_CONFIG,
                 hint="",
             )
-        if self._closed:
+        if self._closed and self._save_done:
             return self.written
         self._closed = True
         try:

@@ -11,11 +11,13 @@ from __future__ import annotations
 import contextlib
 import errno
 import hashlib
+import itertools
+import mmap
 import os
 import stat
 import threading
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeAlias, overload
@@ -54,11 +56,15 @@ __all__ = [
     "cassette_lock",
     "encode_cassette",
     "fitting_name",
+    "held_journal",
     "journal_path",
+    "live_journal",
     "load_cassette",
     "open_cassette",
     "recover",
+    "recovered_path",
     "save_cassette",
+    "save_new",
     "shift_tool_runs",
     "temp_path",
 ]
@@ -513,7 +519,6 @@ def _open_sliced(path: Path, data: bytes) -> LazyCassette | None:
 def open_cassette(path: PathLike) -> LazyCassette:
     """Open a cassette for matching: events stay undecoded until an interaction is played."""
     path = Path(path)
-    _remove_stale_temp(path)
     data = _read(path)
     fmt = _format_for(path)
     if fmt is _JSON:
@@ -529,7 +534,6 @@ def open_cassette(path: PathLike) -> LazyCassette:
 def load_cassette(path: PathLike) -> Cassette:
     """Read and fully decode a cassette (``.json`` is JSON, anything else msgpack)."""
     path = Path(path)
-    _remove_stale_temp(path)
     data = _read(path)
     fmt = _format_for(path)
     document = _decode(path, data, fmt.full, fmt)
@@ -606,7 +610,9 @@ def temp_path(path: PathLike) -> Path:
     """The temp file a save of ``path`` writes before its ``os.replace``: ``.ct-<8 hex>.tmp`` beside it.
 
     Fixed and short, so a cassette name of up to 255 characters still saves, and derived from the cassette's
-    name, so the temp file a killed save left is found (and removed) by the next save or open of that cassette.
+    name, so the temp file a killed save left is found (and removed) by the next save of that cassette. Readers
+    leave it alone: removing it needs the writers' lock, which a reader must never wait for (an appending save
+    reads the cassette while holding it).
     Writers of one folder hold ``cassette_lock``, so a name per cassette never has two live owners.
     """
     path = Path(path)
@@ -623,19 +629,21 @@ def _fsync_folder(folder: Path) -> None:
             os.close(fd)
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
+def _write_atomic(path: Path, data: bytes, mode: int | None = None) -> None:
     """Temp file in the same folder, fsync, ``os.replace``, fsync the folder: readers see the old file or the new
-    one, and the new one survives a power loss once this returns. Call it under ``cassette_lock``."""
+    one, and the new one survives a power loss once this returns. Call it under ``cassette_lock``. ``mode``
+    (e.g. 0o600) is set before the file appears at ``path``."""
     temp = temp_path(path)
     with contextlib.suppress(FileNotFoundError):
         os.unlink(temp)  # left by a killed save: under the lock nobody else is writing it (unlink never follows)
     fd = os.open(temp, _NEW_FILE, 0o600)
     try:
         # A cassette gets the usual permissions, or keeps its own.
-        try:
-            mode = path.stat().st_mode & 0o777
-        except FileNotFoundError:
-            mode = 0o666 & ~_UMASK
+        if mode is None:
+            try:
+                mode = path.stat().st_mode & 0o777
+            except FileNotFoundError:
+                mode = 0o666 & ~_UMASK
         os.fchmod(fd, mode)
         with os.fdopen(fd, "wb") as file:
             file.write(data)
@@ -647,16 +655,6 @@ def _write_atomic(path: Path, data: bytes) -> None:
             os.unlink(temp)
         raise
     _fsync_folder(path.parent)
-
-
-def _remove_stale_temp(path: Path) -> None:
-    """Opening a cassette removes the temp file a killed save of it left (only under the writers' lock, so a
-    save running now keeps its own); a folder we may not lock or write is left as it is."""
-    temp = temp_path(path)
-    if not os.path.lexists(temp):
-        return
-    with contextlib.suppress(OSError), cassette_lock(path):
-        os.unlink(temp)
 
 
 @contextlib.contextmanager
@@ -687,6 +685,22 @@ def save_cassette(cassette: Cassette, path: PathLike) -> None:
     data = encode_cassette(cassette, path)
     with _writing(path), cassette_lock(path):
         _write_atomic(path, data)
+
+
+def save_new(cassette: Cassette, paths: Iterable[Path], *, mode: int | None = None) -> Path:
+    """Write ``cassette`` atomically to the first of ``paths`` (names in one folder) where no file is yet, and
+    return it: chosen under the writers' lock, so two writers never pick one name and no file is replaced.
+    ``CASSETTE_UNWRITABLE`` if every name is taken."""
+    names = iter(paths)
+    first = next(names)
+    with _writing(first), cassette_lock(first):
+        for path in itertools.chain([first], names):
+            if not os.path.lexists(path):
+                _write_atomic(path, encode_cassette(cassette, path), mode)
+                return path
+    raise LlmError(
+        f"cannot write {first} or any name after it: all are taken", ErrorCode.CASSETTE_UNWRITABLE, hint="remove some"
+    )
 
 
 def append_interactions(
@@ -772,6 +786,7 @@ class _JTool(msgspec.Struct, frozen=True, tag="tool", array_like=True):
 
 _JRecord: TypeAlias = _JMeta | _JBegin | _JEvent | _JEnd | _JTool
 _journal_encoder = msgspec.json.Encoder()
+_encode_into = _journal_encoder.encode_into
 _journal_decoder = msgspec.json.Decoder(_JRecord)
 _JOURNAL_HEAD = b'["meta",'
 """How every journal starts: its first record is the meta record (msgspec writes no spaces)."""
@@ -817,13 +832,75 @@ def _set_aside(candidate: Path, cassette: Path) -> None:
         if not os.path.lexists(aside):
             break
     os.rename(candidate, aside)
-    output = cassette.with_name(f"{cassette.stem}.recovered-{stamp}{cassette.suffix}")
-    warnings.warn(
-        f"{candidate} held the journal of an earlier recording of {cassette} that stopped without saving (a crash?);"
-        f" it was moved to {aside}: run `chunktape recover {aside} -o {output}` to get what it received",
-        CrashedJournalWarning,
-        stacklevel=5,
-    )
+    output = recovered_path(aside, cassette)
+    with contextlib.suppress(CrashedJournalWarning):  # a warnings-as-errors filter must not break the new stream
+        warnings.warn(
+            f"{candidate} held the journal of an earlier recording of {cassette} that stopped without saving (a"
+            f" crash?); it was moved to {aside}: run `chunktape recover {aside} -o {output}` to get what it received",
+            CrashedJournalWarning,
+            stacklevel=5,
+        )
+
+
+def recovered_path(journal: PathLike, cassette: PathLike | None = None) -> Path:
+    """Where ``chunktape recover`` writes a journal by default, so two journals never share an output: a
+    cassette's own journal (``c.msgpack.journal``) goes to the cassette; another one (a second recorder's
+    ``.journal.1``, one set aside as ``.journal.crashed-<stamp>``) to ``c.recovered-<1 or stamp>.msgpack``."""
+    journal = Path(journal)
+    base, found, rest = journal.name.rpartition(_JOURNAL_SUFFIX)
+    if not (found and base):
+        return journal.with_suffix(".msgpack")
+    owner = Path(cassette) if cassette is not None else journal.with_name(base)
+    tag = rest.lstrip(".").replace(".crashed-", "-").removeprefix("crashed-")
+    if not tag:
+        return owner
+    return owner.with_name(f"{owner.stem}.recovered-{tag}{owner.suffix}")
+
+
+def _open_journal(path: Path) -> int | None:
+    """An fd to read (and lock) the journal at ``path``, never through a link; None if it cannot be opened."""
+    try:
+        return os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return None
+
+
+@contextlib.contextmanager
+def held_journal(path: PathLike) -> Iterator[bool]:
+    """Hold the lock of a journal being recovered, so no new recorder claims it or sets it aside meanwhile.
+
+    Yields False (holding nothing) when a live recorder owns it: its journal must be left alone. A file that
+    cannot be opened yields True: ``recover`` says what is wrong with it.
+    """
+    fd = _open_journal(Path(path))
+    if fd is None:
+        yield True
+        return
+    try:
+        yield _try_lock(fd)
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def live_journal(cassette: PathLike, *, besides: PathLike | None = None) -> Path | None:
+    """A journal of ``cassette`` that a live recorder holds now (``besides``, one this process holds, aside):
+    that recorder will write the cassette when it saves, so nothing else should."""
+    first = journal_path(cassette)
+    skip = os.path.abspath(besides) if besides is not None else None
+    with contextlib.suppress(OSError):
+        for name in sorted(os.listdir(first.parent or ".")):
+            if name != first.name and not (name.startswith(f"{first.name}.") and name[len(first.name) + 1 :].isdigit()):
+                continue
+            candidate = first.with_name(name)
+            fd = None if os.path.abspath(candidate) == skip else _open_journal(candidate)
+            if fd is None:
+                continue
+            try:
+                if not _try_lock(fd):
+                    return candidate
+            finally:
+                os.close(fd)
+    return None
 
 
 def _still_at(path: Path, fd: int) -> bool:
@@ -872,7 +949,7 @@ def _clear(candidate: Path, cassette: Path) -> bool:
             return True
         if not _still_at(candidate, fd):  # unlinked (or replaced) between our open and our lock
             return False
-        if os.fstat(fd).st_size > 0:
+        if os.pread(fd, 1, 0) not in (b"", b"\x00"):  # a NUL start: space reserved, nothing written yet
             _set_aside(candidate, cassette)
         else:
             os.unlink(candidate)  # created by a recorder that died before its first write: nothing to keep
@@ -896,7 +973,7 @@ def _claim_journal(path: Path, cassette: Path) -> tuple[Path, int]:
             break
         candidate = path if attempt == 0 else path.with_name(f"{path.name}.{attempt}")
         try:
-            fd = os.open(candidate, _NEW_FILE | os.O_APPEND, 0o600)  # it holds the stream before redaction
+            fd = os.open(candidate, _NEW_JOURNAL, 0o600)  # it holds the stream before redaction
         except FileExistsError:
             if _clear(candidate, cassette):
                 attempt += 1
@@ -908,56 +985,111 @@ def _claim_journal(path: Path, cassette: Path) -> tuple[Path, int]:
     raise LlmError(f"no free journal next to {path}", ErrorCode.INVALID_CONFIG)  # pragma: no cover
 
 
+_NEW_JOURNAL = (_NEW_FILE & ~os.O_WRONLY) | os.O_RDWR
+"""A journal is created as any new file is, but readable too: it is written through a mapping."""
+
 _os_write = os.write
-"""The journal's one system call, a module global so tests can inject a failing disk (ENOSPC, EIO)."""
+"""The write path's one system call, a module global so tests can inject a failing disk (ENOSPC, EIO)."""
+_fallocate = getattr(os, "posix_fallocate", None)
+"""Reserves a window of the journal before it is mapped (a module global so tests can make it fail)."""
+
+_WINDOW = 1 << 20
+"""How much of the journal is reserved and mapped at a time (a multiple of the page size)."""
 
 
 class Journal:
-    """Append-only JSON lines, one ``write()`` per record, so a SIGKILL loses nothing already received.
+    """Append-only JSON lines, each record stored before ``begin``/``event``/``end`` returns, so a SIGKILL loses
+    nothing already received.
 
-    Once ``write()`` returns, the record is in the kernel's page cache and reaches the file even if the process
-    is killed the next instant. Nothing is fsynced: a process crash loses nothing, a power loss can lose the
-    tail. Writes are serialised by a lock (one journal may be shared by threads). The first failed write (disk
-    full, quota, I/O error) raises ``CASSETTE_UNWRITABLE`` naming the path and leaves the journal as it was
-    (at worst a torn last line, which ``recover`` drops); later writes do nothing, as do writes after
-    ``close``. The journal is deleted once the cassette is saved.
+    Records are copied into a ``MAP_SHARED`` window of the file, 1 MiB at a time, each window reserved first with
+    ``posix_fallocate``: a full disk (or a quota) is then a clean error at reserve time, never a SIGBUS on a store.
+    Where a window cannot be reserved (little room left, a filesystem without fallocate), the rest of the journal
+    is written with one ``write()`` per record. Either way the record is in the kernel's page cache once the call
+    returns and reaches the file even if the process is killed the next instant (the reserved, unwritten tail is
+    NULs, which ``recover`` ignores; ``close`` trims it). Nothing is fsynced: a process crash loses nothing, a
+    power loss can lose the tail. Writes are serialised by a lock (one journal may be shared by threads). The
+    first failed write raises ``CASSETTE_UNWRITABLE`` naming the path and leaves the journal as it was (at worst a
+    torn last line, which ``recover`` drops); later writes do nothing, as do writes after ``close``. The journal
+    is deleted once the cassette is saved.
     """
 
-    __slots__ = ("_buffer", "_fd", "_lock", "error", "path")
+    __slots__ = ("_buffer", "_end", "_fd", "_lock", "_map", "_pos", "_start", "error", "path")
 
     def __init__(self, path: PathLike, meta: CassetteMeta, *, cassette: PathLike | None = None) -> None:
         """Claim a journal at ``path``; ``CASSETTE_UNWRITABLE`` if it cannot be created or its first record
         written (then nothing is left behind)."""
         path = Path(path)
+        self._fd = -1
         with _writing(path, "journal"):
             self.path, self._fd = _claim_journal(path, Path(cassette) if cassette else _cassette_of(path))
         self._lock = threading.Lock()
         self._buffer = bytearray()
         self.error: LlmError | None = None
+        self._map: mmap.mmap | None = None
+        self._pos = self._start = 0
+        self._end = -1  # where the mapped window ends; -1: writing with write()
+        self._map_window(0)
         try:
             self._write(_JMeta(meta))
         except LlmError:
             self.close(remove=True)
             raise
 
+    def _map_window(self, start: int) -> None:
+        """Reserve and map the window at ``start``; where that fails, go on with ``write()`` from ``_pos``."""
+        if self._map is not None:
+            self._map.close()
+            self._map, self._end = None, -1
+        try:
+            if _fallocate is None:
+                raise OSError(errno.EOPNOTSUPP, os.strerror(errno.EOPNOTSUPP))
+            _fallocate(self._fd, start, _WINDOW)
+            self._map = mmap.mmap(self._fd, _WINDOW, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE, offset=start)
+        except (OSError, ValueError):  # ENOSPC, EDQUOT, EOPNOTSUPP, EINVAL, ...: the write path needs no room ahead
+            os.lseek(self._fd, self._pos, os.SEEK_SET)
+            return
+        self._start, self._end = start, start + _WINDOW
+
     def _write(self, record: _JRecord) -> None:
         with self._lock:
+            buffer = self._buffer
+            _encode_into(record, buffer)
+            buffer.append(10)
+            pos = self._pos
+            end = pos + len(buffer)
+            window = self._map
+            if end <= self._end and window is not None:  # the common case: one copy into the mapped window
+                start = self._start
+                window[pos - start : end - start] = buffer
+                self._pos = end
+                return
             if self._fd < 0 or self.error is not None:
                 return
-            buffer = self._buffer
-            _journal_encoder.encode_into(record, buffer)
-            buffer.append(10)
             try:
-                written = _os_write(self._fd, buffer)
-                while written < len(buffer):  # a short write: the rest goes right after it
-                    with memoryview(buffer) as rest:
-                        more = _os_write(self._fd, rest[written:])
-                    if more <= 0:
-                        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-                    written += more
+                self._spill(buffer)
             except OSError as exc:
                 self.error = _unwritable(self.path, exc, "journal")
                 raise self.error from exc
+
+    def _spill(self, buffer: bytearray) -> None:
+        """Store a record that does not fit in the mapped window: what fits, then the next window (or ``write()``)."""
+        with memoryview(buffer) as view:
+            done = 0
+            while self._map is not None:
+                part = min(len(view) - done, self._end - self._pos)
+                offset = self._pos - self._start
+                self._map[offset : offset + part] = view[done : done + part]
+                self._pos += part
+                done += part
+                if done == len(view):
+                    return
+                self._map_window(self._end)
+            while done < len(view):  # a short write: the rest goes right after it
+                written = _os_write(self._fd, view[done:])
+                if written <= 0:
+                    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+                done += written
+                self._pos += written
 
     def begin(self, id: int, request: RecordedRequest, started_at: datetime | None, attempt: int) -> None:
         self._write(_JBegin(id, request, started_at, attempt))
@@ -975,8 +1107,14 @@ class Journal:
     def closed(self) -> bool:
         return self._fd < 0
 
+    def __del__(self) -> None:
+        """A recorder dropped unsaved leaves its journal as a crash does (closed, unlocked), not open until exit."""
+        fd = getattr(self, "_fd", -1)
+        if fd >= 0:
+            os.close(fd)
+
     def close(self, *, remove: bool) -> None:
-        """Close the file; ``remove`` deletes it while still holding its lock.
+        """Close the file, trimmed to what was written; ``remove`` deletes it while still holding its lock.
 
         Unlinking before closing (which drops the lock) matters: a new recorder that opened this file just
         before the unlink then either fails to lock it or, once it has the lock, sees it is no longer at the
@@ -984,11 +1122,17 @@ class Journal:
         """
         with self._lock:
             fd, self._fd = self._fd, -1
+            mapped, self._map, self._end = self._map, None, -1
         if fd < 0:
             return
         try:
+            if mapped is not None:
+                mapped.close()
             if remove and _still_at(self.path, fd):  # never delete a file someone else put at our path
                 os.unlink(self.path)
+            elif not remove:
+                with contextlib.suppress(OSError):
+                    os.ftruncate(fd, self._pos)  # the reserved tail holds nothing
         finally:
             os.close(fd)
 

@@ -18,8 +18,15 @@ from chunktape.cassettes.analysis import (
     protocol_violation,
     summarize,
 )
-from chunktape.cassettes.codec import recover, save_cassette, shift_tool_runs
-from chunktape.cassettes.model import Cassette, Interaction
+from chunktape.cassettes.codec import (
+    append_interactions,
+    held_journal,
+    live_journal,
+    recover,
+    recovered_path,
+    save_cassette,
+)
+from chunktape.cassettes.model import Interaction
 from chunktape.cassettes.redaction import check_secrets, env_secrets, redact
 from chunktape.cli.common import (
     EXIT_FAILED,
@@ -31,7 +38,7 @@ from chunktape.cli.common import (
     load,
     shown,
 )
-from chunktape.cli.render import summary_table
+from chunktape.cli.render import printable, printable_json, summary_table
 from chunktape.http.vcr import VcrSerializer, read_vcr
 
 __all__ = ["check", "convert", "diff", "import_vcr", "recover_journal", "redact_cassette", "show"]
@@ -54,7 +61,7 @@ def show(
     loaded = shown(load(cassette), show_secrets)
     if json:
         data = msgspec.json.format(msgspec.json.encode(loaded, order="sorted"), indent=2)
-        typer.echo(data.decode())
+        typer.echo(printable_json(data.decode()))
         return
     out = console()
     meta = loaded.meta
@@ -110,7 +117,7 @@ def check(
             progress.advance(task)
     out = console()
     for line in failures:
-        out.print(redact_text(line), markup=False, soft_wrap=True)
+        out.print(printable(redact_text(line)), markup=False, soft_wrap=True)
     passed = len(files) - len(failures)
     summary = f"{passed} of {len(files)} cassette file(s) pass"
     missing = [path for path in files if not path.exists()]
@@ -159,9 +166,9 @@ def diff(
         )
     out = console()
     for line in result.changes:
-        out.print(line, markup=False, soft_wrap=True)
+        out.print(printable(line), markup=False, soft_wrap=True)
     for line in result.timing:
-        out.print(f"timing: {line}", style="dim", markup=False, soft_wrap=True)
+        out.print(f"timing: {printable(line)}", style="dim", markup=False, soft_wrap=True)
     if not result.same:
         err_console().print(f"{len(result.changes)} difference(s)", style="red", soft_wrap=True)
         raise typer.Exit(EXIT_FAILED)
@@ -196,18 +203,16 @@ def redact_cassette(
     console().print(f"{cassette}: redacted {changed} interaction(s)", markup=False, soft_wrap=True)
 
 
-def _default_output(journal: Path) -> Path:
-    name = journal.name
-    stem, _, rest = name.rpartition(".journal")
-    if stem and (not rest or rest.lstrip(".").isdigit()):
-        return journal.with_name(stem)
-    return journal.with_suffix(".msgpack")
-
-
 def recover_journal(
     journal: Annotated[Path, typer.Argument(help="The journal a crashed recording left (<cassette>.journal).")],
     output: Annotated[
-        Path | None, typer.Option("--output", "-o", help="The cassette to write (default: the journal's cassette).")
+        Path | None,
+        typer.Option(
+            "--output",
+            "-o",
+            help="The cassette to write (default: the journal's cassette; c.recovered-<N or stamp>.msgpack for a "
+            "journal.N or one set aside as crashed).",
+        ),
     ] = None,
     force: Annotated[bool, typer.Option("--force", help="Overwrite an existing cassette.")] = False,
     append: Annotated[
@@ -219,8 +224,9 @@ def recover_journal(
 
     Credentials in the environment (names containing KEY, TOKEN, SECRET, PASSWORD...) and key-shaped strings are
     redacted first.
-    A file that is not a journal (a cassette, an empty file) is refused and left alone; the journal is deleted
-    only once the cassette holding what it recovered is written and fsynced.
+    A file that is not a journal (a cassette, an empty file) is refused and left alone, as is the journal of a
+    recording still running; the journal is deleted only once the cassette holding what it recovered is written
+    and fsynced.
 
     Example: chunktape recover session.msgpack.journal -o session.msgpack
     """
@@ -228,24 +234,29 @@ def recover_journal(
         raise CliError(f"{journal} is a directory, not a journal file")
     if output is not None:
         check_output_suffix(output, "--output")
-    target = output or _default_output(journal)
+    target = output or recovered_path(journal)
     if target.exists() and journal.exists() and target.samefile(journal):
         raise CliError(f"{target} is the journal itself; give another --output")
-    if target.exists() and not (force or append):
-        raise CliError(f"{target} exists; pass --append to add to it or --force to replace it")
-    secrets = list(env_secrets().values())
-    cassette = redact(recover(journal), secrets)  # CASSETTE_CORRUPT (nothing touched) if it is not a journal
-    check_secrets(cassette, secrets, destination=target)
-    if append and target.exists():
-        existing = load(target)
-        cassette = Cassette(
-            meta=existing.meta,
-            interactions=[*existing.interactions, *cassette.interactions],
-            tool_runs=[*existing.tool_runs, *shift_tool_runs(cassette.tool_runs, len(existing.interactions))],
-        )
-    save_cassette(cassette, target)  # atomic and fsynced: only then may the journal go
-    if not keep_journal:
-        journal.unlink(missing_ok=True)
+    with held_journal(journal) as free:  # held until the journal is gone: no recorder claims it meanwhile
+        if not free:
+            raise CliError(
+                f"{journal} is still being recorded by a live process; it saves its cassette itself when it stops "
+                "(recover only what a crashed recording left)"
+            )
+        live = None if output is not None else live_journal(target, besides=journal)
+        if live is not None:
+            raise CliError(f"{target} is being recorded now by a live process (its journal {live}); give -o")
+        if target.exists() and not (force or append):
+            raise CliError(f"{target} exists; pass --append to add to it or --force to replace it")
+        secrets = list(env_secrets().values())
+        cassette = redact(recover(journal), secrets)  # CASSETTE_CORRUPT (nothing touched) if it is not a journal
+        check_secrets(cassette, secrets, destination=target)
+        if append:  # re-read under the writers' lock, as every appending save does
+            cassette = append_interactions(target, cassette.interactions, cassette.meta, tool_runs=cassette.tool_runs)
+        else:
+            save_cassette(cassette, target)  # atomic and fsynced: only then may the journal go
+        if not keep_journal:
+            journal.unlink(missing_ok=True)
     console().print(
         f"recovered {len(cassette.interactions)} interaction(s) into {target}", markup=False, soft_wrap=True
     )

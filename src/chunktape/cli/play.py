@@ -24,7 +24,7 @@ from chunktape.cli.common import (
     shown,
     timing_option,
 )
-from chunktape.cli.render import ChunkPrinter, tool_result_line
+from chunktape.cli.render import ChunkPrinter, printable, tool_result_line
 from chunktape.errors import ErrorCode, LlmError, ProtocolViolation
 from chunktape.protocol import aclose_stream
 from chunktape.replay_options import ReplayKeywords, ReplayOptions
@@ -64,7 +64,7 @@ async def replay_to_console(
         summary = summarize(interaction, index)
         last = summary.last_user.replace("\n", " ")
         excerpt = last if len(last) <= 60 else last[:57] + "..."
-        out.rule(Text(f"#{index} {summary.model} · {excerpt!r}"), align="left", style="blue")
+        out.rule(Text(printable(f"#{index} {summary.model} · {excerpt!r}")), align="left", style="blue")
         adapter = ReplayAdapter(Cassette(meta=cassette.meta, interactions=[interaction]), options=settings)
         printer = ChunkPrinter(out)
         validator = StreamValidator(require_finish=type(interaction.outcome) is Completed)

@@ -28,7 +28,7 @@ from chunktape.harness.tools import Tool, tool_error
 from chunktape.harness.tooltape import RecordingToolRunner
 from chunktape.protocol import GenerateOptions, Message, ToolSpec
 from chunktape.providers.openai_compat import DEEPSEEK_BASE_URL, OpenAICompatAdapter
-from chunktape.recorder.recording import RecordingAdapter, all_raised
+from chunktape.recorder.recording import RecordingAdapter, none_completed
 from chunktape.wire.openai_chat import message_from_openai, options_from_openai_request, options_to_openai_request
 
 __all__ = ["record"]
@@ -281,8 +281,9 @@ def record(
     session on stdin (each turn is another interaction of the same cassette). With --tools, every tool call is
     answered before the conversation goes on: in --chat by the line you type for it, or by --tools-module
     pkg.mod:TOOLS; each tool execution is recorded in the cassette. Ctrl-C stops and keeps what was
-    recorded. The API key is read from --api-key-env and never written to the cassette or printed.
-    A run in which no call completed (every call failed: a down server, a wrong URL or key) writes no
+    recorded (aside, as below, if no reply had completed). The API key is read from --api-key-env and never
+    written to the cassette or printed.
+    A run in which no call completed (a down server, a wrong URL or key, Ctrl-C before the reply) writes no
     cassette unless --force: it is kept beside it as <name>.failed.<suffix>, and the exit code is 3. So is a
     recording that still holds a credential, with every credential replaced; --allow-secret VALUE keeps a
     value that only looks like one.
@@ -349,17 +350,17 @@ def record(
         except KeyboardInterrupt:
             interrupted = True
         finally:
-            # A down server, a wrong --base-url or key: the recording is the failure, not the provider's answer.
-            aside = not force and all_raised(recorder.interactions)
+            # A down server, a wrong --base-url or key, a Ctrl-C before the reply: not the provider's answer.
+            aside = not force and none_completed(recorder.interactions)
             try:
                 written = recorder.save(failed=aside, secret_advice=_SECRET_ADVICE)
             finally:
                 runner.run(adapter.aclose())
     if aside:
         state = "was left as it was" if output.exists() else "was not written"
-        reason = f": {failure}" if failure is not None else ""
+        reason = f": {failure}" if failure is not None else ": interrupted" if interrupted else ""
         raise CliError(
-            f"no call completed{reason}; kept the failed recording in {recorder.failed_path}, {output} {state} "
+            f"no call completed{reason}; kept the failed recording in {recorder.written}, {output} {state} "
             "(--force writes it)"
         )
     count = 0 if written is None else len(written.interactions)

@@ -24,7 +24,23 @@ from chunktape.protocol import (
     UsageChunk,
 )
 
-__all__ = ["ChunkPrinter", "format_usage", "summary_table", "tool_result_line"]
+__all__ = ["ChunkPrinter", "format_usage", "printable", "printable_json", "summary_table", "tool_result_line"]
+
+_CONTROLS = (*range(0x20), 0x7F, *range(0x80, 0xA0))
+_SHOWN = {code: f"\\x{code:02x}" for code in _CONTROLS if code not in (0x09, 0x0A)}
+_JSON_ESCAPED = {code: f"\\u{code:04x}" for code in _CONTROLS if code >= 0x7F}
+
+
+def printable(text: str) -> str:
+    """``text`` safe for a terminal: every control character but newline and tab shown as ``\\xNN``, so recorded
+    text can neither move the cursor, clear the screen, retitle the window nor set the clipboard (OSC 52)."""
+    return text.translate(_SHOWN)
+
+
+def printable_json(text: str) -> str:
+    """JSON text safe for a terminal and equal in meaning: the controls msgspec writes raw (DEL and C1, which
+    some terminals obey) as ``\\u`` escapes; it escapes the others itself."""
+    return text.translate(_JSON_ESCAPED)
 
 
 def format_usage(usage: TokenUsage | None) -> str:
@@ -60,6 +76,7 @@ class ChunkPrinter:
         self.reply = ReplyBuilder()
 
     def _write(self, text: str, style: str = "") -> None:
+        text = printable(text)
         self.console.print(Text(text, style=style), end="", soft_wrap=True)
         if text:
             self._column = 0 if text.endswith("\n") else self._column + len(text)
@@ -113,7 +130,7 @@ class ChunkPrinter:
 
 def summary_table(title: str, summaries: Sequence[InteractionSummary]) -> Table:
     """The ``chunktape show`` table: one row per interaction (recorded text as ``Text``, never as markup)."""
-    table = Table(title=Text(title), title_justify="left", expand=False)
+    table = Table(title=Text(printable(title)), title_justify="left", expand=False)
     table.add_column("#", justify="right")
     table.add_column("model")
     table.add_column("last user message", max_width=32, overflow="ellipsis", no_wrap=True)
@@ -128,12 +145,12 @@ def summary_table(title: str, summaries: Sequence[InteractionSummary]) -> Table:
         attempt = f" (attempt {item.attempt})" if item.attempt > 1 else ""
         table.add_row(
             str(item.index),
-            Text(item.model),
-            Text(item.last_user.replace("\n", " ")),
+            Text(printable(item.model)),
+            Text(printable(item.last_user.replace("\n", " "))),
             str(item.chunks),
             _seconds(item.first_chunk_s),
             _seconds(item.duration_s),
             "-" if item.usage is None else f"{item.usage.input_tokens}/{item.usage.output_tokens}",
-            Text(item.outcome + attempt, style=style),
+            Text(printable(item.outcome) + attempt, style=style),
         )
     return table

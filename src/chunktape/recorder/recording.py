@@ -21,6 +21,7 @@ from chunktape.cassettes.codec import (
     journal_path,
     open_cassette,
     save_cassette,
+    save_new,
 )
 from chunktape.cassettes.model import (
     Cancelled,
@@ -65,7 +66,8 @@ __all__ = [
     "RecordingAdapter",
     "RecordingCall",
     "StreamViolationWarning",
-    "all_raised",
+    "failed_path",
+    "none_completed",
     "raised_from",
 ]
 
@@ -130,16 +132,19 @@ def raised_from(error: Exception, *, t_ns: int) -> Raised:
     )
 
 
-def all_raised(interactions: Sequence[Interaction]) -> bool:
-    """Whether a recording holds interactions and every one of them raised (a down server, a wrong URL or key):
-    what was recorded is the failure, not the provider, and must not take a cassette's place."""
-    return bool(interactions) and all(type(item.outcome) is Raised for item in interactions)
+def none_completed(interactions: Sequence[Interaction]) -> bool:
+    """Whether a recording holds interactions and none of them completed (a down server, a wrong URL or key, a
+    Ctrl-C before the first chunk): what was recorded is not the provider's answer and must not take a cassette's
+    place."""
+    return bool(interactions) and not any(type(item.outcome) is Completed for item in interactions)
 
 
-def failed_path(cassette: Path) -> Path:
-    """Where a recording that must not replace ``cassette`` is kept: ``<name>.failed<suffix>`` beside it."""
-    stem = fitting_name(cassette.with_name(cassette.stem), len(f".failed{cassette.suffix}"))
-    return cassette.with_name(f"{stem}.failed{cassette.suffix}")
+def failed_path(cassette: Path, number: int = 1) -> Path:
+    """Where a recording that must not replace ``cassette`` is kept: ``<name>.failed<suffix>`` beside it, or
+    ``<name>.failed-<number><suffix>`` for the ``number``-th one kept (an earlier one is never replaced)."""
+    tail = f".failed{cassette.suffix}" if number == 1 else f".failed-{number}{cassette.suffix}"
+    stem = fitting_name(cassette.with_name(cassette.stem), len(tail))
+    return cassette.with_name(stem + tail)
 
 
 class ProviderClock:
@@ -295,6 +300,9 @@ class RecordingAdapter(WrappingAdapter):
         self._tool_runs: list[ToolRun] = []
         self._attempts: Counter[str] = Counter()
         self._closed = False
+        self._close_saved = False
+        self.written: Path | None = None
+        """The file the last save wrote: ``path``, a ``failed_path``, or None."""
         if append and self.path.exists():
             self._attempts.update(request.fingerprint for request in open_cassette(self.path).requests)
 
@@ -450,20 +458,27 @@ class RecordingAdapter(WrappingAdapter):
 
     @property
     def failed_path(self) -> Path:
-        """Where ``save(failed=True)`` writes: ``<name>.failed<suffix>`` beside the cassette."""
+        """The first name ``save(failed=True)`` tries: ``<name>.failed<suffix>`` beside the cassette."""
         return failed_path(self.path)
+
+    def _keep_failed(self, cassette: Cassette, *, mode: int | None = None) -> Path:
+        """Keep ``cassette`` beside the cassette under the first free failed name: an earlier failed recording
+        holds what was never saved anywhere else, so it is never replaced (nor removed by a later save)."""
+        return save_new(cassette, (failed_path(self.path, number) for number in range(1, 1000)), mode=mode)
 
     def save(self, *, failed: bool = False, secret_advice: str = LIBRARY_SECRET_ADVICE) -> Cassette | None:
         """Write what was recorded (nothing is written if nothing was recorded) and drop the journal.
 
         ``failed=True`` keeps a recording that must not replace the cassette (its test failed, nothing was
-        streamed) in ``failed_path`` instead, for inspection; a normal save removes such a leftover, now stale.
-        A credential found at save is never written, nor is the recording lost: it goes to ``failed_path`` with
-        every credential replaced (mode 0600) and ``SECRET_DETECTED`` says so; ``secret_advice`` tells the user
-        how to allow a value that is not a real credential, in the words of the face they use.
+        streamed) beside it instead, for inspection: in ``failed_path``, or ``<name>.failed-2<suffix>`` (-3, ...)
+        when an earlier one is there; ``written`` names the file. A credential found at save is never written,
+        nor is the recording lost: it is kept the same way with every credential replaced (mode 0600) and
+        ``SECRET_DETECTED`` says so; ``secret_advice`` tells the user how to allow a value that is not a real
+        credential, in the words of the face they use. Failed recordings are never removed by chunktape.
         """
         if not self._slots and not self._tool_runs:
             self._drop_journal()
+            self.written = None
             return None
         destination = self.failed_path if failed else self.path
         cassette = self.cassette()
@@ -472,16 +487,17 @@ class RecordingAdapter(WrappingAdapter):
             check_secrets(cassette, literals, allow=self.allow_secrets, destination=destination)
         except LlmError as error:
             raise self._keep_redacted(cassette, literals, error, secret_advice) from None
-        if not failed and (self.append or RUN_TAG in self.meta.tags):
+        written = cassette
+        if failed:
+            destination = self._keep_failed(cassette)
+        elif self.append or RUN_TAG in self.meta.tags:
             join = None if self.append else self._same_run
             written = append_interactions(
                 destination, cassette.interactions, cassette.meta, join=join, tool_runs=cassette.tool_runs
             )
         else:
             save_cassette(cassette, destination)
-            written = cassette
-        if not failed:
-            self.failed_path.unlink(missing_ok=True)
+        self.written = destination
         self._drop_journal()
         return written
 
@@ -493,9 +509,7 @@ class RecordingAdapter(WrappingAdapter):
         (it holds them in clear); return the error to raise, saying where it went and how to accept it."""
         allowed = set(self.allow_secrets)
         redacted = redact(cassette, [secret for secret in literals if secret not in allowed])
-        kept = self.failed_path
-        save_cassette(redacted, kept)
-        os.chmod(kept, 0o600)
+        kept = self.written = self._keep_failed(redacted, mode=0o600)
         self._drop_journal()
         hint = f"if it is not a real credential, {advice} and record again"
         if all(a.request == b.request for a, b in zip(cassette.interactions, redacted.interactions, strict=True)):
@@ -514,8 +528,14 @@ class RecordingAdapter(WrappingAdapter):
             self._journal = None
 
     async def aclose(self) -> None:
-        """Save the cassette (once; later calls do nothing)."""
-        if self._closed:
-            return
+        """Close to new streams and save the cassette, once: later calls do nothing, unless the save failed (a
+        disk still full): then they try it again. A credential found at save is not retried: it was kept."""
         self._closed = True
-        self.save()
+        if self._close_saved:
+            return
+        try:
+            self.save()
+        except LlmError as error:
+            self._close_saved = error.code is ErrorCode.SECRET_DETECTED
+            raise
+        self._close_saved = True
