@@ -8,7 +8,7 @@ import os
 from collections.abc import AsyncGenerator, Callable, Sequence
 from enum import StrEnum
 from pathlib import Path
-from typing import Unpack
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias, Unpack
 
 import msgspec
 
@@ -20,7 +20,10 @@ from chunktape.recorder.recording import LIBRARY_SECRET_ADVICE, RUN_TAG, Recordi
 from chunktape.replay_options import ReplayKeywords, ReplayOptions
 from chunktape.replayer.replaying import ReplayAdapter
 
-__all__ = ["MISS_CODES", "CassetteSession", "RecordMode", "SessionCall", "use_cassette"]
+if TYPE_CHECKING:
+    from chunktape.http.session_transport import SessionTransport
+
+__all__ = ["MISS_CODES", "CassetteSession", "HttpKind", "RecordMode", "SessionCall", "use_cassette"]
 
 
 class RecordMode(StrEnum):
@@ -51,6 +54,9 @@ class SessionCall(msgspec.Struct, frozen=True, kw_only=True):
     request: RecordedRequest
     recorded: bool
 
+
+HttpKind: TypeAlias = Literal["httpx2", "httpx"]
+"""Which HTTP library a client handed to an SDK is from."""
 
 MISS_CODES = frozenset({ErrorCode.CASSETTE_NOT_FOUND, ErrorCode.CASSETTE_MISMATCH, ErrorCode.CASSETTE_EXHAUSTED})
 """The codes of a cassette miss: the request had no recording to replay."""
@@ -99,6 +105,9 @@ class CassetteSession(LlmAdapter):
         self._recorder: RecordingAdapter | None = None
         self._replayer: ReplayAdapter | None = None
         self._saved: Cassette | None = None
+        self._http_recorders: list[RecordingAdapter] = []
+        self._http_replayers: list[ReplayAdapter] = []
+        self._closers: list[Callable[[], None]] = []
         self._save_done = False
         self._closed = False
         self.written: Path | None = None
@@ -144,12 +153,82 @@ class CassetteSession(LlmAdapter):
         if self._saved is not None:
             return self._saved
         base = self._replayer.cassette if self._replayer is not None else Cassette()
-        if self._recorder is None:
+        recorders = self._recorders()
+        if not recorders:
             return base
-        recorded = self._recorder.cassette()
+        recorded = [recorder.cassette() for recorder in recorders]
+        interactions = [item for cassette in recorded for item in cassette.interactions]
         if self.mode is RecordMode.NEW_EPISODES:
-            return Cassette(meta=base.meta, interactions=[*base.interactions, *recorded.interactions])
-        return recorded
+            return Cassette(meta=base.meta, interactions=[*base.interactions, *interactions])
+        return Cassette(meta=recorded[0].meta, interactions=interactions)
+
+    def _recorders(self) -> list[RecordingAdapter]:
+        """Every recorder writing this cassette: the adapter calls', then each HTTP transport's."""
+        return [*([self._recorder] if self._recorder is not None else []), *self._http_recorders]
+
+    def recording_settings(self) -> dict[str, Any]:
+        """The keywords a recorder of this session's cassette takes (``RecordingAdapter``, ``RecordingTransport``):
+        its redaction, and whether it appends (and under which run tag) per the mode."""
+        # new_episodes and once append (under the cassette lock, re-reading the file): another process may
+        # create the cassette between now and our save, and replacing it would lose its interactions. all
+        # replaces, but only once per run: later writers of the same run (tagged with it) add to it.
+        append = self.mode in (RecordMode.NEW_EPISODES, RecordMode.ONCE)
+        tags = {RUN_TAG: self._run_id} if self.mode is RecordMode.ALL and self._run_id is not None else {}
+        return {
+            "redact": self.options.redact,
+            "allow_secrets": self.options.allow_secrets,
+            "append": append,
+            "tags": tags,
+        }
+
+    def replays(self, replayer: ReplayAdapter | None, request: Callable[[], RecordedRequest]) -> bool:
+        """Whether a call goes to ``replayer`` (True) or is recorded (False), per the mode; ``request()`` is asked
+        only when the mode must know whether it can play. Raises ``CASSETTE_NOT_FOUND`` when it can do neither."""
+        if self._closed:
+            raise LlmError(f"the cassette session for {self.path} is closed", ErrorCode.INVALID_CONFIG)
+        if replayer is not None and (self.mode is not RecordMode.NEW_EPISODES or replayer.can_play(request())):
+            return True
+        if self.mode is RecordMode.NONE:
+            raise LlmError(f"{self.path} does not exist", ErrorCode.CASSETTE_NOT_FOUND)
+        return False
+
+    def attach_http(
+        self,
+        *,
+        replayer: ReplayAdapter | None = None,
+        recorder: RecordingAdapter | None = None,
+        close: Callable[[], None] | None = None,
+    ) -> None:
+        """What an HTTP face of this session (``transport()``, the plugin's server) replays with or records into:
+        ``assert_all_played()`` checks the replayer, ``save()`` writes the recorder with the rest, and ``close``
+        runs when the session closes (after the save)."""
+        if replayer is not None:
+            self._http_replayers.append(replayer)
+        if recorder is not None:
+            self._http_recorders.append(recorder)
+        if close is not None:
+            self._closers.append(close)
+
+    def missed(self, error: LlmError) -> None:
+        """Note a cassette miss that a call raised (the first one is kept in ``miss``)."""
+        if error.code in MISS_CODES and self.miss is None:
+            self.miss = error
+
+    def transport(self, *, kind: HttpKind = "httpx2", sync: bool = False) -> SessionTransport:
+        """A transport for an SDK's ``kind`` client (``sync``: ``Client``, else ``AsyncClient``) that replays this
+        cassette or records into it per the mode, with the session's faults, matchers and timing (faults apply at
+        the HTTP level: ``ReplayTransport``). Its recordings are saved with the session's, never by closing the
+        client."""
+        from chunktape.http.session_transport import SessionTransport
+
+        return SessionTransport(self, kind=kind, sync=sync)
+
+    def http_client(self, *, kind: HttpKind = "httpx2", sync: bool = False, **client: Any) -> Any:
+        """An httpx2 or httpx client (``sync``: ``Client``, else ``AsyncClient``) on ``transport(...)``; ``client``
+        are the client's own keywords (``timeout=``, ``headers=``...)."""
+        from chunktape.http.session_transport import client_for
+
+        return client_for(self.transport(kind=kind, sync=sync), kind=kind, sync=sync, **client)
 
     def _recording_adapter(self) -> RecordingAdapter:
         if self._recorder is None:
@@ -160,32 +239,18 @@ class CassetteSession(LlmAdapter):
                     ErrorCode.INVALID_CONFIG,
                 )
             self._live = self._live_factory()
-            # new_episodes and once append (under the cassette lock, re-reading the file): another process may
-            # create the cassette between now and our save, and replacing it would lose its interactions. all
-            # replaces, but only once per run: later writers of the same run (tagged with it) add to it.
-            append = self.mode in (RecordMode.NEW_EPISODES, RecordMode.ONCE)
-            tags = {RUN_TAG: self._run_id} if self.mode is RecordMode.ALL and self._run_id is not None else {}
             self._recorder = RecordingAdapter(
-                self._live,
-                self.path,
-                redact=self.options.redact,
-                allow_secrets=self.options.allow_secrets,
-                validate=self._validate,
-                append=append,
-                tags=tags,
+                self._live, self.path, validate=self._validate, **self.recording_settings()
             )
         return self._recorder
 
     def _open(self, options: GenerateOptions, request: RecordedRequest) -> AsyncGenerator[StreamChunk, None]:
         """The stream of the adapter this call goes to, given the request hashed once; the call is listed."""
-        if self._closed:
-            raise LlmError(f"the cassette session for {self.path} is closed", ErrorCode.INVALID_CONFIG)
         replayer = self._replayer
-        if replayer is not None and (self.mode is not RecordMode.NEW_EPISODES or replayer.can_play(request)):
+        if self.replays(replayer, lambda: request):
+            assert replayer is not None  # replays() says so
             self.calls.append(SessionCall(request=request, recorded=False))
             return replayer.open(options, request=request).chunks
-        if self.mode is RecordMode.NONE:
-            raise LlmError(f"{self.path} does not exist", ErrorCode.CASSETTE_NOT_FOUND)
         recorder = self._recording_adapter()
         self.calls.append(SessionCall(request=request, recorded=True))
         return recorder.record(options, request)
@@ -196,14 +261,19 @@ class CassetteSession(LlmAdapter):
                 async for chunk in chunks:
                     yield chunk
         except LlmError as error:
-            if error.code in MISS_CODES and self.miss is None:
-                self.miss = error
+            self.missed(error)
             raise
 
     def assert_all_played(self) -> None:
-        """Fail if a replayable interaction was never played."""
-        if self._replayer is not None:
-            self._replayer.assert_all_played()
+        """Fail if a replayable interaction was never played (by the adapter calls, or by each HTTP face)."""
+        replayers = [*([self._replayer] if self._replayer is not None else []), *self._http_replayers]
+        if not replayers:
+            return
+        # Each face plays the file with its own counts: an interaction is unplayed if no face played it.
+        unplayed = [set(replayer.unplayed()) for replayer in replayers]
+        common = set.intersection(*unplayed)
+        if common:
+            min(zip(unplayed, replayers), key=lambda pair: len(pair[0]))[1].assert_all_played()
 
     @property
     def failed_path(self) -> Path:
@@ -224,21 +294,28 @@ class CassetteSession(LlmAdapter):
         if self._save_done:
             return self.written
         self._save_done = True
-        recorder = self._recorder
-        if recorder is None:
+        recorders = self._recorders()
+        if not recorders:
             return None
         if failed is None:
-            failed = all_raised(recorder.interactions)
-        try:
-            saved = recorder.save(failed=failed, secret_advice=secret_advice)
-        except LlmError as error:
-            if error.code is ErrorCode.SECRET_DETECTED:
-                self.written = self.failed_path
-            raise
-        if saved is not None:
-            self.written = self.failed_path if failed else self.path
-            if not failed:
-                self._saved = saved
+            failed = all_raised([item for recorder in recorders for item in recorder.interactions])
+        problem: LlmError | None = None
+        for number, recorder in enumerate(recorders):  # each is saved, even after one failed
+            if number and self.mode is RecordMode.ALL and self._run_id is None:
+                recorder.append = True  # the first writer replaced the cassette; the others add to it
+            try:
+                saved = recorder.save(failed=failed, secret_advice=secret_advice)
+            except LlmError as error:
+                if error.code is ErrorCode.SECRET_DETECTED:
+                    self.written = self.failed_path
+                problem = problem or error
+                continue
+            if saved is not None:
+                self.written = self.written or (self.failed_path if failed else self.path)
+                if not failed:
+                    self._saved = saved  # the last save re-read the file: it holds every writer's interactions
+        if problem is not None:
+            raise problem
         return self.written
 
     async def aclose(self) -> None:
@@ -256,9 +333,15 @@ class CassetteSession(LlmAdapter):
         try:
             self.save(failed=failed)
         finally:
+            self._close_http()
             live, self._live = self._live, None
             if live is not None:
                 await live.aclose()
+
+    def _close_http(self) -> None:
+        closers, self._closers = self._closers, []
+        for close in closers:
+            close()
 
     def close(self, *, failed: bool | None = None, secret_advice: str = LIBRARY_SECRET_ADVICE) -> Path | None:
         """``save(...)``, then close a live adapter the factory built, where no event loop is running.
@@ -282,6 +365,7 @@ class CassetteSession(LlmAdapter):
         try:
             return self.save(failed=failed, secret_advice=secret_advice)
         finally:
+            self._close_http()
             live, self._live = self._live, None
             if live is not None:
                 loop = asyncio.new_event_loop()
