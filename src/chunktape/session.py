@@ -273,7 +273,7 @@ class CassetteSession(LlmAdapter):
         unplayed = [set(replayer.unplayed()) for replayer in replayers]
         common = set.intersection(*unplayed)
         if common:
-            min(zip(unplayed, replayers), key=lambda pair: len(pair[0]))[1].assert_all_played()
+            min(zip(unplayed, replayers, strict=True), key=lambda pair: len(pair[0]))[1].assert_all_played()
 
     @property
     def failed_path(self) -> Path:
