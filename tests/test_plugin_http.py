@@ -247,7 +247,7 @@ import pytest
 AGENT = '''
 import os, sys
 import openai
-client = openai.OpenAI(base_url=sys.argv[1] + "/v1", api_key=key(), max_retries=0)
+client = openai.OpenAI(base_url=sys.argv[1] + "/v1", api_key=os.environ["KEY"], max_retries=0)
 stream = client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}], stream=True)
 print("".join(part.choices[0].delta.content or "" for part in stream if part.choices))
 '''
