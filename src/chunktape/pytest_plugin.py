@@ -15,6 +15,8 @@ replaced (``allow_secrets=[...]`` on the marker accepts a value that only looks 
 (pytest-xdist) share its run id, so ``all`` replaces a shared cassette once and keeps the run's union.
 ``@pytest.mark.tape_fault_matrix`` runs a test once fault-free (``[no-fault]``,
 which records when the mode says so) and once per fault, replaying that cassette with the fault injected.
+HTTP code uses the same cassette: ``tape.transport()`` / ``tape.http_client()`` for an SDK's client, and
+``tape_server_url`` (a replay server, or a recording proxy to ``tape_upstream``) for sync code and subprocesses.
 """
 
 from __future__ import annotations
