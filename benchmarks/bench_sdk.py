@@ -6,8 +6,9 @@ method, URI and body) intercepting httpx2. cassetter's cassette is recorded from
 by chunktape's replay server on 127.0.0.1, so both hold the same content. Each request is distinct, so every
 call matches one recording.
 
-cassetter (PyPI) is installed at bench time into the running environment if it is missing (never in CI, never
-a dependency). Without it, or with ``--quick``/``--smoke`` (no network), the row says "peer unavailable".
+cassetter (PyPI) is installed at bench time into ``benchmarks/.work/cassetter`` (ignored by git; never in CI,
+never a dependency, and never in the virtualenv, where its pytest plugin would load into the suite).
+Without it, or with ``--quick``/``--smoke`` (no network), the row says "peer unavailable".
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from chunktape.protocol import BlockEnd, BlockStart, Finish, FinishReason, TextB
 
 NAME = "SDK replay in process: 1,000 short streams through openai, ReplayTransport vs cassetter"
 PEER = "cassetter"
+PEER_DIR = Path(__file__).parent / ".work" / PEER
 _TEXT = ["Hello", ", ", "wor", "ld", "!"]
 
 
@@ -69,12 +71,18 @@ def _sdk(transport: httpx2.BaseTransport | None = None) -> openai.OpenAI:
 
 
 def install_peer() -> str | None:
-    """Installs cassetter with pip if it is missing; returns why it is unavailable, or None."""
+    """Installs cassetter into ``PEER_DIR`` once and puts it on ``sys.path``; returns why it is unavailable, or None."""
+    if str(PEER_DIR) not in sys.path:
+        sys.path.insert(0, str(PEER_DIR))
     if importlib.util.find_spec(PEER) is not None:
         return None
     done = subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--quiet", PEER], capture_output=True, text=True, timeout=600
+        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(PEER_DIR), PEER],
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
+    importlib.invalidate_caches()
     if done.returncode != 0 or importlib.util.find_spec(PEER) is None:
         last = (done.stderr.strip().splitlines() or ["no output"])[-1]
         return f"pip install {PEER} failed: {last}"

@@ -274,10 +274,10 @@ def test_faults_reach_the_subprocess(tape_server_url):
 def test_the_server_url_records_through_the_proxy_then_replays(
     pytester: pytest.Pytester, provider: FakeProvider
 ) -> None:
-    project(pytester, test_server=SERVER_TESTS)
+    project(pytester, test_served=SERVER_TESTS)
     provider.enqueue(FakeResponse(body=HELLO))
     run(pytester, "--tape-mode", "once", "-k", "test_agent_in_a_subprocess").assert_outcomes(passed=1)
-    path = pytester.path / "cassettes" / "test_server" / "test_agent_in_a_subprocess.msgpack"
+    path = pytester.path / "cassettes" / "test_served" / "test_agent_in_a_subprocess.msgpack"
     assert KEY.encode() not in path.read_bytes()
     assert provider.requests[0].headers["authorization"] == f"Bearer {KEY}"
     provider.stop()
