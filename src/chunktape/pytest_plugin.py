@@ -15,6 +15,8 @@ replaced (``allow_secrets=[...]`` on the marker accepts a value that only looks 
 (pytest-xdist) share its run id, so ``all`` replaces a shared cassette once and keeps the run's union.
 ``@pytest.mark.tape_fault_matrix`` runs a test once fault-free (``[no-fault]``,
 which records when the mode says so) and once per fault, replaying that cassette with the fault injected.
+HTTP code uses the same cassette: ``tape.transport()`` / ``tape.http_client()`` for an SDK's client, and
+``tape_server_url`` (a replay server, or a recording proxy to ``tape_upstream``) for sync code and subprocesses.
 """
 
 from __future__ import annotations
@@ -416,6 +418,44 @@ def tape(
         item.user_properties.append(
             (_PROPERTY, {"path": _show(request.config, written), "interactions": total, "failed": not passed})
         )
+
+
+@pytest.fixture
+def tape_upstream() -> str:
+    """Override in conftest.py to return the provider's base URL (``https://api.deepseek.com``); used only to
+    record through ``tape_server_url``, whose proxy forwards to it."""
+    pytest.fail(
+        "chunktape: recording through tape_server_url needs the provider's URL. Define a fixture in conftest.py:\n\n"
+        "    @pytest.fixture\n"
+        "    def tape_upstream():\n"
+        "        return 'https://api.deepseek.com'\n",
+        pytrace=False,
+    )
+
+
+@pytest.fixture
+def tape_server_url(tape: CassetteSession, request: pytest.FixtureRequest) -> Iterator[str]:
+    """This test's cassette over HTTP on 127.0.0.1, for sync code and agents in a subprocess or another language
+    (an OpenAI client wants ``tape_server_url + "/v1"``): a ``ReplayServer`` with the test's replay options (its
+    faults, the fault matrix's, its timing) when the test replays; a recording proxy to ``tape_upstream`` when it
+    records. Either shares the cassette, mode, strict check and teardown save with ``tape``."""
+    from chunktape.http import ReplayServer  # the server stack only for the tests that ask for it
+    from chunktape.http.proxy import RecordingProxy
+
+    if tape.recording:
+        upstream = request.getfixturevalue("tape_upstream")
+        with RecordingProxy(upstream, transport=tape.transport(kind="httpx2", sync=False)) as proxy:
+            yield proxy.url
+        return
+    if tape.replayer is None:
+        pytest.fail(
+            f"[CASSETTE_NOT_FOUND] no cassette at {_show(request.config, tape.path)} (record mode {tape.mode.value!r} "
+            f"only replays); record it with: pytest '{request.node.nodeid}' --tape-mode once",
+            pytrace=False,
+        )
+    with ReplayServer(tape.path, options=tape.options) as server:
+        tape.attach_http(replayer=server.adapter)
+        yield server.url
 
 
 def _records(mode: RecordMode, path: Path) -> bool:

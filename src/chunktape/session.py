@@ -12,7 +12,7 @@ import os
 from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from enum import StrEnum
 from pathlib import Path
-from typing import Unpack
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias, Unpack
 
 import msgspec
 
@@ -33,7 +33,10 @@ from chunktape.recorder.recording import LIBRARY_SECRET_ADVICE, RUN_TAG, Recordi
 from chunktape.replay_options import ReplayKeywords, ReplayOptions
 from chunktape.replayer.replaying import ReplayAdapter
 
-__all__ = ["MISS_CODES", "CassetteSession", "RecordMode", "SessionCall", "use_cassette"]
+if TYPE_CHECKING:
+    from chunktape.http.session_transport import SessionTransport
+
+__all__ = ["MISS_CODES", "CassetteSession", "HttpKind", "RecordMode", "SessionCall", "use_cassette"]
 
 
 class RecordMode(StrEnum):
@@ -64,6 +67,9 @@ class SessionCall(msgspec.Struct, frozen=True, kw_only=True):
     request: RecordedRequest
     recorded: bool
 
+
+HttpKind: TypeAlias = Literal["httpx2", "httpx"]
+"""Which HTTP library a client handed to an SDK is from."""
 
 MISS_CODES = frozenset({ErrorCode.CASSETTE_NOT_FOUND, ErrorCode.CASSETTE_MISMATCH, ErrorCode.CASSETTE_EXHAUSTED})
 """The codes of a cassette miss: the request had no recording to replay."""
@@ -112,6 +118,10 @@ class CassetteSession(LlmAdapter):
         self._recorder: RecordingAdapter | None = None
         self._replayer: ReplayAdapter | None = None
         self._saved: Cassette | None = None
+        self._http_recorders: list[RecordingAdapter] = []
+        self._saved_recorders: set[int] = set()
+        self._http_replayers: list[ReplayAdapter] = []
+        self._closers: list[Callable[[], None]] = []
         self._save_done = False
         self._failed: bool | None = None
         self._closed = False
@@ -161,16 +171,88 @@ class CassetteSession(LlmAdapter):
         if self._saved is not None:
             return self._saved
         base = self._replayer.cassette if self._replayer is not None else Cassette()
-        if self._recorder is None:
+        recorders = self._recorders()
+        if not recorders:
             return base
-        recorded = self._recorder.cassette()
+        recorded = [recorder.cassette() for recorder in recorders]
+        interactions = [item for cassette in recorded for item in cassette.interactions]
+        # Only the adapter calls' recorder (first) runs tools, so the runs' interaction numbers stay right.
+        tool_runs = [run for cassette in recorded for run in cassette.tool_runs]
         if self.mode is RecordMode.NEW_EPISODES:
             return Cassette(
                 meta=base.meta,
-                interactions=[*base.interactions, *recorded.interactions],
-                tool_runs=[*base.tool_runs, *shift_tool_runs(recorded.tool_runs, len(base.interactions))],
+                interactions=[*base.interactions, *interactions],
+                tool_runs=[*base.tool_runs, *shift_tool_runs(tool_runs, len(base.interactions))],
             )
-        return recorded
+        return Cassette(meta=recorded[0].meta, interactions=interactions, tool_runs=tool_runs)
+
+    def _recorders(self) -> list[RecordingAdapter]:
+        """Every recorder writing this cassette: the adapter calls', then each HTTP transport's."""
+        return [*([self._recorder] if self._recorder is not None else []), *self._http_recorders]
+
+    def recording_settings(self) -> dict[str, Any]:
+        """The keywords a recorder of this session's cassette takes (``RecordingAdapter``, ``RecordingTransport``):
+        its redaction, and whether it appends (and under which run tag) per the mode."""
+        # new_episodes and once append (under the cassette lock, re-reading the file): another process may
+        # create the cassette between now and our save, and replacing it would lose its interactions. all
+        # replaces, but only once per run: later writers of the same run (tagged with it) add to it.
+        append = self.mode in (RecordMode.NEW_EPISODES, RecordMode.ONCE)
+        tags = {RUN_TAG: self._run_id} if self.mode is RecordMode.ALL and self._run_id is not None else {}
+        return {
+            "redact": self.options.redact,
+            "allow_secrets": self.options.allow_secrets,
+            "append": append,
+            "tags": tags,
+        }
+
+    def replays(self, replayer: ReplayAdapter | None, request: Callable[[], RecordedRequest]) -> bool:
+        """Whether a call goes to ``replayer`` (True) or is recorded (False), per the mode; ``request()`` is asked
+        only when the mode must know whether it can play. Raises ``CASSETTE_NOT_FOUND`` when it can do neither."""
+        if self._closed:
+            raise LlmError(f"the cassette session for {self.path} is closed", ErrorCode.INVALID_CONFIG)
+        if replayer is not None and (self.mode is not RecordMode.NEW_EPISODES or replayer.can_play(request())):
+            return True
+        if self.mode is RecordMode.NONE:
+            raise LlmError(f"{self.path} does not exist", ErrorCode.CASSETTE_NOT_FOUND, advice=Advice.RECORD)
+        return False
+
+    def attach_http(
+        self,
+        *,
+        replayer: ReplayAdapter | None = None,
+        recorder: RecordingAdapter | None = None,
+        close: Callable[[], None] | None = None,
+    ) -> None:
+        """What an HTTP face of this session (``transport()``, the plugin's server) replays with or records into:
+        ``assert_all_played()`` checks the replayer, ``save()`` writes the recorder with the rest, and ``close``
+        runs when the session closes (after the save)."""
+        if replayer is not None:
+            self._http_replayers.append(replayer)
+        if recorder is not None:
+            self._http_recorders.append(recorder)
+        if close is not None:
+            self._closers.append(close)
+
+    def missed(self, error: LlmError) -> None:
+        """Note a cassette miss that a call raised (the first one is kept in ``miss``)."""
+        if error.code in MISS_CODES and self.miss is None:
+            self.miss = error
+
+    def transport(self, *, kind: HttpKind = "httpx2", sync: bool = False) -> SessionTransport:
+        """A transport for an SDK's ``kind`` client (``sync``: ``Client``, else ``AsyncClient``) that replays this
+        cassette or records into it per the mode, with the session's faults, matchers and timing (faults apply at
+        the HTTP level: ``ReplayTransport``). Its recordings are saved with the session's, never by closing the
+        client."""
+        from chunktape.http.session_transport import SessionTransport
+
+        return SessionTransport(self, kind=kind, sync=sync)
+
+    def http_client(self, *, kind: HttpKind = "httpx2", sync: bool = False, **client: Any) -> Any:
+        """An httpx2 or httpx client (``sync``: ``Client``, else ``AsyncClient``) on ``transport(...)``; ``client``
+        are the client's own keywords (``timeout=``, ``headers=``...)."""
+        from chunktape.http.session_transport import client_for
+
+        return client_for(self.transport(kind=kind, sync=sync), kind=kind, sync=sync, **client)
 
     def tools(self, tools: Mapping[str, Tool] | None = None, *, verify: bool = False) -> ToolRunner:
         """The ``ToolRunner`` for an agent run on this cassette (pass it to ``run_agent``), picked by the mode.
@@ -214,33 +296,18 @@ class CassetteSession(LlmAdapter):
                     ErrorCode.INVALID_CONFIG,
                 )
             self._live = self._live_factory()
-            # new_episodes and once append (under the cassette lock, re-reading the file): another process may
-            # create the cassette between now and our save, and replacing it would lose its interactions. all
-            # replaces, but only once per run: later writers of the same run (tagged with it) add to it.
-            append = self.mode in (RecordMode.NEW_EPISODES, RecordMode.ONCE)
-            tags = {RUN_TAG: self._run_id} if self.mode is RecordMode.ALL and self._run_id is not None else {}
             self._recorder = RecordingAdapter(
-                self._live,
-                self.path,
-                redact=self.options.redact,
-                allow_secrets=self.options.allow_secrets,
-                validate=self._validate,
-                append=append,
-                tags=tags,
+                self._live, self.path, validate=self._validate, **self.recording_settings()
             )
         return self._recorder
 
     def _open(self, options: GenerateOptions, request: RecordedRequest) -> AsyncGenerator[StreamChunk, None]:
         """The stream of the adapter this call goes to, given the request hashed once; the call is listed."""
-        if self._closed:
-            raise LlmError(f"the cassette session for {self.path} is closed", ErrorCode.INVALID_CONFIG)
         replayer = self._replayer
-        if replayer is not None and (self.mode is not RecordMode.NEW_EPISODES or replayer.can_play(request)):
-            check_reasoning(replayer, options)
+        if self.replays(replayer, lambda: request):
+            assert replayer is not None  # replays() says so
             self.calls.append(SessionCall(request=request, recorded=False))
             return replayer.open(options, request=request).chunks
-        if self.mode is RecordMode.NONE:
-            raise LlmError(f"{self.path} does not exist", ErrorCode.CASSETTE_NOT_FOUND, advice=Advice.RECORD)
         recorder = self._recording_adapter()
         check_reasoning(recorder.inner, options)
         self.calls.append(SessionCall(request=request, recorded=True))
@@ -252,19 +319,24 @@ class CassetteSession(LlmAdapter):
                 async for chunk in chunks:
                     yield chunk
         except LlmError as error:
-            if error.code in MISS_CODES and self.miss is None:
-                self.miss = error
+            self.missed(error)
             raise
 
     def assert_all_played(self, *, advice: str = LIBRARY_ADVICE[Advice.UNPLAYED]) -> None:
-        """Fail if a replayable interaction, or a recorded tool run this session's ``tools()`` could answer, was never
-        played; the message ends with ``advice`` (the caller's face)."""
-        if self._replayer is not None:
-            self._replayer.assert_all_played(advice=advice)
-        unplayed = [] if self._tool_tape is None else self._tool_tape.unplayed()
-        if unplayed:
-            listed = "; ".join(f"{run.name}({run.arguments})" for run in unplayed[:10])
-            raise AssertionError(f"{len(unplayed)} recorded tool run(s) in {self.path} were never played: {listed}")
+        """Fail if a replayable interaction was never played (by the adapter calls, or by any HTTP face), or a
+        recorded tool run this session's ``tools()`` could answer; the message ends with ``advice`` (the caller's
+        face)."""
+        replayers = [*([self._replayer] if self._replayer is not None else []), *self._http_replayers]
+        if replayers:
+            # Each face plays the file with its own counts: an interaction is unplayed if no face played it.
+            unplayed = [set(replayer.unplayed()) for replayer in replayers]
+            if set.intersection(*unplayed):
+                least = min(zip(unplayed, replayers, strict=True), key=lambda pair: len(pair[0]))[1]
+                least.assert_all_played(advice=advice)
+        runs = [] if self._tool_tape is None else self._tool_tape.unplayed()
+        if runs:
+            listed = "; ".join(f"{run.name}({run.arguments})" for run in runs[:10])
+            raise AssertionError(f"{len(runs)} recorded tool run(s) in {self.path} were never played: {listed}")
 
     @property
     def failed_path(self) -> Path:
@@ -287,24 +359,35 @@ class CassetteSession(LlmAdapter):
         """
         if self._save_done:
             return self.written
-        recorder = self._recorder
-        if recorder is None:
+        recorders = [recorder for recorder in self._recorders() if id(recorder) not in self._saved_recorders]
+        if not recorders and not self._saved_recorders:
             self._save_done = True
             return None
         if failed is None:
-            failed = self._failed if self._failed is not None else none_completed(recorder.interactions)
+            everything = [item for recorder in self._recorders() for item in recorder.interactions]
+            failed = self._failed if self._failed is not None else none_completed(everything)
         self._failed = failed
-        try:
-            saved = recorder.save(failed=failed, secret_advice=secret_advice)
-        except LlmError as error:
-            if error.code is ErrorCode.SECRET_DETECTED:  # kept aside, redacted: nothing left to retry
-                self.written = recorder.written
-                self._save_done = True
-            raise
+        problem: LlmError | None = None
+        for recorder in recorders:  # each is saved, even after one failed
+            if recorder is not self._recorders()[0] and self.mode is RecordMode.ALL and self._run_id is None:
+                recorder.append = True  # the first writer replaced the cassette; the others add to it
+            try:
+                saved = recorder.save(failed=failed, secret_advice=secret_advice)
+            except LlmError as error:
+                if error.code is ErrorCode.SECRET_DETECTED:  # kept aside, redacted: nothing left to retry
+                    self.written = recorder.written
+                    self._saved_recorders.add(id(recorder))
+                problem = problem or error
+                continue
+            self._saved_recorders.add(id(recorder))
+            self.written = self.written or recorder.written
+            if saved is not None and not failed:
+                self._saved = saved  # the last save re-read the file: it holds every writer's interactions
+        if problem is not None and problem.code is not ErrorCode.SECRET_DETECTED:
+            raise problem  # a full disk: the next save() tries the recorders not yet saved again
         self._save_done = True
-        self.written = recorder.written
-        if saved is not None and not failed:
-            self._saved = saved
+        if problem is not None:
+            raise problem
         return self.written
 
     async def aclose(self) -> None:
@@ -322,9 +405,15 @@ class CassetteSession(LlmAdapter):
         try:
             self.save(failed=failed)
         finally:
+            self._close_http()
             live, self._live = self._live, None
             if live is not None:
                 await live.aclose()
+
+    def _close_http(self) -> None:
+        closers, self._closers = self._closers, []
+        for close in closers:
+            close()
 
     def close(self, *, failed: bool | None = None, secret_advice: str = LIBRARY_SECRET_ADVICE) -> Path | None:
         """``save(...)``, then close a live adapter the factory built, where no event loop is running.
@@ -348,6 +437,7 @@ class CassetteSession(LlmAdapter):
         try:
             return self.save(failed=failed, secret_advice=secret_advice)
         finally:
+            self._close_http()
             live, self._live = self._live, None
             if live is not None:
                 loop = asyncio.new_event_loop()

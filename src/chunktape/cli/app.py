@@ -19,7 +19,7 @@ from typer.core import TyperGroup
 from chunktape import __version__
 from chunktape._secrets import redact_text
 from chunktape.cli import demo as demo_command
-from chunktape.cli import files, play, record, scenarios, serve
+from chunktape.cli import files, play, proxy, record, scenarios, serve
 from chunktape.cli.common import (
     EXIT_INTERRUPTED,
     EXIT_RUNTIME,
@@ -153,6 +153,7 @@ app.command("redact")(files.redact_cassette)
 app.command("recover")(files.recover_journal)
 app.command("import-vcr")(files.import_vcr)
 app.command("serve")(serve.serve)
+app.command("proxy")(proxy.proxy)
 app.command("demo")(demo_command.demo)
 app.add_typer(scenarios.app)
 
