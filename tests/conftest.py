@@ -5,10 +5,21 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Iterator
 
+import httpcore
+import httpcore2
+import httpx
+import httpx2
+import openai
 import pytest
 
 from chunktape import LlmAdapter
 from fake_provider import FakeProvider
+
+
+# Imported here, before any in-process pytester run: pytester drops the modules a run imported when it ends, and a
+# module imported again gets new exception classes, which httpx/httpx2 (that map httpcore's exceptions through a
+# table filled once) and the SDKs would then no longer recognise.
+PRELOADED = (httpcore, httpcore2, httpx, httpx2, openai)
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -306,6 +306,7 @@ class CassetteSession(LlmAdapter):
         replayer = self._replayer
         if self.replays(replayer, lambda: request):
             assert replayer is not None  # replays() says so
+            check_reasoning(replayer, options)
             self.calls.append(SessionCall(request=request, recorded=False))
             return replayer.open(options, request=request).chunks
         recorder = self._recording_adapter()
