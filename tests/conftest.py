@@ -15,7 +15,6 @@ import pytest
 from chunktape import LlmAdapter
 from fake_provider import FakeProvider
 
-
 # Imported here, before any in-process pytester run: pytester drops the modules a run imported when it ends, and a
 # module imported again gets new exception classes, which httpx/httpx2 (that map httpcore's exceptions through a
 # table filled once) and the SDKs would then no longer recognise.
