@@ -62,6 +62,7 @@ import errno
 import ipaddress
 import logging
 import os
+import re
 import socket
 import sys
 import threading
@@ -214,6 +215,17 @@ def _has_reset(exc: BaseException) -> bool:
 _quiet_resets = _QuietResets()
 
 
+_CANCELLING = re.compile(r"Cancel (?:\d+|%s) running task\(s\)")
+
+
+def _message(record: logging.LogRecord) -> str:
+    """The record's text, also when a record factory (some SDKs install one) formatted ``msg`` already."""
+    try:
+        return record.getMessage()
+    except (TypeError, ValueError):
+        return str(record.msg)
+
+
 class _QuietShutdown(logging.Filter):
     """While its server shuts down, drops what uvicorn logs about the streams it cancels.
 
@@ -229,7 +241,7 @@ class _QuietShutdown(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         if not self._server.should_exit:
             return True
-        if isinstance(record.msg, str) and record.msg.startswith("Cancel %s running task(s)"):
+        if _CANCELLING.match(_message(record)):
             return False
         exc = record.exc_info[1] if record.exc_info else None
         seen: set[int] = set()
