@@ -15,6 +15,7 @@ from typing import Annotated, Any, ClassVar, Literal
 
 import h11
 import msgspec
+import uvicorn
 from starlette.requests import Request
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
@@ -63,6 +64,21 @@ class ServerLimits(msgspec.Struct, frozen=True, kw_only=True):
             "h11_max_incomplete_event_size": self.max_head,
             "timeout_keep_alive": self.keep_alive,
         }
+
+    def uvicorn_server(self, app: Any, *, lifespan: Literal["on", "off"] = "off") -> uvicorn.Server:
+        """A quiet uvicorn server for ``app`` under these limits, as the replay server and the recording proxy
+        run one: no log config or access log of its own, no websockets, a 1 s graceful shutdown."""
+        config = uvicorn.Config(
+            app,
+            log_config=None,
+            log_level="warning",
+            access_log=False,
+            lifespan=lifespan,
+            ws="none",
+            **self.uvicorn_settings(),
+        )
+        config.timeout_graceful_shutdown = 1
+        return uvicorn.Server(config)
 
 
 class DeadlineProtocol(H11Protocol):

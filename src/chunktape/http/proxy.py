@@ -18,7 +18,6 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import httpx2
-import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
@@ -89,17 +88,10 @@ class RecordingProxy:
         self._client: httpx2.AsyncClient | None = None
         self.error: LlmError | None = None
         """What saving the recording raised as the proxy stopped (re-raised by ``stop()``/``run()``)."""
-        config = uvicorn.Config(
+        self._server = limits.uvicorn_server(
             Starlette(routes=[Route("/{path:path}", self._forward, methods=_METHODS)], lifespan=self._lifespan),
-            log_config=None,
-            log_level="warning",
-            access_log=False,
             lifespan="on",
-            ws="none",
-            **limits.uvicorn_settings(),
         )
-        config.timeout_graceful_shutdown = 1
-        self._server = uvicorn.Server(config)
         self._thread: threading.Thread | None = None
         self._socket = _bind(host, port, allow_remote)
         bound_host, self.port = self._socket.getsockname()[:2]

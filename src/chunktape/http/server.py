@@ -422,17 +422,7 @@ class ReplayServer:
         self.limits = limits
         """What a client may send and how long it may take (request size and read deadlines)."""
         self.app = self._build_app()
-        config = uvicorn.Config(
-            self.app,
-            log_config=None,
-            log_level="warning",
-            access_log=False,
-            lifespan="off",
-            ws="none",
-            **limits.uvicorn_settings(),
-        )
-        config.timeout_graceful_shutdown = 1
-        self._server = uvicorn.Server(config)
+        self._server = limits.uvicorn_server(self.app)
         self._quiet_shutdown = _QuietShutdown(self._server)
         self._thread: threading.Thread | None = None
         self._closed = False
