@@ -245,3 +245,8 @@ def cassette_with_raised_status(folder: Path, status: int) -> Path:
     document["interactions"][0]["outcome"]["status"] = status
     path.write_bytes(msgspec.json.encode(document))
     return path
+
+
+# The plugins a pytester project runs with: ours (the suite itself runs with ``-p no:chunktape``), and not
+# langsmith's, which langchain brings in and which costs about 4 s of every pytest start (xdist workers too).
+PYTEST_PLUGINS = ("-p", "chunktape", "-p", "no:langsmith_plugin")

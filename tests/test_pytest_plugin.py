@@ -13,6 +13,7 @@ import pytest
 
 from chunktape import load_cassette
 from chunktape.faults import STANDARD_FAULTS
+from helpers import PYTEST_PLUGINS
 
 INI = """
 [pytest]
@@ -84,12 +85,12 @@ def project(pytester: pytest.Pytester, asyncio_mode: str = "auto", ini: str = ""
 
 def run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
     """One pytest session over the project, in this interpreter (the suite itself runs with ``-p no:chunktape``)."""
-    return pytester.runpytest("-p", "chunktape", *args)
+    return pytester.runpytest(*PYTEST_PLUGINS, *args)
 
 
 def run_in_subprocess(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
     """A fresh interpreter, for the runs whose subject is process-level (xdist workers)."""
-    return pytester.runpytest_subprocess("-p", "chunktape", *args)
+    return pytester.runpytest_subprocess(*PYTEST_PLUGINS, *args)
 
 
 def questions(path: Path) -> list[str | None]:
