@@ -37,7 +37,8 @@ with atheris.instrument_imports():
         recover,
         validate,
     )
-    from chunktape.cassettes.codec import Journal, encode_cassette
+    from chunktape.cassettes.codec import encode_cassette
+    from chunktape.cassettes.journal import Journal
     from chunktape.cassettes.model import RecordedRequest
     from chunktape.http.server import decode_chat_request
     from chunktape.wire.openai_chat import OpenAIChatDecoder, chunks_to_openai_events, options_to_openai_request

@@ -30,8 +30,9 @@ from chunktape import (
     recover,
     save_cassette,
 )
-from chunktape.cassettes import codec
-from chunktape.cassettes.codec import Journal, append_interactions, journal_path
+from chunktape.cassettes.codec import MIGRATIONS
+from chunktape.cassettes.journal import CrashedJournalWarning, Journal, journal_path
+from chunktape.cassettes.store import append_interactions
 from chunktape.replayer import ReplayAdapter
 from helpers import interaction_of, options, text_stream, tool_stream
 
@@ -254,7 +255,7 @@ def test_older_versions_are_migrated(tmp_path: Path, monkeypatch: pytest.MonkeyP
             interaction["events"] = interaction.pop("chunks")
         return old
 
-    monkeypatch.setitem(codec.MIGRATIONS, 0, v0_to_v1)
+    monkeypatch.setitem(MIGRATIONS, 0, v0_to_v1)
     assert load_cassette(path) == cassette
     assert open_cassette(path).to_cassette() == cassette
 
@@ -327,7 +328,7 @@ def test_a_crashed_numbered_journal_is_moved_aside_not_truncated(tmp_path: Path)
     crashed.close(remove=False)
     before = crashed.path.read_bytes()
 
-    with pytest.warns(codec.CrashedJournalWarning, match=r"c\.msgpack\.journal\.1\.crashed-"):
+    with pytest.warns(CrashedJournalWarning, match=r"c\.msgpack\.journal\.1\.crashed-"):
         fresh = Journal(path, CassetteMeta(adapter="fresh"))
     assert fresh.path == crashed.path
     (aside,) = tmp_path.glob("c.msgpack.journal.1.crashed-*")
@@ -456,7 +457,7 @@ def test_a_journal_larger_than_its_mapped_window_recovers_whole(tmp_path: Path) 
 _APPENDER = """
 import sys
 from chunktape import CassetteMeta, load_cassette
-from chunktape.cassettes.codec import append_interactions
+from chunktape.cassettes.store import append_interactions
 source = load_cassette(sys.argv[1])
 for _ in range(10):
     append_interactions(sys.argv[2], source.interactions, CassetteMeta())

@@ -48,7 +48,7 @@ from chunktape import (
     recover,
     save_cassette,
 )
-from chunktape.cassettes.codec import Journal, journal_path
+from chunktape.cassettes.journal import Journal, journal_path
 from chunktape.wire.openai_chat import OpenAIChatDecoder, chunks_to_openai_events
 from chunktape.wire.sse import SseParser
 from helpers import cassette_of, interaction_of, text_stream

@@ -23,7 +23,8 @@ from typing import Any
 import pytest
 
 from chunktape import Cancelled, ErrorCode, LlmError, RecordingAdapter, load_cassette, recover
-from chunktape.cassettes import codec, journal_path
+from chunktape.cassettes import journal as journal_module
+from chunktape.cassettes import journal_path
 from chunktape.protocol import StreamChunk
 from chunktape.recorder import JournalWriteWarning
 from helpers import GatedAdapter, PacedAdapter, collect, options, paced, text_stream
@@ -60,8 +61,8 @@ async def test_a_journal_write_failing_mid_stream_keeps_the_stream_and_everythin
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path = tmp_path / "c.msgpack"
-    monkeypatch.setattr(codec, "_fallocate", None)  # no room to reserve: the write() path
-    monkeypatch.setattr(codec, "_os_write", failing_writes(after=40))  # meta, begin, then 38 events
+    monkeypatch.setattr(journal_module, "_fallocate", None)  # no room to reserve: the write() path
+    monkeypatch.setattr(journal_module, "_os_write", failing_writes(after=40))  # meta, begin, then 38 events
     recorder = RecordingAdapter(PacedAdapter(paced(CHUNKS)), path)
     with pytest.warns(JournalWriteWarning, match=r"c\.msgpack\.journal.*No space left on device"):
         received = await collect(recorder.stream(options()))
@@ -78,8 +79,8 @@ async def test_a_disk_still_full_at_save_raises_unwritable_and_keeps_journal_and
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path = tmp_path / "c.json"
-    monkeypatch.setattr(codec, "_fallocate", None)  # no room to reserve: the write() path
-    monkeypatch.setattr(codec, "_os_write", failing_writes(after=10))
+    monkeypatch.setattr(journal_module, "_fallocate", None)  # no room to reserve: the write() path
+    monkeypatch.setattr(journal_module, "_os_write", failing_writes(after=10))
     real_fsync = os.fsync
 
     def full_fsync(fd: int) -> None:
@@ -103,8 +104,8 @@ async def test_no_space_for_the_first_record_is_unwritable_before_the_inner_adap
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path = tmp_path / "c.msgpack"
-    monkeypatch.setattr(codec, "_fallocate", None)  # no room to reserve: the write() path
-    monkeypatch.setattr(codec, "_os_write", failing_writes(after=0))
+    monkeypatch.setattr(journal_module, "_fallocate", None)  # no room to reserve: the write() path
+    monkeypatch.setattr(journal_module, "_os_write", failing_writes(after=0))
     inner = PacedAdapter(paced(CHUNKS))
     recorder = RecordingAdapter(inner, path)
     with pytest.raises(LlmError) as caught:
@@ -120,8 +121,8 @@ def test_short_writes_are_completed(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     def dribble(fd: int, data: Any) -> int:
         return os.write(fd, bytes(data[:7]))
 
-    monkeypatch.setattr(codec, "_fallocate", None)  # no room to reserve: the write() path
-    monkeypatch.setattr(codec, "_os_write", dribble)
+    monkeypatch.setattr(journal_module, "_fallocate", None)  # no room to reserve: the write() path
+    monkeypatch.setattr(journal_module, "_os_write", dribble)
     path = tmp_path / "c.msgpack"
     recorder = RecordingAdapter(PacedAdapter(paced(CHUNKS)), path)
     asyncio.run(collect(recorder.stream(options())))

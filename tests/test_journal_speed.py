@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from chunktape import RecordingAdapter, recover
-from chunktape.cassettes import codec, journal_path
+from chunktape.cassettes import journal as journal_module
+from chunktape.cassettes import journal_path
 from chunktape.cassettes.model import CassetteMeta
 from chunktape.recorder import JournalWriteWarning
 from helpers import PacedAdapter, collect, options, paced, text_stream
@@ -25,7 +26,7 @@ CHUNKS = text_stream(*(f"piece {n} " for n in range(300)))
 
 def _reserving(monkeypatch: pytest.MonkeyPatch, windows: int, error: int = errno.ENOSPC) -> list[int]:
     """Small windows (one page), of which ``windows`` can be reserved; the next reservation fails with ``error``."""
-    monkeypatch.setattr(codec, "_WINDOW", mmap.PAGESIZE)
+    monkeypatch.setattr(journal_module, "_WINDOW", mmap.PAGESIZE)
     real = os.posix_fallocate
     reserved: list[int] = []
 
@@ -35,7 +36,7 @@ def _reserving(monkeypatch: pytest.MonkeyPatch, windows: int, error: int = errno
         reserved.append(offset)
         real(fd, offset, length)
 
-    monkeypatch.setattr(codec, "_fallocate", fallocate)
+    monkeypatch.setattr(journal_module, "_fallocate", fallocate)
     return reserved
 
 
@@ -71,7 +72,7 @@ async def test_no_room_to_reserve_nor_to_write_keeps_a_clean_prefix(
     def full(fd: int, data: object) -> int:
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr(codec, "_os_write", full)
+    monkeypatch.setattr(journal_module, "_os_write", full)
     path = tmp_path / "c.msgpack"
     recorder = RecordingAdapter(PacedAdapter(paced(CHUNKS)), path)
     with pytest.warns(JournalWriteWarning, match="No space left on device"):
@@ -85,8 +86,8 @@ async def test_no_room_to_reserve_nor_to_write_keeps_a_clean_prefix(
 
 
 def test_a_closed_journal_is_trimmed_to_what_was_written(tmp_path: Path) -> None:
-    journal = codec.Journal(tmp_path / "c.msgpack.journal", CassetteMeta())
-    assert os.path.getsize(journal.path) >= codec._WINDOW  # its meta record, and room reserved ahead
+    journal = journal_module.Journal(tmp_path / "c.msgpack.journal", CassetteMeta())
+    assert os.path.getsize(journal.path) >= journal_module._WINDOW  # its meta record, and room reserved ahead
     journal.close(remove=False)
     data = journal.path.read_bytes()
     assert data.endswith(b"\n")

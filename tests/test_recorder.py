@@ -35,7 +35,7 @@ from chunktape import (
     recover,
     validate,
 )
-from chunktape.cassettes.codec import CrashedJournalWarning, Journal, journal_path
+from chunktape.cassettes.journal import CrashedJournalWarning, Journal, journal_path
 from chunktape.providers import ScriptedAdapter, ScriptedTurn
 from helpers import GatedAdapter, PacedAdapter, collect, collect_until_error, options, paced, text_stream, tool_stream
 

@@ -41,7 +41,7 @@ from chunktape import (
     redact,
     validate,
 )
-from chunktape.cassettes.codec import journal_path
+from chunktape.cassettes.journal import journal_path
 from chunktape.cassettes.redaction import REDACTED, env_secrets, find_secrets
 from helpers import PacedAdapter, collect, interaction_of, options, paced, text_stream, tool_stream
 

@@ -19,6 +19,7 @@ import pytest
 from typer.testing import CliRunner
 
 import chunktape.cassettes.codec as codec
+import chunktape.cassettes.store as store
 from chunktape import (
     Cancelled,
     Cassette,
@@ -30,7 +31,8 @@ from chunktape import (
     save_cassette,
     use_cassette,
 )
-from chunktape.cassettes.codec import journal_path, temp_path
+from chunktape.cassettes.journal import journal_path
+from chunktape.cassettes.store import temp_path
 from chunktape.cli.app import app
 from helpers import PacedAdapter, collect, interaction_of, options, paced, text_stream, tool_stream
 from test_codec import make_cassette
@@ -58,7 +60,8 @@ def test_an_appending_save_after_a_killed_save_neither_hangs_nor_keeps_the_temp(
         import faulthandler, sys
         sys.path.insert(0, {str(Path(__file__).parent)!r})
         from test_codec import make_cassette
-        from chunktape.cassettes.codec import append_interactions, cassette_lock, load_cassette, open_cassette
+        from chunktape.cassettes.codec import load_cassette, open_cassette
+        from chunktape.cassettes.store import append_interactions, cassette_lock
         from chunktape.cassettes.model import CassetteMeta
         faulthandler.dump_traceback_later(20, exit=True)
         append_interactions({str(path)!r}, make_cassette(2).interactions, CassetteMeta(), join=lambda meta: True)
@@ -247,7 +250,7 @@ def test_record_interrupted_before_any_chunk_keeps_the_good_cassette(tmp_path: P
 
 def _full_disk_once(monkeypatch: pytest.MonkeyPatch) -> None:
     """The next cassette write fails with ENOSPC; the one after it finds room again."""
-    real = codec._write_atomic
+    real = store._write_atomic
     calls: list[Path] = []
 
     def write(path: Path, data: bytes, *mode: int | None) -> None:
@@ -256,7 +259,7 @@ def _full_disk_once(monkeypatch: pytest.MonkeyPatch) -> None:
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
         real(path, data, *mode)
 
-    monkeypatch.setattr(codec, "_write_atomic", write)
+    monkeypatch.setattr(store, "_write_atomic", write)
 
 
 @pytest.mark.parametrize("again", ["save", "aclose"])

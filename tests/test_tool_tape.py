@@ -13,9 +13,11 @@ import pytest
 from typer.testing import CliRunner
 
 from chunktape import Timing, use_cassette
-from chunktape.cassettes.codec import Journal, load_cassette, open_cassette, recover, save_cassette
+from chunktape.cassettes.codec import load_cassette, open_cassette
+from chunktape.cassettes.journal import Journal, recover
 from chunktape.cassettes.model import Cassette, CassetteMeta, ToolRun
 from chunktape.cassettes.redaction import find_secrets, redact
+from chunktape.cassettes.store import save_cassette
 from chunktape.cli import app
 from chunktape.errors import ErrorCode, LlmError
 from chunktape.harness import (

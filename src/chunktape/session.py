@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any, Literal, TypeAlias, Unpack
 
 import msgspec
 
-from chunktape.cassettes.codec import shift_tool_runs
 from chunktape.cassettes.model import Cassette, RecordedRequest, ToolRun
+from chunktape.cassettes.store import failed_path, shift_tool_runs
 from chunktape.errors import LIBRARY_ADVICE, Advice, ErrorCode, LlmError
 from chunktape.faults import Fault
 from chunktape.harness.tools import Tool, ToolRunner
@@ -29,7 +29,7 @@ from chunktape.harness.tooltape import (
     VerifyingToolRunner,
 )
 from chunktape.protocol import GenerateOptions, LlmAdapter, ReasoningOption, StreamChunk, check_reasoning
-from chunktape.recorder.recording import LIBRARY_SECRET_ADVICE, RUN_TAG, RecordingAdapter, failed_path, none_completed
+from chunktape.recorder.recording import LIBRARY_SECRET_ADVICE, RUN_TAG, RecordingAdapter, none_completed
 from chunktape.replay_options import ReplayKeywords, ReplayOptions
 from chunktape.replayer.replaying import ReplayAdapter
 

@@ -1,14 +1,8 @@
-"""Cassettes: the recorded-session file format, its codec, request matching and secret redaction."""
+"""Cassettes: the recorded-session file format, its codec, store and crash journal, request matching and secret
+redaction."""
 
-from chunktape.cassettes.codec import (
-    MIGRATIONS,
-    LazyCassette,
-    journal_path,
-    load_cassette,
-    open_cassette,
-    recover,
-    save_cassette,
-)
+from chunktape.cassettes.codec import MIGRATIONS, LazyCassette, load_cassette, open_cassette
+from chunktape.cassettes.journal import journal_path, recover
 from chunktape.cassettes.matching import DEFAULT_MATCH, MATCHERS, Matcher, MatchOn, RequestMatcher
 from chunktape.cassettes.model import (
     FORMAT_VERSION,
@@ -24,6 +18,7 @@ from chunktape.cassettes.model import (
     RecordedRequest,
 )
 from chunktape.cassettes.redaction import REDACTED, check_secrets, env_secrets, find_secrets, redact
+from chunktape.cassettes.store import save_cassette
 
 __all__ = [
     "Cancelled",

@@ -18,16 +18,10 @@ from chunktape.cassettes.analysis import (
     protocol_violation,
     summarize,
 )
-from chunktape.cassettes.codec import (
-    append_interactions,
-    held_journal,
-    live_journal,
-    recover,
-    recovered_path,
-    save_cassette,
-)
+from chunktape.cassettes.journal import held_journal, live_journal, recover, recovered_path
 from chunktape.cassettes.model import Interaction
 from chunktape.cassettes.redaction import check_secrets, env_secrets, redact
+from chunktape.cassettes.store import append_interactions, save_cassette
 from chunktape.cli.common import (
     EXIT_FAILED,
     CliError,

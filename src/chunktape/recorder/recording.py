@@ -14,15 +14,8 @@ from pathlib import Path
 
 import msgspec
 
-from chunktape.cassettes.codec import (
-    Journal,
-    append_interactions,
-    fitting_name,
-    journal_path,
-    open_cassette,
-    save_cassette,
-    save_new,
-)
+from chunktape.cassettes.codec import open_cassette
+from chunktape.cassettes.journal import Journal, journal_path
 from chunktape.cassettes.model import (
     Cancelled,
     Cassette,
@@ -46,6 +39,7 @@ from chunktape.cassettes.redaction import (
     redact_tool_runs,
     secrets_to_redact,
 )
+from chunktape.cassettes.store import append_interactions, failed_path, save_cassette, save_new
 from chunktape.errors import ErrorCode, LlmError, ProtocolViolation
 from chunktape.protocol import (
     BlockEnd,
@@ -66,7 +60,6 @@ __all__ = [
     "RecordingAdapter",
     "RecordingCall",
     "StreamViolationWarning",
-    "failed_path",
     "none_completed",
     "raised_from",
 ]
@@ -137,14 +130,6 @@ def none_completed(interactions: Sequence[Interaction]) -> bool:
     Ctrl-C before the first chunk): what was recorded is not the provider's answer and must not take a cassette's
     place."""
     return bool(interactions) and not any(type(item.outcome) is Completed for item in interactions)
-
-
-def failed_path(cassette: Path, number: int = 1) -> Path:
-    """Where a recording that must not replace ``cassette`` is kept: ``<name>.failed<suffix>`` beside it, or
-    ``<name>.failed-<number><suffix>`` for the ``number``-th one kept (an earlier one is never replaced)."""
-    tail = f".failed{cassette.suffix}" if number == 1 else f".failed-{number}{cassette.suffix}"
-    stem = fitting_name(cassette.with_name(cassette.stem), len(tail))
-    return cassette.with_name(stem + tail)
 
 
 class ProviderClock:
