@@ -25,6 +25,7 @@ from chunktape.cassettes.model import (
     Interaction,
     Outcome,
     RecordedRequest,
+    ResponseMeta,
     ToolRun,
 )
 from chunktape.cassettes.store import _NEW_FILE, _try_lock, _unwritable, _writing, fitting_name
@@ -60,8 +61,13 @@ class _JEvent(msgspec.Struct, frozen=True, tag="event", array_like=True, gc=Fals
 
 
 class _JEnd(msgspec.Struct, frozen=True, tag="end", array_like=True):
+    """How an interaction ended, and the response metadata known by then (``RecordingTransport``'s). A trailing
+    field with a default: an end record without it (every journal before it was added) still decodes, and an older
+    chunktape ignores it."""
+
     id: int
     outcome: Outcome
+    response: ResponseMeta | None = None
 
 
 class _JTool(msgspec.Struct, frozen=True, tag="tool", array_like=True):
@@ -358,8 +364,8 @@ class Journal:
     def event(self, id: int, t_ns: int, chunk: StreamChunk) -> None:
         self._write(_JEvent(id, t_ns, chunk))
 
-    def end(self, id: int, outcome: Outcome) -> None:
-        self._write(_JEnd(id, outcome))
+    def end(self, id: int, outcome: Outcome, response: ResponseMeta | None = None) -> None:
+        self._write(_JEnd(id, outcome, response))
 
     def tool(self, run: ToolRun) -> None:
         self._write(_JTool(run))
@@ -431,7 +437,7 @@ def recover(path: PathLike) -> Cassette:
     meta = CassetteMeta()
     begun: dict[int, _JBegin] = {}
     events: dict[int, list[Event]] = {}
-    outcomes: dict[int, Outcome] = {}
+    ends: dict[int, _JEnd] = {}
     tool_runs: list[ToolRun] = []
     last = len(lines) - 1
     for number, line in enumerate(lines):
@@ -454,15 +460,20 @@ def recover(path: PathLike) -> Cassette:
                     raise _corrupt(path, f"journal line {number + 1}: event for unknown interaction {record.id}")
                 events[record.id].append(Event(t_ns=record.t_ns, chunk=record.chunk))
             case _JEnd():
-                outcomes[record.id] = record.outcome
+                ends[record.id] = record
             case _JTool():
                 tool_runs.append(record.run)
     interactions = []
     for id, begin in begun.items():
         recorded = events[id]
-        outcome = outcomes.get(id) or Cancelled(
-            t_ns=recorded[-1].t_ns if recorded else 0,
-            reason="cut short: the recording process stopped mid-stream (recovered from its journal)",
+        end = ends.get(id)
+        outcome = (
+            end.outcome
+            if end is not None
+            else Cancelled(
+                t_ns=recorded[-1].t_ns if recorded else 0,
+                reason="cut short: the recording process stopped mid-stream (recovered from its journal)",
+            )
         )
         interactions.append(
             Interaction(
@@ -471,6 +482,7 @@ def recover(path: PathLike) -> Cassette:
                 outcome=outcome,
                 started_at=begin.started_at,
                 attempt=begin.attempt,
+                response=end.response if end is not None else None,
             )
         )
     return Cassette(meta=meta, interactions=interactions, tool_runs=tool_runs)

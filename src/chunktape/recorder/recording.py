@@ -189,7 +189,8 @@ class RecordingCall:
         return self._slot.outcome is not None
 
     def respond(self, response: ResponseMeta) -> None:
-        """Keep the provider's response metadata with the interaction (written with the cassette)."""
+        """Keep the provider's response metadata with the interaction (journaled with its end, then written with
+        the cassette): call it before ``end``."""
         self._slot.response = response
 
     def chunk(self, t_ns: int, chunk: StreamChunk) -> None:
@@ -217,7 +218,7 @@ class RecordingCall:
         slot.outcome = outcome
         if self._journal is not None:
             try:
-                self._journal.end(slot.id, outcome)
+                self._journal.end(slot.id, outcome, slot.response)
             except LlmError as error:
                 self._recorder._journal_failed(error)
 
