@@ -92,6 +92,19 @@ class StreamValidator:
 
     def feed(self, chunk: StreamChunk) -> None:
         """Accept the next chunk or raise ``ProtocolViolation``."""
+        if type(chunk) is TextDelta or type(chunk) is ReasoningDelta:
+            # Most chunks: a delta inside its open block, accepted here after the same checks as below (an open
+            # block means no finish yet); anything else takes the full path, which names what is wrong.
+            index, text = chunk.index, chunk.text
+            if (
+                index == self._open_index
+                and _DELTA_BLOCK_TYPE[type(chunk)] == self._open_type
+                and type(index) is int
+                and type(text) is str
+            ):
+                self._pieces.append(text)
+                self.position += 1
+                return
         if self._finished:
             if type(chunk) is UsageChunk:
                 self._fail("usage-before-finish", "usage arrived after finish")

@@ -318,7 +318,9 @@ class Journal:
         self._start, self._end = start, start + _WINDOW
 
     def _write(self, record: _JRecord) -> None:
-        with self._lock:
+        lock = self._lock
+        lock.acquire()  # not ``with``: its __enter__/__exit__ cost as much again, once per chunk
+        try:
             buffer = self._buffer
             _encode_into(record, buffer)
             buffer.append(10)
@@ -337,6 +339,8 @@ class Journal:
             except OSError as exc:
                 self.error = _unwritable(self.path, exc, "journal")
                 raise self.error from exc
+        finally:
+            lock.release()
 
     def _spill(self, buffer: bytearray) -> None:
         """Store a record that does not fit in the mapped window: what fits, then the next window (or ``write()``)."""
