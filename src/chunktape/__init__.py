@@ -1,27 +1,10 @@
 """chunktape: record and replay LLM adapter streams, chunk by chunk, with timing and faults."""
 
+import importlib as _importlib
 import logging as _logging
+import typing as _typing
 
 from chunktape._version import __version__
-from chunktape.cassettes import (
-    DEFAULT_MATCH,
-    FORMAT_VERSION,
-    Cancelled,
-    Cassette,
-    CassetteMeta,
-    Completed,
-    Event,
-    Interaction,
-    Matcher,
-    Outcome,
-    Raised,
-    RecordedRequest,
-    load_cassette,
-    open_cassette,
-    recover,
-    redact,
-    save_cassette,
-)
 from chunktape.errors import Advice, ErrorCode, LlmError, ProtocolViolation
 from chunktape.protocol import (
     PROTOCOL,
@@ -56,11 +39,42 @@ from chunktape.protocol import (
     attribution_headers,
     check_reasoning,
 )
-from chunktape.recorder import RecordingAdapter, StreamViolationWarning
-from chunktape.replay_options import ReplayOptions
-from chunktape.replayer import ReplayAdapter, Timing
-from chunktape.session import CassetteSession, RecordMode, SessionCall, use_cassette
 from chunktape.validation import StreamValidator, validate
+
+# Loaded on first use (``__getattr__``), so ``chunktape --version`` need not load the cassette codec.
+if _typing.TYPE_CHECKING:
+    from chunktape.cassettes import (
+        DEFAULT_MATCH,
+        FORMAT_VERSION,
+        Cancelled,
+        Cassette,
+        CassetteMeta,
+        Completed,
+        Event,
+        Interaction,
+        Matcher,
+        Outcome,
+        Raised,
+        RecordedRequest,
+        load_cassette,
+        open_cassette,
+        recover,
+        redact,
+        save_cassette,
+    )
+    from chunktape.recorder import RecordingAdapter, StreamViolationWarning
+    from chunktape.replay_options import ReplayOptions
+    from chunktape.replayer import ReplayAdapter, Timing
+    from chunktape.session import CassetteSession, RecordMode, SessionCall, use_cassette
+
+# The modules behind the lazily loaded names, each with its own ``__all__``; a name loads the first that lists it.
+_LAZY_HOMES = (
+    "chunktape.replay_options",
+    "chunktape.cassettes",
+    "chunktape.recorder",
+    "chunktape.replayer",
+    "chunktape.session",
+)
 
 # A library logs, it does not print: without this, WARNINGs reach stderr through logging.lastResort.
 _logging.getLogger("chunktape").addHandler(_logging.NullHandler())
@@ -131,3 +145,26 @@ __all__ = [
     "use_cassette",
     "validate",
 ]
+
+
+def __getattr__(name: str) -> object:
+    """Loads a public name (or a submodule, as ``chunktape.faults``) on first use and keeps it, so importing
+    chunktape, or starting its CLI, does not pay for the cassette codec, the recorder and the session."""
+    if name in __all__:
+        for home in _LAZY_HOMES:
+            module = _importlib.import_module(home)
+            if name in module.__all__:
+                value: object = getattr(module, name)
+                globals()[name] = value
+                return value
+    if not name.startswith("__"):
+        try:
+            return _importlib.import_module(f"{__name__}.{name}")
+        except ModuleNotFoundError as error:
+            if error.name != f"{__name__}.{name}":
+                raise
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
