@@ -1,9 +1,9 @@
 """chunktape: record and replay LLM adapter streams, chunk by chunk, with timing and faults."""
 
-import importlib as _importlib
 import logging as _logging
 import typing as _typing
 
+from chunktape._lazy import lazy_names as _lazy_names
 from chunktape._version import __version__
 from chunktape.errors import Advice, ErrorCode, LlmError, ProtocolViolation
 from chunktape.protocol import (
@@ -147,24 +147,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> object:
-    """Loads a public name (or a submodule, as ``chunktape.faults``) on first use and keeps it, so importing
-    chunktape, or starting its CLI, does not pay for the cassette codec, the recorder and the session."""
-    if name in __all__:
-        for home in _LAZY_HOMES:
-            module = _importlib.import_module(home)
-            if name in module.__all__:
-                value: object = getattr(module, name)
-                globals()[name] = value
-                return value
-    if not name.startswith("__"):
-        try:
-            return _importlib.import_module(f"{__name__}.{name}")
-        except ModuleNotFoundError as error:
-            if error.name != f"{__name__}.{name}":
-                raise
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+__getattr__, __dir__ = _lazy_names(__name__, __all__, _LAZY_HOMES)
