@@ -38,4 +38,4 @@ def test_lazy_names_are_the_defining_modules_objects() -> None:
     assert chunktape.http.ReplayServer is ReplayServer
     assert chunktape.faults.STANDARD_FAULTS  # a submodule stays reachable as an attribute
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
-        _ = chunktape.nope  # type: ignore[attr-defined]
+        _ = chunktape.nope  # type: ignore[attr-defined]  # a typo stays a type error

@@ -147,4 +147,5 @@ __all__ = [
 ]
 
 
-__getattr__, __dir__ = _lazy_names(__name__, __all__, _LAZY_HOMES)
+if not _typing.TYPE_CHECKING:  # type checkers see the imports above, and no __getattr__ hiding typos
+    __getattr__, __dir__ = _lazy_names(__name__, __all__, _LAZY_HOMES)

@@ -57,16 +57,17 @@ __all__ = [
     "vcr_config",
 ]
 
-__getattr__, __dir__ = _lazy_names(
-    __name__,
-    __all__,
-    (
-        "chunktape.http.limits",
-        "chunktape.http.recording_transport",
-        "chunktape.http.render",
-        "chunktape.http.replay_transport",
-        "chunktape.http.server",
-        "chunktape.http.transport",
-        "chunktape.http.vcr",
-    ),
-)
+if not _typing.TYPE_CHECKING:  # type checkers see the imports above, and no __getattr__ hiding typos
+    __getattr__, __dir__ = _lazy_names(
+        __name__,
+        __all__,
+        (
+            "chunktape.http.render",  # the light modules first: a name loads every home before its own
+            "chunktape.http.vcr",
+            "chunktape.http.transport",
+            "chunktape.http.limits",
+            "chunktape.http.recording_transport",
+            "chunktape.http.replay_transport",
+            "chunktape.http.server",
+        ),
+    )

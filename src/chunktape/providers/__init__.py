@@ -24,11 +24,12 @@ __all__ = [
     "script_chunks",
 ]
 
-__getattr__, __dir__ = _lazy_names(
-    __name__,
-    __all__,
-    (
-        "chunktape.providers.scripted",
-        "chunktape.providers.openai_compat",
-    ),
-)
+if not _typing.TYPE_CHECKING:  # type checkers see the imports above, and no __getattr__ hiding typos
+    __getattr__, __dir__ = _lazy_names(
+        __name__,
+        __all__,
+        (
+            "chunktape.providers.scripted",
+            "chunktape.providers.openai_compat",
+        ),
+    )
