@@ -26,6 +26,11 @@ def test_http_and_providers_packages_load_their_stack_on_first_use(statement: st
     assert not {"httpx2", "starlette", "uvicorn"} & set(_loaded(statement))
 
 
+def test_the_cli_starts_without_the_http_and_server_stack_or_pytest() -> None:
+    """Each command imports what only it needs when it runs (``serve`` the server, ``record`` httpx, ...)."""
+    assert set(_loaded("import chunktape.cli")) <= {"chunktape.cassettes.codec"}
+
+
 def test_lazy_names_are_the_defining_modules_objects() -> None:
     import chunktape
     import chunktape.http
