@@ -154,7 +154,7 @@ def run_suite(folder: Path, env: dict[str, str], *args: str) -> tuple[float, flo
 
 def measure(quick: bool = False) -> tuple[dict[str, dict[str, float]], str | None]:
     """Per suite: ms per test and wall seconds (medians of the rounds); and why the peer is missing, if it is."""
-    tests, rounds = (20, 1) if quick else (TESTS, 3)
+    tests, rounds = (8, 1) if quick else (TESTS, 3)
     missing = pip_peer(PEER, "pytest_recording", PEER_DIR, install=not quick)
     base = {key: value for key, value in os.environ.items() if key not in ("PYTHONPATH", "PYTEST_ADDOPTS")}
     suites = [name for name in SUITES if name != PEER or missing is None]
