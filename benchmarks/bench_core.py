@@ -1,11 +1,13 @@
 """Core figures (DESIGN §13), measured side by side in one run and printed as ratios.
 
-- instant replay vs a bare async generator yielding the same prebuilt chunks;
+- instant replay vs a bare async generator yielding the same prebuilt chunks; and a fresh cassette file replayed
+  once through (open, match, decode, yield) vs the same generator;
 - recording overhead per chunk over consuming the inner adapter directly (journal and final save included), as a
   ratio to encoding each chunk twice plus a buffered append;
 - opening a 200 x 500 cassette until the first request is matched, vs vcrpy's ``FilesystemPersister`` on the
-  same stream content stored as SSE bodies in its YAML cassette;
-- decoding every chunk vs vcrpy load + SSE split + ``json.loads`` per data line;
+  same stream content stored as SSE bodies in its YAML cassette, and vs cassetter's loader on the same bodies
+  (cassetter installed at bench time by ``bench_sdk.install_peer``);
+- decoding every chunk vs vcrpy (and cassetter) load + SSE split + ``json.loads`` per data line;
 - recorded-timing replay: per-gap error in real time.
 
 Medians over repeated runs; nothing here is asserted (timing never belongs in tests). ``main()`` returns the
@@ -16,6 +18,8 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import importlib
+import importlib.util
 import json
 import os
 import resource
@@ -24,7 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -119,6 +123,30 @@ QUICK = Size(
 )
 
 
+def pip_peer(package: str, module: str, folder: Path, install: bool = True) -> str | None:
+    """Puts a peer library installed at bench time in ``folder`` on ``sys.path``, pip-installing it there first if
+    ``install`` (no dependencies: they are ours already); returns why it is unavailable, or None. ``folder`` is under
+    ``benchmarks/.work`` (ignored by git), never the virtualenv, where a peer's pytest plugin would load into the
+    suite."""
+    if str(folder) not in sys.path:
+        sys.path.insert(0, str(folder))
+    if importlib.util.find_spec(module) is not None:
+        return None
+    if not install:
+        return f"{package} not installed in {folder} (--quick installs nothing)"
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(folder), package],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    importlib.invalidate_caches()
+    if done.returncode != 0 or importlib.util.find_spec(module) is None:
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        return f"pip install {package} failed: {last}"
+    return None
+
+
 def median_times(runs: dict[str, Callable[[], object]], repeat: int) -> dict[str, float]:
     """Median seconds of each run, the runs interleaved (a, b, a, b, ...) so that a noisy moment on a shared
     machine hits every side of a ratio alike."""
@@ -181,7 +209,9 @@ async def drain(stream: AsyncIterator[StreamChunk]) -> int:
 # -- 1. instant replay ----------------------------------------------------------------------------
 
 
-def bench_replay(repeat: int, count: int = 10_000) -> dict[str, float]:
+def bench_replay(repeat: int, folder: Path, count: int = 10_000) -> dict[str, float]:
+    """20 streams of ``count`` chunks: a bare async generator (the limit), steady-state instant replay, and a fresh
+    cassette file replayed once through (open, match, decode, yield), the three measured in turns."""
     chunks = text_chunks(count)
     options = request(0)
     interaction = Interaction(
@@ -190,28 +220,35 @@ def bench_replay(repeat: int, count: int = 10_000) -> dict[str, float]:
         outcome=Completed(t_ns=len(chunks)),
     )
     replay = ReplayAdapter(Cassette(interactions=[interaction]), allow_repeats=True)
+    path = folder / "fresh.msgpack"
+    save_cassette(Cassette(interactions=[interaction]), path)
 
     async def bare() -> AsyncIterator[StreamChunk]:
         for chunk in chunks:
             yield chunk
 
-    async def run_bare() -> None:
-        for _ in range(20):
-            await drain(bare())
+    def twenty(stream: Callable[[], AsyncIterator[StreamChunk]]) -> Callable[[], None]:
+        async def run() -> None:
+            for _ in range(20):
+                await drain(stream())
 
-    async def run_replay() -> None:
-        for _ in range(20):
-            await drain(replay.stream(options))
+        return lambda: asyncio.run(run())
 
-    total = 20 * len(chunks)
     medians = median_times(
-        {"bare": lambda: asyncio.run(run_bare()), "replay": lambda: asyncio.run(run_replay())}, repeat
+        {
+            "bare": twenty(bare),
+            "replay": twenty(lambda: replay.stream(options)),
+            "fresh": twenty(lambda: ReplayAdapter(open_cassette(path)).stream(options)),
+        },
+        repeat,
     )
-    t_bare, t_replay = medians["bare"], medians["replay"]
+    total = 20 * len(chunks)
     return {
-        "bare chunks/s": total / t_bare,
-        "replay chunks/s": total / t_replay,
-        "replay / bare speed": t_bare / t_replay,
+        "bare chunks/s": total / medians["bare"],
+        "replay chunks/s": total / medians["replay"],
+        "replay / bare speed": medians["bare"] / medians["replay"],
+        "fresh chunks/s": total / medians["fresh"],
+        "fresh / bare speed": medians["bare"] / medians["fresh"],
     }
 
 
@@ -299,13 +336,27 @@ def openai_chunk(chunk: StreamChunk, number: int) -> dict[str, Any] | None:
     return None
 
 
-def build_files(folder: Path, count: int = INTERACTIONS, per: int = CHUNKS) -> tuple[Cassette, dict[str, Path]]:
+URL = "https://api.deepseek.com/chat/completions"
+
+
+def build_files(
+    folder: Path, count: int = INTERACTIONS, per: int = CHUNKS, cassetter: bool = False
+) -> tuple[Cassette, dict[str, Path]]:
+    """The same session as a chunk cassette (msgpack, json), a vcrpy YAML cassette of OpenAI SSE bodies and (with
+    ``cassetter``, importable) a cassetter cassette of the same bodies."""
     import vcr.serializers.yamlserializer as yamlserializer
     from vcr.persisters.filesystem import FilesystemPersister
     from vcr.request import Request
 
     interactions = []
     vcr_requests, vcr_responses = [], []
+    paths = {"msgpack": folder / "big.msgpack", "json": folder / "big.json", "vcrpy": folder / "big.yaml"}
+    peer = None
+    if cassetter:
+        peer_module: Any = importlib.import_module("cassetter")  # installed at bench time: no stubs for mypy
+        paths["cassetter"] = folder / "big-cassetter.yaml"
+        peer = peer_module.Cassette(paths["cassetter"], record_mode=peer_module.RecordMode.ALL)
+        peer.load()
     for number in range(count):
         options = request(number)
         chunks = text_chunks(per, seed=number)
@@ -324,25 +375,17 @@ def build_files(folder: Path, count: int = INTERACTIONS, per: int = CHUNKS) -> t
             "stream": True,
             "stream_options": {"include_usage": True},
         }
-        vcr_requests.append(
-            Request(
-                "POST",
-                "https://api.deepseek.com/chat/completions",
-                json.dumps(body),
-                {"content-type": "application/json"},
-            )
-        )
+        vcr_requests.append(Request("POST", URL, json.dumps(body), {"content-type": "application/json"}))
         lines = [openai_chunk(chunk, number) for chunk in chunks]
         sse = "".join(f"data: {json.dumps(line)}\n\n" for line in lines if line is not None) + "data: [DONE]\n\n"
-        vcr_responses.append(
-            {
-                "status": {"code": 200, "message": "OK"},
-                "headers": {"content-type": ["text/event-stream"], "x-request-id": [f"req-{number}"]},
-                "body": {"string": sse},
-            }
-        )
+        headers = {"content-type": ["text/event-stream"], "x-request-id": [f"req-{number}"]}
+        vcr_responses.append({"status": {"code": 200, "message": "OK"}, "headers": headers, "body": {"string": sse}})
+        if peer is not None:
+            request_headers = {"content-type": ["application/json"]}
+            peer.record("POST", URL, request_headers, json.dumps(body).encode(), 200, headers, sse.encode())
     cassette = Cassette(meta=CassetteMeta(adapter="bench"), interactions=interactions)
-    paths = {"msgpack": folder / "big.msgpack", "json": folder / "big.json", "vcrpy": folder / "big.yaml"}
+    if peer is not None:
+        peer.save()
     save_cassette(cassette, paths["msgpack"])
     save_cassette(cassette, paths["json"])
     FilesystemPersister.save_cassette(
@@ -359,12 +402,10 @@ def vcr_load(path: Path) -> tuple[list[Any], list[Any]]:
     return loaded[0], loaded[1]
 
 
-def vcr_decode(path: Path) -> int:
-    """vcrpy load, then split each SSE body and ``json.loads`` every data line."""
-    _, responses = vcr_load(path)
+def sse_decode(bodies: Iterable[str | bytes]) -> int:
+    """The SSE parse a peer's loader is given on top: split each body and ``json.loads`` every data line."""
     count = 0
-    for response in responses:
-        body = response["body"]["string"]
+    for body in bodies:
         text = body.decode() if isinstance(body, bytes) else body
         for event in text.split("\n\n"):
             if event.startswith("data: ") and event != "data: [DONE]":
@@ -373,57 +414,95 @@ def vcr_decode(path: Path) -> int:
     return count
 
 
+def vcr_decode(path: Path) -> int:
+    """vcrpy load, then the SSE parse."""
+    _, responses = vcr_load(path)
+    return sse_decode(response["body"]["string"] for response in responses)
+
+
+def cassetter_load(path: Path) -> Any:
+    """cassetter's loader, replay only (the module comes from ``bench_sdk.install_peer``)."""
+    cassetter: Any = importlib.import_module("cassetter")
+    loaded = cassetter.Cassette(path, record_mode=cassetter.RecordMode.NONE)
+    loaded.load()
+    return loaded
+
+
+def cassetter_decode(path: Path) -> int:
+    """cassetter load, then the same SSE parse."""
+    return sse_decode(interaction.response.body.content for interaction in cassetter_load(path).interactions)
+
+
 def open_child(kind: str, path: str, repeat: int) -> None:
     """Run in a fresh process: open ``path`` ``repeat`` times (vcrpy: load; ours: open and match the first
     request); print every run's seconds as JSON, the first (cold) one first."""
     first = RecordedRequest.from_options(request(0))
+    if kind == "cassetter":
+        importlib.import_module("cassetter")  # imported before the clock starts, as chunktape and vcrpy are
+    else:
+        import vcr.persisters.filesystem  # noqa: F401
     times = []
     for _ in range(repeat):
         gc.collect()
         start = time.perf_counter()
         if kind == "vcrpy":
             vcr_load(Path(path))
+        elif kind == "cassetter":
+            cassetter_load(Path(path))
         else:
             ReplayAdapter(open_cassette(path)).select(first)
         times.append(time.perf_counter() - start)
     print(json.dumps(times))
 
 
-def open_times(paths: dict[str, Path], repeat: int, rounds: int) -> dict[str, list[float]]:
+def open_times(
+    paths: dict[str, Path], repeat: int, rounds: int, peer_dir: Path | None = None
+) -> dict[str, list[float]]:
     """Per side, the seconds of every open, measured in fresh processes, the sides taking turns.
 
     A fresh process per side keeps one side's allocations from slowing the other: after vcrpy frees its
     28 MB buffers, glibc serves the next large read from new pages, and on this VM faulting in 18 MB of new
     pages costs ~10 ms, which would be charged to whichever JSON open came next.
     """
-    times: dict[str, list[float]] = {key: [] for key in ("vcrpy", "msgpack", "json")}
+    times: dict[str, list[float]] = {key: [] for key in ("vcrpy", "msgpack", "json", "cassetter") if key in paths}
     for _ in range(rounds):
         for key in times:
+            env = dict(os.environ)
+            if key == "cassetter" and peer_dir is not None:
+                env["PYTHONPATH"] = str(peer_dir)  # where ``bench_sdk.install_peer`` put it
             done = subprocess.run(
                 [sys.executable, __file__, "--open-child", key, str(paths[key]), str(repeat)],
                 capture_output=True,
                 check=True,
                 text=True,
+                env=env,
             )
             times[key] += json.loads(done.stdout)
     return times
 
 
 def bench_files(
-    repeat: int, folder: Path, count: int = INTERACTIONS, per: int = CHUNKS, rounds: int = 3
+    repeat: int,
+    folder: Path,
+    count: int = INTERACTIONS,
+    per: int = CHUNKS,
+    rounds: int = 3,
+    peer_dir: Path | None = None,
 ) -> dict[str, float]:
-    _, paths = build_files(folder, count, per)
-    runs = open_times(paths, repeat, rounds)
+    """Open and decode figures vs vcrpy and (given where cassetter is installed, on ``sys.path``) cassetter."""
+    cassetter = peer_dir is not None
+    _, paths = build_files(folder, count, per, cassetter)
+    runs = open_times(paths, repeat, rounds, peer_dir)
     cold = {key: statistics.median(values[::repeat]) for key, values in runs.items()}
     opens = {key: statistics.median(values) for key, values in runs.items()}
-    decodes = median_times(
-        {
-            "vcrpy": lambda: vcr_decode(paths["vcrpy"]),
-            "msgpack": lambda: load_cassette(paths["msgpack"]),
-            "json": lambda: load_cassette(paths["json"]),
-        },
-        max(1, (repeat + 1) // 2),
-    )
+    decoders: dict[str, Callable[[], object]] = {
+        "vcrpy": lambda: vcr_decode(paths["vcrpy"]),
+        "msgpack": lambda: load_cassette(paths["msgpack"]),
+        "json": lambda: load_cassette(paths["json"]),
+    }
+    if cassetter:
+        decoders["cassetter"] = lambda: cassetter_decode(paths["cassetter"])
+    decodes = median_times(decoders, max(1, (repeat + 1) // 2))
     t_vcr_open, t_vcr_decode = opens["vcrpy"], decodes["vcrpy"]
     lines = vcr_decode(paths["vcrpy"])
     total_chunks = count * per
@@ -441,6 +520,16 @@ def bench_files(
         figures[f"{key} decode chunks/s"] = total_chunks / t_decode
         figures[f"{key} decode speedup vs vcrpy"] = (total_chunks / t_decode) / (lines / t_vcr_decode)
     figures["size MB msgpack"], figures["size MB json"], figures["size MB vcrpy yaml"] = sizes
+    if cassetter:
+        peer_lines = cassetter_decode(paths["cassetter"])
+        figures["cassetter open s"], figures["cassetter first open s"] = opens["cassetter"], cold["cassetter"]
+        figures["cassetter decode chunks/s"] = peer_lines / decodes["cassetter"]
+        figures["size MB cassetter yaml"] = paths["cassetter"].stat().st_size / 1e6
+        for key in ("msgpack", "json"):
+            figures[f"{key} open speedup vs cassetter"] = opens["cassetter"] / opens[key]
+            figures[f"{key} decode speedup vs cassetter"] = figures[f"{key} decode chunks/s"] / (
+                peer_lines / decodes["cassetter"]
+            )
     return figures
 
 
@@ -548,6 +637,43 @@ def bench_memory(total: int = 1_000_000) -> dict[str, float]:
     }
 
 
+def cassetter_rows(files: dict[str, float], shape: str, missing: str | None) -> list[Row]:
+    """Open and decode vs cassetter (DESIGN §13: open at least 3x, decode at least 1x its load + the SSE parse)."""
+    rows = []
+    for key in ("msgpack", "json"):
+        open_name = f"open-to-first-match, {key} vs cassetter YAML ({shape})"
+        decode_name = f"full decode to chunks, {key} vs cassetter + SSE + json.loads"
+        if missing is not None:
+            rows.append(Row(open_name, "peer unavailable", ">= 3x", None, missing))
+            rows.append(Row(decode_name, "peer unavailable", ">= 1x", None, missing))
+            continue
+        speedup = files[f"{key} open speedup vs cassetter"]
+        rows.append(
+            Row(
+                open_name,
+                _x(speedup),
+                ">= 3x",
+                speedup >= 3,
+                f"{files[f'{key} open-to-first-match ms']:.2f} ms vs {files['cassetter open s'] * 1e3:.1f} ms "
+                f"({files[f'size MB {key}']:.1f} MB vs {files['size MB cassetter yaml']:.1f} MB); first open in a "
+                f"fresh process {files[f'{key} first open ms']:.1f} ms "
+                f"vs {files['cassetter first open s'] * 1e3:.1f} ms",
+            )
+        )
+        speedup = files[f"{key} decode speedup vs cassetter"]
+        rows.append(
+            Row(
+                decode_name,
+                _x(speedup),
+                ">= 1x",
+                speedup >= 1,
+                f"{files[f'{key} decode chunks/s'] / 1e6:.2f} M chunks/s vs "
+                f"{files['cassetter decode chunks/s'] / 1e6:.2f} M",
+            )
+        )
+    return rows
+
+
 def _x(value: float) -> str:
     return f"{value:,.1f}x" if value < 1000 else f"{value:,.0f}x"
 
@@ -558,7 +684,7 @@ def main(quick: bool = False) -> list[Row]:
     rows: list[Row] = []
     with tempfile.TemporaryDirectory() as temp:
         folder = Path(temp)
-        replay = bench_replay(size.repeat, size.replay_chunks)
+        replay = bench_replay(size.repeat, folder, size.replay_chunks)
         ratio = replay["replay / bare speed"]
         rows.append(
             Row(
@@ -567,6 +693,17 @@ def main(quick: bool = False) -> list[Row]:
                 ">= 0.33",
                 ratio >= 1 / 3,
                 f"bare {replay['bare chunks/s'] / 1e6:.1f} M chunks/s, replay {replay['replay chunks/s'] / 1e6:.1f} M",
+            )
+        )
+        ratio = replay["fresh / bare speed"]
+        rows.append(
+            Row(
+                "fresh cassette replayed once (open, match, decode, yield) / bare async generator",
+                f"{ratio:.2f}",
+                ">= 0.5",
+                ratio >= 1 / 2,
+                f"msgpack, 20 x {size.replay_chunks:,} chunks: bare {replay['bare chunks/s'] / 1e6:.1f} M chunks/s, "
+                f"fresh replay {replay['fresh chunks/s'] / 1e6:.1f} M",
             )
         )
         recording = bench_recording(size.repeat, folder, size.record_streams, size.record_chunks)
@@ -583,7 +720,11 @@ def main(quick: bool = False) -> list[Row]:
                 f"{recording['direct µs/chunk']:.2f} µs",
             )
         )
-        files = bench_files(size.repeat, folder, size.interactions, size.chunks, size.open_rounds)
+        import bench_sdk  # where cassetter is installed at bench time
+
+        peer_missing = bench_sdk.install_peer(install=not quick)
+        peer_dir = bench_sdk.PEER_DIR if peer_missing is None else None
+        files = bench_files(size.repeat, folder, size.interactions, size.chunks, size.open_rounds, peer_dir)
         shape = f"{size.interactions} x {size.chunks}"
         for key in ("msgpack", "json"):
             speedup = files[f"{key} open speedup vs vcrpy"]
@@ -611,6 +752,7 @@ def main(quick: bool = False) -> list[Row]:
                     f"{files['vcrpy decode chunks/s'] / 1e6:.2f} M",
                 )
             )
+        rows += cassetter_rows(files, shape, peer_missing)
     timing = bench_timing(size.timing_gaps, size.timing_runs)
     gaps = f"{size.timing_gaps} gaps of 5 ms in real time; median of {size.timing_runs} runs"
     median, p99 = timing["median per-chunk error ms"], timing["p99 per-chunk error ms"]

@@ -14,8 +14,6 @@ Without it, or with ``--quick``/``--smoke`` (no network), the row says "peer una
 from __future__ import annotations
 
 import importlib
-import importlib.util
-import subprocess
 import sys
 import tempfile
 import time
@@ -25,7 +23,7 @@ from typing import Any
 
 import httpx2
 import openai
-from bench_core import Row, print_table
+from bench_core import Row, pip_peer, print_table
 
 from chunktape import Cassette, Completed, Event, GenerateOptions, Interaction, Message, RecordedRequest
 from chunktape.http import ReplayServer, ReplayTransport
@@ -71,23 +69,10 @@ def _sdk(transport: httpx2.BaseTransport | None = None) -> openai.OpenAI:
     return openai.OpenAI(base_url="http://127.0.0.1:9/v1", api_key="test", max_retries=0, http_client=http)
 
 
-def install_peer() -> str | None:
-    """Installs cassetter into ``PEER_DIR`` once and puts it on ``sys.path``; returns why it is unavailable, or None."""
-    if str(PEER_DIR) not in sys.path:
-        sys.path.insert(0, str(PEER_DIR))
-    if importlib.util.find_spec(PEER) is not None:
-        return None
-    done = subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(PEER_DIR), PEER],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    importlib.invalidate_caches()
-    if done.returncode != 0 or importlib.util.find_spec(PEER) is None:
-        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        return f"pip install {PEER} failed: {last}"
-    return None
+def install_peer(install: bool = True) -> str | None:
+    """Installs cassetter into ``PEER_DIR`` once (``install=False``: only finds it there) and puts it on
+    ``sys.path``; returns why it is unavailable, or None."""
+    return pip_peer(PEER, PEER, PEER_DIR, install)
 
 
 def _best(run: Callable[[], float], repeat: int) -> float:

@@ -211,7 +211,6 @@ def peer_server(fixture: Path) -> AbstractContextManager[int]:
 def measure(quick: bool = False) -> tuple[dict[int, dict[str, float]], str | None]:
     """Per client count: events/s of each side (and events per stream); and why the peer is missing, if it is."""
     count, rounds, events_per_client, short_streams = (60, 1, 600, 20) if quick else (PIECES, 3, 20_000, 300)
-    clients = (1, 10) if quick else CLIENTS
     missing = "not measured in --quick" if quick else install_peer()
     WORK.mkdir(exist_ok=True)
     results: dict[int, dict[str, float]] = {}
@@ -231,7 +230,7 @@ def measure(quick: bool = False) -> tuple[dict[int, dict[str, float]], str | Non
         for _ in range(rounds):
             for name, start in sides.items():
                 with start() as port:
-                    for n in clients:
+                    for n in CLIENTS:
                         streams = max(1, events_per_client // (count + 3) // n)
                         rate, per_stream = asyncio.run(_drive(port, n, streams))
                         runs.setdefault((name, n), []).append(rate)

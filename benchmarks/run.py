@@ -22,15 +22,28 @@ if TYPE_CHECKING:
 # The figures of DESIGN §13 the table must hold (a row's name starts with one of these).
 EXPECTED_ROWS = (
     "instant replay speed",
+    "fresh cassette replayed once",
     "recording overhead per chunk",
-    "open-to-first-match, msgpack",
-    "open-to-first-match, json",
-    "full decode to chunks, msgpack",
-    "full decode to chunks, json",
+    "open-to-first-match, msgpack vs vcrpy",
+    "open-to-first-match, json vs vcrpy",
+    "full decode to chunks, msgpack vs vcrpy",
+    "full decode to chunks, json vs vcrpy",
+    "open-to-first-match, msgpack vs cassetter",
+    "open-to-first-match, json vs cassetter",
+    "full decode to chunks, msgpack vs cassetter",
+    "full decode to chunks, json vs cassetter",
     "recorded-timing replay: median error per gap",
     "recorded-timing replay: p99 error per gap",
     "peak RSS / decoded size",
+    "per test in a 200-test suite: tape fixture",
+    "per test in a 200-test suite: openai SDK on tape.http_client()",
     "HTTP path",
+    "SDK replay in process",
+    "replay server: SSE events/s, chunktape serve vs aimock, 1 client",
+    "replay server: SSE events/s, chunktape serve vs aimock, 10 client",
+    "replay server: SSE events/s, chunktape serve vs aimock, 100 client",
+    "replay server: short streams/s",
+    "CLI start",
 )
 VERDICTS = {"PASS", "MISS", "pending"}
 

@@ -12,7 +12,7 @@ import pytest
 
 from chunktape import RecordingAdapter, ReplayAdapter, Timing
 from chunktape.abort import AbortController
-from chunktape.cli.demo import demo_agent
+from chunktape.cli.demo_loop import demo_agent
 from chunktape.errors import ErrorCode, LlmError
 from chunktape.harness import (
     DoneEvent,

@@ -113,7 +113,7 @@ def test_nothing_but_all_is_reachable(name: str) -> None:
     own = f"{name}."
     public = {
         attribute
-        for attribute, value in vars(module).items()
+        for attribute, value in ((attribute, getattr(module, attribute)) for attribute in dir(module))  # lazy too
         if attribute.isidentifier()  # pytest's assertion rewriting adds '@py_builtins' to plugin packages
         and not attribute.startswith("_")
         and not (isinstance(value, types.ModuleType) and value.__name__.startswith(own))

@@ -97,7 +97,7 @@ def _accumulates_text(node: ast.AST) -> bool:
 NOT_A_REPLY = {
     "validation.py",  # checks that a block-end equals its deltas
     "cassettes/redaction.py",  # screens deltas for secrets split across them
-    "cli/demo.py",  # the demo's one line per turn, from the transcript's events
+    "cli/demo_loop.py",  # the demo's one line per turn, from the transcript's events
 }
 
 

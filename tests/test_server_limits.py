@@ -370,7 +370,7 @@ def test_serve_cli_warns_on_stderr_and_passes_max_body(monkeypatch: pytest.Monke
         seen.update(kwargs)
         kwargs["on_ready"](_FakeServer())
 
-    monkeypatch.setattr("chunktape.cli.serve.serve_http", fake_serve)
+    monkeypatch.setattr("chunktape.http.serve", fake_serve)  # the command imports it when it runs
     cassette = tmp_path / "c.msgpack"
     save_cassette(_cassette(), cassette)
     result = CliRunner().invoke(

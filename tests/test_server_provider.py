@@ -28,7 +28,6 @@ from chunktape import (
     save_cassette,
 )
 from chunktape.cli import app
-from chunktape.cli import serve as cli_serve
 from chunktape.faults import FailFirst, Stall
 from chunktape.http import ReplayServer, render_sse
 from chunktape.http.server import MISS_STATUS
@@ -175,7 +174,7 @@ def test_serve_match_on_reaches_the_server(monkeypatch: pytest.MonkeyPatch, tmp_
     path = tmp_path / "one.json"
     save_cassette(_miss_cassette(), path)
     seen: dict[str, Any] = {}
-    monkeypatch.setattr(cli_serve, "serve_http", lambda *args, **kwargs: seen.update(kwargs))
+    monkeypatch.setattr("chunktape.http.serve", lambda *args, **kwargs: seen.update(kwargs))  # imported when run
     result = CliRunner().invoke(app, ["serve", str(path), "--match-on", "model,last_message"])
     assert result.exit_code == 0, result.output
     assert seen["options"].match_on == ReplayOptions(match_on="model,last_message").match_on

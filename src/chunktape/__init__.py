@@ -1,27 +1,10 @@
 """chunktape: record and replay LLM adapter streams, chunk by chunk, with timing and faults."""
 
 import logging as _logging
+import typing as _typing
 
+from chunktape._lazy import lazy_names as _lazy_names
 from chunktape._version import __version__
-from chunktape.cassettes import (
-    DEFAULT_MATCH,
-    FORMAT_VERSION,
-    Cancelled,
-    Cassette,
-    CassetteMeta,
-    Completed,
-    Event,
-    Interaction,
-    Matcher,
-    Outcome,
-    Raised,
-    RecordedRequest,
-    load_cassette,
-    open_cassette,
-    recover,
-    redact,
-    save_cassette,
-)
 from chunktape.errors import Advice, ErrorCode, LlmError, ProtocolViolation
 from chunktape.protocol import (
     PROTOCOL,
@@ -56,11 +39,42 @@ from chunktape.protocol import (
     attribution_headers,
     check_reasoning,
 )
-from chunktape.recorder import RecordingAdapter, StreamViolationWarning
-from chunktape.replay_options import ReplayOptions
-from chunktape.replayer import ReplayAdapter, Timing
-from chunktape.session import CassetteSession, RecordMode, SessionCall, use_cassette
 from chunktape.validation import StreamValidator, validate
+
+# Loaded on first use (``__getattr__``), so ``chunktape --version`` need not load the cassette codec.
+if _typing.TYPE_CHECKING:
+    from chunktape.cassettes import (
+        DEFAULT_MATCH,
+        FORMAT_VERSION,
+        Cancelled,
+        Cassette,
+        CassetteMeta,
+        Completed,
+        Event,
+        Interaction,
+        Matcher,
+        Outcome,
+        Raised,
+        RecordedRequest,
+        load_cassette,
+        open_cassette,
+        recover,
+        redact,
+        save_cassette,
+    )
+    from chunktape.recorder import RecordingAdapter, StreamViolationWarning
+    from chunktape.replay_options import ReplayOptions
+    from chunktape.replayer import ReplayAdapter, Timing
+    from chunktape.session import CassetteSession, RecordMode, SessionCall, use_cassette
+
+# The modules behind the lazily loaded names, each with its own ``__all__``; a name loads the first that lists it.
+_LAZY_HOMES = (
+    "chunktape.replay_options",
+    "chunktape.cassettes",
+    "chunktape.recorder",
+    "chunktape.replayer",
+    "chunktape.session",
+)
 
 # A library logs, it does not print: without this, WARNINGs reach stderr through logging.lastResort.
 _logging.getLogger("chunktape").addHandler(_logging.NullHandler())
@@ -131,3 +145,7 @@ __all__ = [
     "use_cassette",
     "validate",
 ]
+
+
+if not _typing.TYPE_CHECKING:  # type checkers see the imports above, and no __getattr__ hiding typos
+    __getattr__, __dir__ = _lazy_names(__name__, __all__, _LAZY_HOMES)

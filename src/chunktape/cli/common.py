@@ -9,7 +9,6 @@ from collections.abc import Coroutine, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Final, TypeVar
 
-import looptime
 import msgspec
 import typer
 from rich.console import Console
@@ -196,5 +195,7 @@ def run_virtual(coro: Coroutine[Any, Any, _T]) -> _T:
 
     The faults read the loop's clock only, so a stall or a latency runs the same schedule, without the wait.
     """
+    import looptime  # it imports pytest: only for the commands that run in loop time
+
     with asyncio.Runner(loop_factory=lambda: looptime.new_event_loop(start=0)) as runner:
         return runner.run(coro)

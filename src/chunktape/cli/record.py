@@ -13,7 +13,7 @@ import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import msgspec
 import typer
@@ -27,9 +27,15 @@ from chunktape.harness.events import ToolCallEvent, ToolResultEvent
 from chunktape.harness.tools import Tool, tool_error
 from chunktape.harness.tooltape import RecordingToolRunner
 from chunktape.protocol import GenerateOptions, Message, ToolSpec
-from chunktape.providers.openai_compat import DEEPSEEK_BASE_URL, OpenAICompatAdapter
-from chunktape.recorder.recording import RecordingAdapter, none_completed
-from chunktape.wire.openai_chat import message_from_openai, options_from_openai_request, options_to_openai_request
+from chunktape.wire.openai_chat import (
+    DEEPSEEK_BASE_URL,
+    message_from_openai,
+    options_from_openai_request,
+    options_to_openai_request,
+)
+
+if TYPE_CHECKING:
+    from chunktape.recorder.recording import RecordingAdapter
 
 __all__ = ["record"]
 
@@ -318,6 +324,9 @@ def record(
         where = f"messages file {messages}: " if messages is not None else ""
         raise CliError(f"{where}cannot be sent: {error.message}") from None
     out = console()
+    from chunktape.providers.openai_compat import OpenAICompatAdapter  # httpx: only when recording
+    from chunktape.recorder.recording import RecordingAdapter, none_completed
+
     adapter = OpenAICompatAdapter(base_url=base_url, api_key=api_key, model=model)
     recorder = RecordingAdapter(adapter, output, append=append, allow_secrets=allow_secret or ())
     secrets = [api_key]  # redact_text adds the environment's

@@ -3,18 +3,19 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from chunktape.cassettes.matching import DEFAULT_MATCH, MATCHERS
 from chunktape.cli.common import EXIT_USAGE, CliError, console, err_console, parse_fault_option, timing_option
 from chunktape.errors import ErrorCode, LlmError
-from chunktape.http import ReplayServer, ServerLimits
-from chunktape.http import serve as serve_http
 from chunktape.http.limits import MAX_BODY_BYTES
 from chunktape.replay_options import ReplayOptions
 from chunktape.timing import Timing
+
+if TYPE_CHECKING:
+    from chunktape.http import ReplayServer
 
 __all__ = ["serve"]
 
@@ -83,6 +84,9 @@ def serve(
         allow_repeats=repeat,
         match_on=DEFAULT_MATCH if match_on is None else match_on,
     )
+    from chunktape.http import ServerLimits  # the server stack only for this command
+    from chunktape.http import serve as serve_http
+
     out = console()
 
     def announce(server: ReplayServer) -> None:

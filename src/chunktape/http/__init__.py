@@ -28,13 +28,19 @@ a reset mid-body as ``openai.APIConnectionError``. Pass ``max_retries=0`` unless
 subject of the test.
 """
 
-from chunktape.http.limits import ServerLimits
-from chunktape.http.recording_transport import RecordingTransport, UnrecordedRequestWarning
-from chunktape.http.render import render_sse
-from chunktape.http.replay_transport import ReplayTransport
-from chunktape.http.server import SCENARIO_HEADER, ReplayServer, serve
-from chunktape.http.transport import FaultTransport
-from chunktape.http.vcr import SECRET_HEADERS, import_vcr, vcr_config
+import typing as _typing
+
+from chunktape._lazy import lazy_names as _lazy_names
+
+# Loaded on first use (``__getattr__``), so the CLI and ``import chunktape`` need not load what they do not use.
+if _typing.TYPE_CHECKING:
+    from chunktape.http.limits import ServerLimits
+    from chunktape.http.recording_transport import RecordingTransport, UnrecordedRequestWarning
+    from chunktape.http.render import render_sse
+    from chunktape.http.replay_transport import ReplayTransport
+    from chunktape.http.server import SCENARIO_HEADER, ReplayServer, serve
+    from chunktape.http.transport import FaultTransport
+    from chunktape.http.vcr import SECRET_HEADERS, import_vcr, vcr_config
 
 __all__ = [
     "FaultTransport",
@@ -50,3 +56,18 @@ __all__ = [
     "serve",
     "vcr_config",
 ]
+
+if not _typing.TYPE_CHECKING:  # type checkers see the imports above, and no __getattr__ hiding typos
+    __getattr__, __dir__ = _lazy_names(
+        __name__,
+        __all__,
+        (
+            "chunktape.http.render",  # the light modules first: a name loads every home before its own
+            "chunktape.http.vcr",
+            "chunktape.http.transport",
+            "chunktape.http.limits",
+            "chunktape.http.recording_transport",
+            "chunktape.http.replay_transport",
+            "chunktape.http.server",
+        ),
+    )

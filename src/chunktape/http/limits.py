@@ -1,27 +1,26 @@
 """What the replay server accepts from a client, and for how long it waits: sizes and deadlines.
 
-``ServerLimits`` is the typed configuration; ``DeadlineProtocol`` enforces the read deadlines in uvicorn's
-own HTTP protocol; ``read_body`` enforces the size. uvicorn 0.54 closes an idle keep-alive connection
-(``timeout_keep_alive``) and caps a request head's size (``h11_max_incomplete_event_size``), but has no
-deadline for reading a request's head or body: a slowloris client, or one that sends less body than its
-``Content-Length``, would hold a connection (and a file descriptor) for good. ``DeadlineProtocol`` is uvicorn's
-h11 protocol plus those two deadlines.
+``ServerLimits`` is the typed configuration; ``DeadlineProtocol`` (``chunktape.http.deadlines``) enforces the
+read deadlines in uvicorn's own HTTP protocol; ``read_body`` enforces the size. uvicorn 0.54 closes an idle
+keep-alive connection (``timeout_keep_alive``) and caps a request head's size (``h11_max_incomplete_event_size``),
+but has no deadline for reading a request's head or body: a slowloris client, or one that sends less body than
+its ``Content-Length``, would hold a connection (and a file descriptor) for good. ``DeadlineProtocol`` is
+uvicorn's h11 protocol plus those two deadlines.
 """
 
 from __future__ import annotations
 
-import asyncio
-from typing import Annotated, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-import h11
 import msgspec
-import uvicorn
-from starlette.requests import Request
-from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from chunktape.errors import ErrorCode, LlmError
 
-__all__ = ["MAX_BODY_BYTES", "DeadlineProtocol", "ServerLimits", "read_body"]
+if TYPE_CHECKING:  # the server stack loads with the server: ``chunktape --help`` reads MAX_BODY_BYTES from here
+    import uvicorn
+    from starlette.requests import Request
+
+__all__ = ["MAX_BODY_BYTES", "ServerLimits", "read_body"]
 
 MAX_BODY_BYTES = 32 * 1024 * 1024
 """The default largest request body the replay server reads (32 MiB); a larger one is answered 413."""
@@ -59,6 +58,8 @@ class ServerLimits(msgspec.Struct, frozen=True, kw_only=True):
 
     def uvicorn_settings(self) -> dict[str, Any]:
         """The ``uvicorn.Config`` keywords that enforce these limits."""
+        from chunktape.http.deadlines import DeadlineProtocol
+
         return {
             "http": DeadlineProtocol.bound(self),
             "h11_max_incomplete_event_size": self.max_head,
@@ -68,6 +69,8 @@ class ServerLimits(msgspec.Struct, frozen=True, kw_only=True):
     def uvicorn_server(self, app: Any, *, lifespan: Literal["on", "off"] = "off") -> uvicorn.Server:
         """A quiet uvicorn server for ``app`` under these limits, as the replay server and the recording proxy
         run one: no log config or access log of its own, no websockets, a 1 s graceful shutdown."""
+        import uvicorn
+
         config = uvicorn.Config(
             app,
             log_config=None,
@@ -79,63 +82,6 @@ class ServerLimits(msgspec.Struct, frozen=True, kw_only=True):
         )
         config.timeout_graceful_shutdown = 1
         return uvicorn.Server(config)
-
-
-class DeadlineProtocol(H11Protocol):
-    """uvicorn's h11 protocol that closes a connection whose request head or body does not arrive in time.
-
-    Build one per server with ``bound(limits)``. The phase is read from h11's view of the client: ``IDLE``
-    (waiting for a head) arms ``header_timeout``, ``SEND_BODY`` arms ``body_timeout``; anything else (the
-    request is in, a response is being written) disarms them.
-    """
-
-    limits: ClassVar[ServerLimits] = ServerLimits()
-    _phase: Literal["head", "body"] | None = None
-    _deadline: asyncio.TimerHandle | None = None
-
-    @classmethod
-    def bound(cls, limits: ServerLimits) -> type[DeadlineProtocol]:
-        return type("DeadlineProtocol", (cls,), {"limits": limits})
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        super().connection_made(transport)  # type: ignore[arg-type]
-        self._watch()
-
-    def data_received(self, data: bytes) -> None:
-        super().data_received(data)
-        self._watch()
-
-    def on_response_complete(self) -> None:
-        super().on_response_complete()
-        self._watch()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._disarm()
-        super().connection_lost(exc)
-
-    def _watch(self) -> None:
-        state = self.conn.their_state
-        phase: Literal["head", "body"] | None = (
-            "head" if state is h11.IDLE else "body" if state is h11.SEND_BODY else None
-        )
-        if phase == self._phase:
-            return
-        self._disarm()
-        self._phase = phase
-        if phase is not None and not self.transport.is_closing():
-            timeout = self.limits.header_timeout if phase == "head" else self.limits.body_timeout
-            self._deadline = self.loop.call_later(timeout, self._expire)
-
-    def _disarm(self) -> None:
-        if self._deadline is not None:
-            self._deadline.cancel()
-            self._deadline = None
-        self._phase = None
-
-    def _expire(self) -> None:
-        self._deadline = None
-        if not self.transport.is_closing():
-            self.transport.close()
 
 
 async def read_body(request: Request, limit: int) -> bytes | None:

@@ -46,6 +46,7 @@ from chunktape.protocol import (
 )
 from chunktape.wire.http_errors import http_error
 from chunktape.wire.openai_chat import (
+    DEEPSEEK_BASE_URL,
     DEEPSEEK_REASONING,
     OPENAI_REASONING,
     OpenAIChatDecoder,
@@ -55,8 +56,6 @@ from chunktape.wire.openai_chat import (
 from chunktape.wire.sse import SseComment, SseEvent, SseParser
 
 __all__ = ["DEEPSEEK_BASE_URL", "DEEPSEEK_REASONING", "OPENAI_REASONING", "OpenAICompatAdapter"]
-
-DEEPSEEK_BASE_URL = "https://api.deepseek.com"
 
 _T = TypeVar("_T")
 _MAX_ERROR_BODY = 64 * 1024

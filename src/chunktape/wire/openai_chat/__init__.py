@@ -29,6 +29,7 @@ from chunktape.wire.openai_chat.encoder import (
     data_event,
 )
 from chunktape.wire.openai_chat.requests import (
+    DEEPSEEK_BASE_URL,
     DEEPSEEK_REASONING,
     OPENAI_REASONING,
     REASONING_FIELDS,
@@ -40,6 +41,7 @@ from chunktape.wire.openai_chat.requests import (
 
 __all__ = [
     "ChatChunk",
+    "DEEPSEEK_BASE_URL",
     "DEEPSEEK_REASONING",
     "DONE",
     "DONE_EVENT",

@@ -17,6 +17,7 @@ from chunktape.protocol import CallId, GenerateOptions, Message, Role, ToolCallB
 from chunktape.wire.openai_chat._fields import tool_call_to_wire
 
 __all__ = [
+    "DEEPSEEK_BASE_URL",
     "DEEPSEEK_REASONING",
     "OPENAI_REASONING",
     "REASONING_FIELDS",
@@ -27,6 +28,9 @@ __all__ = [
 ]
 
 _encoder = msgspec.json.Encoder()
+
+DEEPSEEK_BASE_URL = "https://api.deepseek.com"
+"""The provider ``OpenAICompatAdapter`` and ``chunktape record`` default to (here, light, for the CLI's options)."""
 
 DEEPSEEK_REASONING: Mapping[str, Mapping[str, Any]] = {
     "thinking": {"thinking": {"type": "enabled"}},

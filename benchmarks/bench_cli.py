@@ -1,0 +1,57 @@
+"""CLI start: ``chunktape --version`` and ``chunktape --help`` vs a bare ``python -c pass``, in fresh processes.
+
+DESIGN §13: the CLI starts within 0.25 s of the bare interpreter. Each command runs as its own process (the
+installed console script, as a user types it), the three taking turns; the figure is the difference of the medians.
+"""
+
+from __future__ import annotations
+
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from bench_core import Row, print_table
+
+NAME = "CLI start: chunktape --version minus python -c pass"
+LIMIT_S = 0.25
+
+
+def _script() -> list[str]:
+    """The console script next to this interpreter (the virtualenv's), else ``python -m chunktape``."""
+    script = Path(sys.executable).parent / "chunktape"
+    return [str(script)] if script.is_file() else [sys.executable, "-m", "chunktape"]
+
+
+def _seconds(command: list[str]) -> float:
+    start = time.perf_counter()
+    subprocess.run(command, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return time.perf_counter() - start
+
+
+def measure(quick: bool = False) -> dict[str, float]:
+    """Median seconds of each command over ``runs`` turns."""
+    runs = 3 if quick else 21
+    commands = {"bare": [sys.executable, "-c", "pass"], "version": [*_script(), "--version"]}
+    commands["help"] = [*_script(), "--help"]
+    times: dict[str, list[float]] = {name: [] for name in commands}
+    for _ in range(runs):
+        for name, command in commands.items():
+            times[name].append(_seconds(command))
+    return {name: statistics.median(values) for name, values in times.items()}
+
+
+def main(quick: bool = False) -> list[Row]:
+    figures = measure(quick)
+    version, help_ = figures["version"] - figures["bare"], figures["help"] - figures["bare"]
+    detail = (
+        f"python -c pass {figures['bare'] * 1e3:.0f} ms, --version {figures['version'] * 1e3:.0f} ms, "
+        f"--help {figures['help'] * 1e3:.0f} ms (+{help_:.2f} s); medians of {3 if quick else 21} turns"
+    )
+    return [Row(NAME, f"+{version:.3f} s", f"<= +{LIMIT_S} s", version <= LIMIT_S, detail)]
+
+
+if __name__ == "__main__":
+    print_table(main(quick="--quick" in sys.argv))

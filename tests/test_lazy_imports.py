@@ -1,0 +1,46 @@
+"""``import chunktape`` and the CLI's start load no HTTP or server stack and no pytest (the CLI-start figure,
+DESIGN §13, is measured in ``benchmarks/bench_cli.py``); the lazily loaded names stay the same objects."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+HEAVY = ("httpx2", "httpx", "starlette", "uvicorn", "pytest", "looptime", "chunktape.cassettes.codec")
+
+
+def _loaded(statement: str) -> list[str]:
+    code = f"import sys\n{statement}\nprint(' '.join(m for m in {HEAVY!r} if m in sys.modules))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return done.stdout.split()
+
+
+def test_import_chunktape_loads_no_cassette_codec_and_no_http_stack() -> None:
+    assert _loaded("import chunktape") == []
+
+
+@pytest.mark.parametrize("statement", ["import chunktape.http", "import chunktape.providers"])
+def test_http_and_providers_packages_load_their_stack_on_first_use(statement: str) -> None:
+    assert not {"httpx2", "starlette", "uvicorn"} & set(_loaded(statement))
+
+
+def test_the_cli_starts_without_the_http_and_server_stack_or_pytest() -> None:
+    """Each command imports what only it needs when it runs (``serve`` the server, ``record`` httpx, ...)."""
+    assert set(_loaded("import chunktape.cli")) <= {"chunktape.cassettes.codec"}
+
+
+def test_lazy_names_are_the_defining_modules_objects() -> None:
+    import chunktape
+    import chunktape.http
+    from chunktape.http.server import ReplayServer
+    from chunktape.replayer import ReplayAdapter
+    from chunktape.session import use_cassette
+
+    assert chunktape.ReplayAdapter is ReplayAdapter
+    assert chunktape.use_cassette is use_cassette
+    assert chunktape.http.ReplayServer is ReplayServer
+    assert chunktape.faults.STANDARD_FAULTS  # a submodule stays reachable as an attribute
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        _ = chunktape.nope  # type: ignore[attr-defined]  # a typo stays a type error
