@@ -95,6 +95,11 @@ class Playback:
     def path(self) -> str | None:
         return None if self.source.path is None else str(self.source.path)
 
+    @property
+    def recorded_name(self) -> str:
+        """The name of the adapter the cassette was recorded from (``replay`` when it does not say)."""
+        return self.source.meta.adapter or "replay"
+
     # -- matching ------------------------------------------------------------------------------
 
     def as_recorded(self, options: GenerateOptions | RecordedRequest) -> RecordedRequest:

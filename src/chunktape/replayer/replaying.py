@@ -38,7 +38,7 @@ class ReplayAdapter(LlmAdapter):
     ) -> None:
         self.playback = Playback(cassette, ReplayOptions.of(options, **replay))
         """The engine: matching, play counts, faults and timing."""
-        self._name = name or self.playback.source.meta.adapter or "replay"
+        self._name = name or self.playback.recorded_name
 
     @property
     def name(self) -> str:
