@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeAlias, Unpack
 
 import msgspec
 
+from chunktape._playback import Playback
 from chunktape.cassettes.codec import shift_tool_runs
 from chunktape.cassettes.model import Cassette, RecordedRequest, ToolRun
 from chunktape.errors import LIBRARY_ADVICE, Advice, ErrorCode, LlmError
@@ -28,7 +29,6 @@ from chunktape.harness.tooltape import (
     ToolTape,
     VerifyingToolRunner,
 )
-from chunktape.playback import Playback
 from chunktape.protocol import GenerateOptions, LlmAdapter, ReasoningOption, StreamChunk, check_reasoning
 from chunktape.recorder.recording import LIBRARY_SECRET_ADVICE, RUN_TAG, RecordingAdapter, failed_path, none_completed
 from chunktape.replay_options import ReplayKeywords, ReplayOptions

@@ -40,6 +40,7 @@ try:
 except ImportError as missing:  # pragma: no cover - depends on the environment
     raise ImportError("chunktape's fault search needs hypothesis: pip install 'chunktape[search]'") from missing
 
+from chunktape._playback import Playback
 from chunktape.cassettes.codec import LazyCassette, as_lazy
 from chunktape.cassettes.model import Cassette
 from chunktape.errors import ErrorCode, LlmError
@@ -54,7 +55,6 @@ from chunktape.faults.specs import (
     Truncate,
     parse_faults,
 )
-from chunktape.playback import Playback
 from chunktape.protocol import GenerateOptions, LlmAdapter, ReasoningOption, StreamChunk
 from chunktape.replay_options import ReplayOptions
 from chunktape.timing import Timing
@@ -127,7 +127,7 @@ def run_virtual(agent: Agent, adapter: LlmAdapter, deadline_s: float) -> BaseExc
 class _Replay(LlmAdapter):
     """The adapter one run hands the agent: the replay engine's chunk stream, as ``ReplayAdapter`` streams it.
 
-    The search builds the engine (``chunktape.playback.Playback``) itself: it sits below the replay faces.
+    The search builds the engine (``Playback``) itself: it sits below the replay faces.
     """
 
     def __init__(self, playback: Playback) -> None:

@@ -10,6 +10,8 @@
 - ``RecordingTransport(inner, cassette)`` / ``ReplayTransport(cassette, ...)``: record an SDK's chat completions
   into a chunk cassette with per-event timing and response metadata, and answer them in process, no socket,
   with every fault. One object serves httpx2 and httpx clients, sync and async.
+- ``RecordingProxy(upstream, cassette)`` (``chunktape proxy``): a loopback proxy that records an agent in any
+  language into a chunk cassette (tests: ``with``, ``.url``).
 
 **The openai SDK.** openai 3.x is built on ``httpx2`` (a fork of httpx), yet its clients accept a plain
 ``httpx.AsyncClient`` as ``http_client`` (a supported, runtime-checked path; only the type annotation says
@@ -29,6 +31,7 @@ subject of the test.
 """
 
 from chunktape.http.limits import ServerLimits
+from chunktape.http.proxy import RecordingProxy
 from chunktape.http.recording_transport import RecordingTransport, UnrecordedRequestWarning
 from chunktape.http.render import render_sse
 from chunktape.http.replay_transport import ReplayTransport
@@ -38,6 +41,7 @@ from chunktape.http.vcr import SECRET_HEADERS, import_vcr, vcr_config
 
 __all__ = [
     "FaultTransport",
+    "RecordingProxy",
     "RecordingTransport",
     "ReplayServer",
     "ReplayTransport",

@@ -7,7 +7,7 @@ Hand it to the SDK's httpx2 or httpx client, sync or async (one object serves al
                              http_client=httpx2.AsyncClient(transport=transport))
 
 Each ``POST .../chat/completions`` is matched, played and timed by the replay engine ``ReplayAdapter`` stands on
-(the same keywords; ``adapter`` is the ``chunktape.playback.Playback`` inside), then rendered in the provider's
+(the same keywords; ``adapter`` is the ``chunktape.replayer.Playback`` inside), then rendered in the provider's
 wire format with the metadata ``RecordingTransport`` kept (``Interaction.response``: id, answered model, ``created``,
 ``system_fingerprint``, headers, extras, no invented ``finish_reason``):
 
@@ -38,6 +38,7 @@ from typing import NamedTuple, Unpack
 import msgspec
 
 from chunktape._httpx import AnyRequest, AnyResponse, AsyncBody, DualTransport, LoopBody, read_error, response
+from chunktape._playback import Hold, Playback
 from chunktape.cassettes.codec import LazyCassette
 from chunktape.cassettes.model import Cassette, Interaction, Raised
 from chunktape.errors import ErrorCode, LlmError
@@ -46,7 +47,6 @@ from chunktape.http.recording_transport import CHAT_PATH
 from chunktape.http.render import SseRenderer, completion_from_chunks, error_body, error_headers, render_sse
 from chunktape.http.server import decode_chat_request
 from chunktape.http.sse_frames import check_faults, faulted
-from chunktape.playback import Hold, Playback
 from chunktape.protocol import aclose_stream
 from chunktape.replay_options import ReplayKeywords, ReplayOptions
 

@@ -10,7 +10,7 @@ Routes (``base`` is ``ReplayServer.url``; OpenAI SDKs take ``base_url=f"{base}/v
 - ``POST /reset``: forget what was played and every fault's call count, as if the server had just started.
 
 Each request body is decoded into ``GenerateOptions`` (``decode_chat_request``) and answered by the replay
-engine (``chunktape.playback.Playback``, what ``ReplayAdapter`` stands on), so matching, faults and timing are
+engine (``chunktape.replayer.Playback``, what ``ReplayAdapter`` stands on), so matching, faults and timing are
 exactly the library's. A body that is not a request
 (not JSON, nested too deeply, a field of the wrong type) is ``400`` with an OpenAI-style JSON error naming the
 problem (code ``INVALID_REQUEST``); one over ``ServerLimits.max_body`` (32 MiB) is ``413`` as soon as that is
@@ -83,6 +83,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
+from chunktape._playback import Hold, Playback, ReplayCall
 from chunktape.cassettes.codec import LazyCassette, as_cassette, as_lazy
 from chunktape.cassettes.model import ERROR_STATUSES, Cassette
 from chunktape.errors import Advice, AdviceWords, ErrorCode, LlmError
@@ -95,7 +96,6 @@ from chunktape.http.render import (
     error_body,
     error_headers,
 )
-from chunktape.playback import Hold, Playback, ReplayCall
 from chunktape.protocol import GenerateOptions, StreamChunk
 from chunktape.replay_options import ReplayKeywords, ReplayOptions
 from chunktape.scenarios import Scenario, load_scenarios
@@ -385,7 +385,7 @@ class ReplayServer:
     Use it in tests with ``with ReplayServer(...) as server:`` or ``async with`` (it runs in a background
     thread with its own event loop, so any client on any loop, sync or async, can reach it), or run it in the
     foreground with ``run()`` (what ``serve()`` and ``chunktape serve`` do). ``adapter`` (a
-    ``chunktape.playback.Playback``) answers the default routes, ``scenarios[name].adapter`` each scenario; both
+    ``chunktape.replayer.Playback``) answers the default routes, ``scenarios[name].adapter`` each scenario; both
     expose ``injected``, ``calls``, ``play_counts`` and ``assert_all_played()``.
     """
 

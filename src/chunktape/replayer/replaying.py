@@ -1,4 +1,4 @@
-"""``ReplayAdapter``: the chunk-stream face of the replay engine (``chunktape.playback``); never the network."""
+"""``ReplayAdapter``: the chunk-stream face of the replay engine (``Playback``); never the network."""
 
 from __future__ import annotations
 
@@ -7,12 +7,12 @@ from collections.abc import AsyncGenerator, Callable, Sequence
 from typing import Unpack
 
 from chunktape import abort
+from chunktape._playback import Hold, Playback, ReplayCall
 from chunktape.cassettes.codec import LazyCassette
 from chunktape.cassettes.matching import RequestMatcher
 from chunktape.cassettes.model import Cassette, Interaction, RecordedRequest
 from chunktape.errors import LIBRARY_ADVICE, Advice
 from chunktape.faults.plan import FaultPlan
-from chunktape.playback import Hold, Playback, ReplayCall
 from chunktape.protocol import GenerateOptions, LlmAdapter, ReasoningOption, StreamChunk
 from chunktape.replay_options import ReplayKeywords, ReplayOptions
 
@@ -25,7 +25,7 @@ class ReplayAdapter(LlmAdapter):
     Identical requests replay in recorded order (so a recorded 429, 429, success retry replays as such); a
     played interaction is used up unless ``allow_repeats``. Recorded errors are raised at the same position,
     recordings that were cut short raise ``CASSETTE_EXHAUSTED`` when read past their end. The matching, counts
-    and playing are its ``playback``'s (``chunktape.playback.Playback``), which the members below show.
+    and playing are its ``playback``'s (``chunktape.replayer.Playback``), which the members below show.
     """
 
     def __init__(

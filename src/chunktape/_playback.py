@@ -4,8 +4,11 @@
 ``ReplayTransport`` (HTTP). It matches a live request to the first unplayed recorded interaction (repeats
 allowed or not), keeps the played/held counts, chooses each call's fault, raises the misses
 (``CASSETTE_MISMATCH``/``CASSETTE_EXHAUSTED``) with their hints, and plays an interaction on the chosen
-timing. It is public because the HTTP faces hand theirs out (``ReplayServer.adapter``,
-``ReplayTransport.adapter``) for ``assert_all_played()``, ``play_counts``, ``calls`` and ``injected``.
+timing. The faces are the public API; the HTTP faces hand their engine out (``ReplayServer.adapter``,
+``ReplayTransport.adapter``) for ``assert_all_played()``, ``play_counts``, ``calls`` and ``injected``, so its
+names are public as ``chunktape.replayer.Playback`` (and ``ReplayCall``, ``Hold``); this module is private so
+that the faces below ``chunktape.replayer`` (``chunktape.http``, the fault search) reach it without an upward
+import.
 """
 
 from __future__ import annotations
