@@ -19,7 +19,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import NamedTuple
 
 from chunktape import abort
-from chunktape._secrets import redact_text
+from chunktape._secrets import redact_text, scanner
 from chunktape.cassettes.codec import LazyCassette, as_lazy
 from chunktape.cassettes.matching import RequestMatcher
 from chunktape.cassettes.model import Cancelled, Cassette, Interaction, Raised, RecordedRequest
@@ -87,8 +87,12 @@ class Playback:
         # Live requests are redacted like the recorder did, so they still match. The environment's credentials
         # are read once, here: one set per engine, not a scan of os.environ per call.
         self._secrets = secrets_to_redact(options.redact, allow=options.allow_secrets)
+        self._redacts = bool(scanner(self._secrets, patterns=False).literals)
         self.play_counts = [0] * len(self.source)
         """How often each recorded interaction was played."""
+        self._unplayed_from = 0
+        """Every interaction before this one was played: matching starts here (a long cassette played in order
+        is matched in constant time per request, not in time growing with what was played)."""
         self.calls = 0
         """How many calls were made."""
         self.where = str(self.source.path) if self.source.path is not None else "the cassette"
@@ -113,7 +117,7 @@ class Playback:
         """
         if type(options) is not RecordedRequest or not options.fingerprint:
             options = RecordedRequest.from_options(options)
-        return redact_request(options, self._secrets)
+        return redact_request(options, self._secrets) if self._redacts else options
 
     def _candidates(self, request: RecordedRequest) -> list[int]:
         matcher = self.matcher
@@ -123,7 +127,7 @@ class Playback:
         """The interaction that would answer ``request`` now; raises ``CASSETTE_MISMATCH`` / ``CASSETTE_EXHAUSTED``."""
         counts, matcher, recorded = self.play_counts, self.matcher, self.source.requests
         # The first unplayed match wins: stop there, so later requests need not even be decoded.
-        for index in range(len(recorded)):
+        for index in range(self._unplayed_from, len(recorded)):
             if counts[index] == 0 and matcher(request, recorded[index]):
                 return index
         candidates = self._candidates(request)
@@ -174,12 +178,19 @@ class Playback:
         """Hold the interaction that answers ``request`` now, so concurrent calls with the same request get the
         next one; raises like ``select``."""
         index = self.select(request)
-        self.play_counts[index] += 1
+        counts = self.play_counts
+        counts[index] += 1
+        start = self._unplayed_from
+        while start < len(counts) and counts[start]:
+            start += 1
+        self._unplayed_from = start
         return index
 
     def release(self, index: int) -> None:
         """Give back an interaction a call held without using it up (an injected failure): a retry replays it."""
         self.play_counts[index] -= 1
+        if not self.play_counts[index]:
+            self._unplayed_from = min(self._unplayed_from, index)
 
     def begin(self, options: GenerateOptions) -> tuple[int, ActiveFault | None]:
         """Count one call and choose its fault now (listed in ``injected``): its number and fault.

@@ -155,7 +155,8 @@ def decode_chat_request(raw: bytes) -> ChatRequest:
         raise _bad_request(f"the request body is not JSON ({exc})") from None
     except RecursionError:
         raise _bad_request("the request body nests too deeply to decode") from None
-    deep = _too_deep(body, MAX_NESTING)
+    # Nesting needs an opening bracket per level: a body with few brackets cannot nest too deeply (no walk).
+    deep = _too_deep(body, MAX_NESTING) if raw.count(b"[") + raw.count(b"{") > MAX_NESTING else None
     if deep is not None:
         raise _bad_request(f"field `{deep}` nests deeper than {MAX_NESTING} levels")
     options = options_from_openai_request(body, reasoning=REASONING_FIELDS)
