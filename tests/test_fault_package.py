@@ -113,7 +113,7 @@ async def test_the_replay_adapter_releases_through_the_same_call() -> None:
         async for chunk in adapter.stream(OPTIONS):
             out.append(chunk)
     assert adapter.play_counts == [0]
-    assert adapter.reserve(adapter._recorded_form(OPTIONS)) == 0
+    assert adapter.reserve(adapter.playback.as_recorded(OPTIONS)) == 0
     assert adapter.play_counts == [1]
     adapter.release(0)
     assert adapter.play_counts == [0]

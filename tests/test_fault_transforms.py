@@ -13,7 +13,7 @@ from chunktape.errors import ErrorCode, LlmError
 from chunktape.faults import Chaos, Corrupt, FailFirst, Fault, Latency, Stall, Targeted
 from chunktape.faults.plan import FaultPlan
 from chunktape.http import FaultTransport
-from chunktape.http.transport import _parse, _SseCodec
+from chunktape.http.sse_frames import SseCodec, parse_frames
 from chunktape.protocol import StreamChunk
 from chunktape.providers import OpenAICompatAdapter
 from chunktape.providers.demo import DEMO_TURNS
@@ -112,7 +112,7 @@ async def test_an_http_stall_reports_its_delay_as_a_schedule_shift() -> None:
 
     # What FaultTransport does with a body: the HTTP codec over SSE frames; its delays shift the schedule.
     request = httpx.Request("POST", "http://127.0.0.1:9/chat/completions")
-    frames = [frame async for frame in active.apply(_parse(body()), _SseCodec(request), None)]
+    frames = [frame async for frame in active.apply(parse_frames(body()), SseCodec(request), None)]
     assert b"".join(frame.data for frame in frames) == deepseek_reasoning_then_text()
     assert active.delayed_s == pytest.approx(loop.time() - start)
     assert active.delayed_s >= 30

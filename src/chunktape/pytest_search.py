@@ -2,7 +2,7 @@
 
 The plugin hands a marked test here instead of calling it. Its async body runs once on the ``tape`` fixture, in
 virtual time (which records the cassette when the record mode says so), then once per drawn fault schedule with
-``tape`` replaced by a ``ReplayAdapter`` over that cassette (the ``@pytest.mark.tape`` faults, matchers and
+``tape`` replaced by a replaying adapter over that cassette (the ``@pytest.mark.tape`` faults, matchers and
 allowed secrets still apply). A failing schedule fails the test with the shrunk schedule as a
 ``@pytest.mark.tape(faults=[...])`` line and a scenario entry. Other fixtures are shared by every run, as under
 hypothesis's ``@given``.

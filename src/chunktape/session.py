@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeAlias, Unpack
 
 import msgspec
 
+from chunktape._playback import Playback
 from chunktape.cassettes.model import Cassette, RecordedRequest, ToolRun
 from chunktape.cassettes.store import failed_path, shift_tool_runs
 from chunktape.errors import LIBRARY_ADVICE, Advice, ErrorCode, LlmError
@@ -120,7 +121,7 @@ class CassetteSession(LlmAdapter):
         self._saved: Cassette | None = None
         self._http_recorders: list[RecordingAdapter] = []
         self._saved_recorders: set[int] = set()
-        self._http_replayers: list[ReplayAdapter] = []
+        self._http_replayers: list[Playback] = []
         self._closers: list[Callable[[], None]] = []
         self._save_done = False
         self._failed: bool | None = None
@@ -205,7 +206,7 @@ class CassetteSession(LlmAdapter):
             "tags": tags,
         }
 
-    def replays(self, replayer: ReplayAdapter | None, request: Callable[[], RecordedRequest]) -> bool:
+    def replays(self, replayer: Playback | None, request: Callable[[], RecordedRequest]) -> bool:
         """Whether a call goes to ``replayer`` (True) or is recorded (False), per the mode; ``request()`` is asked
         only when the mode must know whether it can play. Raises ``CASSETTE_NOT_FOUND`` when it can do neither."""
         if self._closed:
@@ -219,7 +220,7 @@ class CassetteSession(LlmAdapter):
     def attach_http(
         self,
         *,
-        replayer: ReplayAdapter | None = None,
+        replayer: Playback | None = None,
         recorder: RecordingAdapter | None = None,
         close: Callable[[], None] | None = None,
     ) -> None:
@@ -304,7 +305,7 @@ class CassetteSession(LlmAdapter):
     def _open(self, options: GenerateOptions, request: RecordedRequest) -> AsyncGenerator[StreamChunk, None]:
         """The stream of the adapter this call goes to, given the request hashed once; the call is listed."""
         replayer = self._replayer
-        if self.replays(replayer, lambda: request):
+        if self.replays(None if replayer is None else replayer.playback, lambda: request):
             assert replayer is not None  # replays() says so
             check_reasoning(replayer, options)
             self.calls.append(SessionCall(request=request, recorded=False))
@@ -327,7 +328,7 @@ class CassetteSession(LlmAdapter):
         """Fail if a replayable interaction was never played (by the adapter calls, or by any HTTP face), or a
         recorded tool run this session's ``tools()`` could answer; the message ends with ``advice`` (the caller's
         face)."""
-        replayers = [*([self._replayer] if self._replayer is not None else []), *self._http_replayers]
+        replayers = [*([self._replayer.playback] if self._replayer is not None else []), *self._http_replayers]
         if replayers:
             # Each face plays the file with its own counts: an interaction is unplayed if no face played it.
             unplayed = [set(replayer.unplayed()) for replayer in replayers]

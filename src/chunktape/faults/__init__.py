@@ -1,5 +1,5 @@
 """Faults, end to end: the specs (``specs``), their choice per call (``plan``) and the one set of stream
-transforms (``transforms``) that chunk streams (``chunks``) and HTTP bodies (``chunktape.http.transport``) share.
+transforms (``transforms``) that chunk streams (``chunks``) and HTTP bodies (``chunktape.http.sse_frames``) share.
 
 The public face is the specs: every fault Struct, ``STANDARD_FAULTS`` and the parsers.
 """

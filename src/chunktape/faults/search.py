@@ -25,7 +25,7 @@ import json
 import math
 import os
 import random
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeAlias, get_args
 
@@ -40,6 +40,7 @@ try:
 except ImportError as missing:  # pragma: no cover - depends on the environment
     raise ImportError("chunktape's fault search needs hypothesis: pip install 'chunktape[search]'") from missing
 
+from chunktape._playback import Playback
 from chunktape.cassettes.codec import LazyCassette, as_lazy
 from chunktape.cassettes.model import Cassette
 from chunktape.errors import ErrorCode, LlmError
@@ -54,8 +55,9 @@ from chunktape.faults.specs import (
     Truncate,
     parse_faults,
 )
-from chunktape.protocol import LlmAdapter
-from chunktape.replayer import ReplayAdapter, Timing
+from chunktape.protocol import GenerateOptions, LlmAdapter, ReasoningOption, StreamChunk
+from chunktape.replay_options import ReplayOptions
+from chunktape.timing import Timing
 
 __all__ = ["DEFAULT_DEADLINE_S", "Agent", "AgentHang", "Schedule", "SearchResult", "run_virtual", "search_faults"]
 
@@ -120,6 +122,26 @@ def run_virtual(agent: Agent, adapter: LlmAdapter, deadline_s: float) -> BaseExc
     except BaseException as error:  # pytest.fail and friends are BaseExceptions too
         return error
     return None
+
+
+class _Replay(LlmAdapter):
+    """The adapter one run hands the agent: the replay engine's chunk stream, as ``ReplayAdapter`` streams it.
+
+    The search builds the engine (``Playback``) itself: it sits below the replay faces.
+    """
+
+    def __init__(self, playback: Playback) -> None:
+        self.playback = playback
+
+    @property
+    def name(self) -> str:
+        return self.playback.recorded_name
+
+    def reasoning_options(self) -> Sequence[ReasoningOption]:
+        return self.playback.source.meta.reasoning_options
+
+    def stream(self, options: GenerateOptions) -> AsyncGenerator[StreamChunk, None]:
+        return self.playback.open(options).chunks
 
 
 # -- schedules -----------------------------------------------------------------------------------
@@ -371,11 +393,11 @@ def search_faults(
 ) -> SearchResult:
     """Search for the smallest fault schedule under which ``agent(adapter)`` raises or hangs.
 
-    ``agent`` gets a fresh ``ReplayAdapter`` over ``cassette`` per run, with the drawn schedule and ``timing``
-    (plus ``replay_options``: ``match_on``, ``faults`` always applied, ...). Schedules hold 1 to ``max_faults``
-    faults drawn from ``faults`` (a catalogue like ``STANDARD_FAULTS``, or a list). ``database`` is hypothesis's
-    example database (``"default"``: its configured one; None: none), under ``key`` (default: the agent's
-    qualified name). Call it from synchronous code: every run has its own event loop.
+    ``agent`` gets a fresh replaying adapter (streaming as ``ReplayAdapter`` does) over ``cassette`` per run, with
+    the drawn schedule and ``timing`` (plus ``replay_options``: ``match_on``, ``faults`` always applied, ...).
+    Schedules hold 1 to ``max_faults`` faults drawn from ``faults`` (a catalogue like ``STANDARD_FAULTS``, or a
+    list). ``database`` is hypothesis's example database (``"default"``: its configured one; None: none), under
+    ``key`` (default: the agent's qualified name). Call it from synchronous code: every run has its own event loop.
     """
     _check(max_faults, max_examples, seed, timing)
     catalogue = _catalogue(faults)
@@ -383,21 +405,21 @@ def search_faults(
     options = dict(replay_options or {})
     base = parse_faults(options.pop("faults", ()))
 
-    def replay(schedule: Sequence[Fault]) -> ReplayAdapter:
-        return ReplayAdapter(source, timing=timing, faults=[*base, *schedule], **options)
+    def replay(schedule: Sequence[Fault]) -> _Replay:
+        return _Replay(Playback(source, ReplayOptions.of(None, timing=timing, faults=[*base, *schedule], **options)))
 
     baseline = replay(())
     error = run_virtual(agent, baseline, deadline_s)
     if error is not None:
-        return SearchResult(Schedule((), timing), error, 0, 0, baseline.calls, seed, deadline_s)
-    if baseline.calls == 0:
+        return SearchResult(Schedule((), timing), error, 0, 0, baseline.playback.calls, seed, deadline_s)
+    if baseline.playback.calls == 0:
         raise LlmError(
             "fault search: the agent made no stream() call on the adapter it was given: there is nothing to inject "
             "faults into",
             ErrorCode.INVALID_CONFIG,
         )
     chunks = max(len(source.interaction(index).events) for index in range(len(source))) if len(source) else 0
-    strategy = _schedules(catalogue, baseline.calls, chunks, max_faults, deadline_s, timing)
+    strategy = _schedules(catalogue, baseline.playback.calls, chunks, max_faults, deadline_s, timing)
     tally = _Tally()
 
     def fails(schedule: Schedule) -> bool:
@@ -414,7 +436,7 @@ def search_faults(
     for saved in store.saved(timing):
         if fails(saved):
             assert tally.last is not None
-            return SearchResult(*tally.last, tally.examples, tally.first, baseline.calls, seed, deadline_s)
+            return SearchResult(*tally.last, tally.examples, tally.first, baseline.playback.calls, seed, deadline_s)
         store.forget(saved)
     settings = hypothesis.settings(
         max_examples=max_examples,
@@ -429,10 +451,10 @@ def search_faults(
     try:
         hypothesis.find(strategy, fails, settings=settings, random=random.Random(seed))
     except NoSuchExample:
-        return SearchResult(None, None, tally.examples, None, baseline.calls, seed, deadline_s)
+        return SearchResult(None, None, tally.examples, None, baseline.playback.calls, seed, deadline_s)
     assert tally.last is not None
     store.keep(tally.last[0])
-    return SearchResult(*tally.last, tally.examples, tally.first, baseline.calls, seed, deadline_s)
+    return SearchResult(*tally.last, tally.examples, tally.first, baseline.playback.calls, seed, deadline_s)
 
 
 def _default_key(agent: Agent) -> str:

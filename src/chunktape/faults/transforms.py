@@ -2,7 +2,7 @@
 
 A transform never inspects an item itself: it asks the layer's ``Codec`` whether the item is a chunk, how
 many bytes it carries, whether it ends the answer, and how that layer breaks. Chunk streams use
-``chunktape.faults.chunks.CHUNKS``; HTTP bodies the SSE-frame codec of ``chunktape.http.transport``. So a
+``chunktape.faults.chunks.CHUNKS``; HTTP bodies the SSE-frame codec of ``chunktape.http.sse_frames``. So a
 ``Stall`` honours the abort signal and shifts the schedule, and a ``Disconnect`` never lets the finish through,
 on both layers alike. Nothing here knows a wire protocol.
 

@@ -10,6 +10,8 @@
 - ``RecordingTransport(inner, cassette)`` / ``ReplayTransport(cassette, ...)``: record an SDK's chat completions
   into a chunk cassette with per-event timing and response metadata, and answer them in process, no socket,
   with every fault. One object serves httpx2 and httpx clients, sync and async.
+- ``RecordingProxy(upstream, cassette)`` (``chunktape proxy``): a loopback proxy that records an agent in any
+  language into a chunk cassette (tests: ``with``, ``.url``).
 
 **The openai SDK.** openai 3.x is built on ``httpx2`` (a fork of httpx), yet its clients accept a plain
 ``httpx.AsyncClient`` as ``http_client`` (a supported, runtime-checked path; only the type annotation says
@@ -35,6 +37,7 @@ from chunktape._lazy import lazy_names as _lazy_names
 # Loaded on first use (``__getattr__``), so the CLI and ``import chunktape`` need not load what they do not use.
 if _typing.TYPE_CHECKING:
     from chunktape.http.limits import ServerLimits
+    from chunktape.http.proxy import RecordingProxy
     from chunktape.http.recording_transport import RecordingTransport, UnrecordedRequestWarning
     from chunktape.http.render import render_sse
     from chunktape.http.replay_transport import ReplayTransport
@@ -44,6 +47,7 @@ if _typing.TYPE_CHECKING:
 
 __all__ = [
     "FaultTransport",
+    "RecordingProxy",
     "RecordingTransport",
     "ReplayServer",
     "ReplayTransport",
@@ -69,5 +73,6 @@ if not _typing.TYPE_CHECKING:  # type checkers see the imports above, and no __g
             "chunktape.http.recording_transport",
             "chunktape.http.replay_transport",
             "chunktape.http.server",
+            "chunktape.http.proxy",
         ),
     )

@@ -6,9 +6,9 @@ Hand it to the SDK's httpx2 or httpx client, sync or async (one object serves al
     sdk = openai.AsyncOpenAI(base_url="http://127.0.0.1/v1", api_key="test",
                              http_client=httpx2.AsyncClient(transport=transport))
 
-Each ``POST .../chat/completions`` is matched, played and timed exactly as ``ReplayAdapter`` does it (the same
-keywords; ``adapter`` is the one inside), then rendered in the provider's wire format with the metadata
-``RecordingTransport`` kept (``Interaction.response``: id, answered model, ``created``,
+Each ``POST .../chat/completions`` is matched, played and timed by the replay engine ``ReplayAdapter`` stands on
+(the same keywords; ``adapter`` is the ``chunktape.replayer.Playback`` inside), then rendered in the provider's
+wire format with the metadata ``RecordingTransport`` kept (``Interaction.response``: id, answered model, ``created``,
 ``system_fingerprint``, headers, extras, no invented ``finish_reason``):
 
 - a streamed request gets the event stream, released on the chosen timing (``asyncio.sleep``, so virtual time
@@ -37,36 +37,24 @@ from typing import NamedTuple, Unpack
 
 import msgspec
 
-from chunktape._httpx import AnyRequest, AnyResponse, AsyncBody, DualTransport, LoopBody, response
-from chunktape._httpx import read_error as _read_error
+from chunktape._httpx import AnyRequest, AnyResponse, AsyncBody, DualTransport, LoopBody, read_error, response
+from chunktape._playback import Hold, Playback
 from chunktape.cassettes.codec import LazyCassette
 from chunktape.cassettes.model import Cassette, Interaction, Raised
 from chunktape.errors import ErrorCode, LlmError
-from chunktape.faults import Corrupt
-from chunktape.faults.plan import ActiveFault, FaultPlan, Reservation, reservation
+from chunktape.faults.plan import ActiveFault, FaultPlan, Reservation
 from chunktape.http.recording_transport import CHAT_PATH
 from chunktape.http.render import SseRenderer, completion_from_chunks, error_body, error_headers, render_sse
 from chunktape.http.server import decode_chat_request
-from chunktape.http.transport import _parse, _refusal, _SseCodec
+from chunktape.http.sse_frames import check_faults, faulted
 from chunktape.protocol import aclose_stream
 from chunktape.replay_options import ReplayKeywords, ReplayOptions
-from chunktape.replayer.replaying import ReplayAdapter
 
 __all__ = ["ReplayTransport"]
 
 _encoder = msgspec.json.Encoder()
 _BROKEN = frozenset({ErrorCode.STREAM_ABORTED.value, ErrorCode.TIMEOUT.value})
 """Recorded outcomes that broke the connection rather than arriving in the body."""
-
-
-class _Codec(_SseCodec):
-    """``FaultTransport``'s SSE-frame codec, breaking the body in the request's own library."""
-
-    def __init__(self, request: AnyRequest) -> None:
-        self.any_request = request
-
-    def aborted(self, message: str) -> Exception:
-        return _read_error(self.any_request, f"connection reset by peer {message}")
 
 
 class _Whole(NamedTuple):
@@ -94,6 +82,7 @@ def _error(status: int, message: str, retry_after: float | None, headers: Mappin
 class ReplayTransport(DualTransport):
     """Answers chat completions from ``cassette``; ``options`` (or their keywords) are ``ReplayAdapter``'s;
     faults apply to the HTTP events (see the module docstring). ``injected`` lists the fault id per request (or None).
+    ``adapter`` is the replay engine: ``assert_all_played()``, ``play_counts``, ``calls``.
 
     Raises ``INVALID_CONFIG`` for a fault with no form on the wire (``FaultTransport``'s refusals).
     """
@@ -104,16 +93,18 @@ class ReplayTransport(DualTransport):
         options: ReplayOptions | None = None,
         **replay: Unpack[ReplayKeywords],
     ) -> None:
-        settings = ReplayOptions.of(options, **replay)
-        # The faults apply to the HTTP events here, not to the adapter's chunk stream.
-        self.adapter = ReplayAdapter(cassette, options=ReplayOptions.of(settings, faults=()))
-        """Matching, play counts and timing (``assert_all_played()``, ``play_counts``)."""
-        self.plan = FaultPlan(settings.faults)
-        for fault in self.plan.stream_faults():
-            refusal = _refusal(fault) if isinstance(fault, Corrupt) else None
-            if refusal is not None:
-                raise refusal
-        self.injected: list[str | None] = []
+        self.adapter = Playback(cassette, ReplayOptions.of(options, **replay))
+        """Matching, play counts, the faults' plan and timing (``assert_all_played()``, ``play_counts``)."""
+        check_faults(self.adapter.fault_plan)
+
+    @property
+    def plan(self) -> FaultPlan:
+        """The faults with their per-request state; they apply to the HTTP events, not to a chunk stream."""
+        return self.adapter.fault_plan
+
+    @property
+    def injected(self) -> list[str | None]:
+        return self.adapter.injected
 
     def assert_all_played(self) -> None:
         """Fail if a recorded interaction was never played (``ReplayAdapter.assert_all_played``)."""
@@ -127,16 +118,15 @@ class ReplayTransport(DualTransport):
                 ErrorCode.CASSETTE_MISMATCH,
             )
         chat = decode_chat_request(request.content)
-        active = self.plan.select(chat.options) if self.plan else None
-        self.injected.append(None if active is None else active.fault_id)
+        engine = self.adapter
+        _, active = engine.begin(chat.options)
         failed = active.http_error if active is not None else None
         if failed is not None:
             item, fault = failed
             return _error(fault.status, f"{fault.message or 'provider error'} [{item.label}]", fault.retry_after)
-        recorded = self.adapter._recorded_form(chat.options)
-        held = reservation(active, lambda: self.adapter.reserve(recorded), self.adapter.release)
+        held = engine.hold(active, engine.as_recorded(chat.options), Hold(engine.release))
         index = held.__enter__()
-        interaction = self.adapter.source.interaction(index)
+        interaction = engine.source.interaction(index)
         meta = interaction.response
         headers = dict(meta.headers) if meta is not None else {}
         outcome = interaction.outcome
@@ -151,7 +141,7 @@ class ReplayTransport(DualTransport):
             return _Whole(200, {**headers, "content-type": "application/json"}, _encoder.encode(body))
         headers["content-type"] = "text/event-stream; charset=utf-8"
         broken = type(outcome) is Raised and outcome.code in _BROKEN
-        if active is None and self.adapter.options.timing.is_instant and not broken:
+        if active is None and engine.options.timing.is_instant and not broken:
             held.__exit__(None, None, None)
             content = render_sse(interaction, model=chat.options.model, include_usage=chat.include_usage)
             return _Whole(200, headers, content)
@@ -182,7 +172,7 @@ class ReplayTransport(DualTransport):
         outcome = interaction.outcome
         if type(outcome) is Raised and outcome.code in _BROKEN:
             message = f"{outcome.message} (replayed from {self.adapter.path or 'the cassette'})"
-            raise _read_error(request, message, timeout=outcome.code == ErrorCode.TIMEOUT.value)
+            raise read_error(request, message, timeout=outcome.code == ErrorCode.TIMEOUT.value)
         yield renderer.outcome(outcome).data
 
     def handle(self, request: AnyRequest) -> AnyResponse:
@@ -202,7 +192,7 @@ class ReplayTransport(DualTransport):
 
 
 async def _faulty(pieces: AsyncIterator[bytes], active: ActiveFault, request: AnyRequest) -> AsyncIterator[bytes]:
-    frames = active.apply(_parse(pieces), _Codec(request), None)
+    frames = faulted(pieces, active, request)
     try:
         async for frame in frames:
             yield frame.data

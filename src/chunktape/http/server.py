@@ -9,8 +9,9 @@ Routes (``base`` is ``ReplayServer.url``; OpenAI SDKs take ``base_url=f"{base}/v
 - ``GET /scenarios``: the scenarios as JSON (name, description, cassette, fault ids, timing, path, calls).
 - ``POST /reset``: forget what was played and every fault's call count, as if the server had just started.
 
-Each request body is decoded into ``GenerateOptions`` (``decode_chat_request``) and answered by a
-``ReplayAdapter``, so matching, faults and timing are exactly the library's. A body that is not a request
+Each request body is decoded into ``GenerateOptions`` (``decode_chat_request``) and answered by the replay
+engine (``chunktape.replayer.Playback``, what ``ReplayAdapter`` stands on), so matching, faults and timing are
+exactly the library's. A body that is not a request
 (not JSON, nested too deeply, a field of the wrong type) is ``400`` with an OpenAI-style JSON error naming the
 problem (code ``INVALID_REQUEST``); one over ``ServerLimits.max_body`` (32 MiB) is ``413`` as soon as that is
 known, and the rest is discarded as it comes, never kept. A request head or body that does not arrive in time
@@ -82,6 +83,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
+from chunktape._playback import Hold, Playback, ReplayCall
 from chunktape.cassettes.codec import LazyCassette, as_cassette, as_lazy
 from chunktape.cassettes.model import ERROR_STATUSES, Cassette
 from chunktape.errors import Advice, AdviceWords, ErrorCode, LlmError
@@ -96,8 +98,6 @@ from chunktape.http.render import (
 )
 from chunktape.protocol import GenerateOptions, StreamChunk
 from chunktape.replay_options import ReplayKeywords, ReplayOptions
-from chunktape.replayer import ReplayAdapter
-from chunktape.replayer.replaying import Hold, ReplayCall
 from chunktape.scenarios import Scenario, load_scenarios
 from chunktape.timing import Timing
 from chunktape.validation import StreamValidator
@@ -155,7 +155,8 @@ def decode_chat_request(raw: bytes) -> ChatRequest:
         raise _bad_request(f"the request body is not JSON ({exc})") from None
     except RecursionError:
         raise _bad_request("the request body nests too deeply to decode") from None
-    deep = _too_deep(body, MAX_NESTING)
+    # Nesting needs an opening bracket per level: a body with few brackets cannot nest too deeply (no walk).
+    deep = _too_deep(body, MAX_NESTING) if raw.count(b"[") + raw.count(b"{") > MAX_NESTING else None
     if deep is not None:
         raise _bad_request(f"field `{deep}` nests deeper than {MAX_NESTING} levels")
     options = options_from_openai_request(body, reasoning=REASONING_FIELDS)
@@ -337,7 +338,7 @@ def _bind(host: str, port: int, allow_remote: bool) -> socket.socket:
 
 
 class _Target:
-    """What answers one route: a ReplayAdapter built from a cassette and the replay options."""
+    """What answers one route: the replay engine over a cassette, with the replay options."""
 
     def __init__(
         self,
@@ -356,8 +357,8 @@ class _Target:
     def timing(self) -> Timing:
         return self.options.timing
 
-    def _build(self) -> ReplayAdapter:
-        return ReplayAdapter(self.source, options=self.options, name=self.name)
+    def _build(self) -> Playback:
+        return Playback(self.source, self.options)
 
     def reset(self) -> None:
         self.adapter = self._build()
@@ -384,8 +385,9 @@ class ReplayServer:
 
     Use it in tests with ``with ReplayServer(...) as server:`` or ``async with`` (it runs in a background
     thread with its own event loop, so any client on any loop, sync or async, can reach it), or run it in the
-    foreground with ``run()`` (what ``serve()`` and ``chunktape serve`` do). ``adapter`` answers the default
-    routes, ``scenarios[name].adapter`` each scenario; both expose ``injected`` and ``calls``.
+    foreground with ``run()`` (what ``serve()`` and ``chunktape serve`` do). ``adapter`` (a
+    ``chunktape.replayer.Playback``) answers the default routes, ``scenarios[name].adapter`` each scenario; both
+    expose ``injected``, ``calls``, ``play_counts`` and ``assert_all_played()``.
     """
 
     def __init__(
@@ -411,7 +413,7 @@ class ReplayServer:
         if isinstance(scenarios, str | os.PathLike):
             scenarios = load_scenarios(Path(scenarios))
         self.scenarios: dict[str, _Target] = {}
-        """The scenario routes by name; ``scenarios[name].adapter`` is the ReplayAdapter behind it."""
+        """The scenario routes by name; ``scenarios[name].adapter`` is the replay engine behind it."""
         for scenario in scenarios or ():
             replay_options = ReplayOptions.of(self.options, timing=scenario.timing, faults=scenario.faults)
             self.scenarios[scenario.name] = _Target(
@@ -450,8 +452,8 @@ class ReplayServer:
     # -- running -------------------------------------------------------------------------------
 
     @property
-    def adapter(self) -> ReplayAdapter:
-        """The ReplayAdapter behind the default routes."""
+    def adapter(self) -> Playback:
+        """The replay engine behind the default routes."""
         if self._default is None:
             raise LlmError("this server has no default cassette, only scenarios", ErrorCode.INVALID_CONFIG)
         return self._default.adapter

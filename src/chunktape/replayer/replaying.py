@@ -1,59 +1,22 @@
-"""``ReplayAdapter``: plays recorded interactions back, exactly, with the chosen timing; never the network."""
+"""``ReplayAdapter``: the chunk-stream face of the replay engine (``Playback``); never the network."""
 
 from __future__ import annotations
 
-import asyncio
 import os
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
-from typing import NamedTuple, Unpack
+from collections.abc import AsyncGenerator, Callable, Sequence
+from typing import Unpack
 
 from chunktape import abort
-from chunktape._secrets import redact_text
-from chunktape.cassettes.codec import LazyCassette, as_lazy
+from chunktape._playback import Hold, Playback, ReplayCall
+from chunktape.cassettes.codec import LazyCassette
 from chunktape.cassettes.matching import RequestMatcher
-from chunktape.cassettes.model import Cancelled, Cassette, Interaction, Raised, RecordedRequest
-from chunktape.cassettes.redaction import redact_request, secrets_to_redact
-from chunktape.errors import LIBRARY_ADVICE, Advice, ErrorCode, LlmError
-from chunktape.faults.plan import ActiveFault, FaultPlan, reservation
-from chunktape.protocol import GenerateOptions, LlmAdapter, ReasoningOption, StreamChunk, aclose_stream
+from chunktape.cassettes.model import Cassette, Interaction, RecordedRequest
+from chunktape.errors import LIBRARY_ADVICE, Advice
+from chunktape.faults.plan import FaultPlan
+from chunktape.protocol import GenerateOptions, LlmAdapter, ReasoningOption, StreamChunk
 from chunktape.replay_options import ReplayKeywords, ReplayOptions
 
 __all__ = ["Hold", "ReplayAdapter", "ReplayCall"]
-
-
-class Hold:
-    """The recorded interaction one call holds (uses up), if any, until the call gives it back."""
-
-    __slots__ = ("_release", "index")
-
-    def __init__(self, release: Callable[[int], None]) -> None:
-        self._release = release
-        self.index: int | None = None
-        """The held interaction, or None (nothing reserved yet, or given back)."""
-
-    def take(self, index: int) -> int:
-        self.index = index
-        return index
-
-    def release(self, index: int | None = None) -> None:
-        """Give the interaction back (once): the next matching call replays it."""
-        if self.index is not None:
-            held, self.index = self.index, None
-            self._release(held)
-
-
-class ReplayCall(NamedTuple):
-    """One ``ReplayAdapter.open()`` call: its number, its injected fault, its chunks and what it holds."""
-
-    call: int
-    """The 1-based number of the call (as ``Targeted(calls=...)`` counts them)."""
-    fault_id: str | None
-    """The id of the fault injected into this call, or None."""
-    chunks: AsyncGenerator[StreamChunk, None]
-    """The call's stream, as ``stream()`` would yield it; close it if it is not read to its end."""
-    hold: Hold
-    """The interaction the call holds once its chunks are read: a face that knows the stream never reached its
-    consumer (a server whose client left) gives it back with ``hold.release()``, after closing ``chunks``."""
 
 
 class ReplayAdapter(LlmAdapter):
@@ -61,7 +24,8 @@ class ReplayAdapter(LlmAdapter):
 
     Identical requests replay in recorded order (so a recorded 429, 429, success retry replays as such); a
     played interaction is used up unless ``allow_repeats``. Recorded errors are raised at the same position,
-    recordings that were cut short raise ``CASSETTE_EXHAUSTED`` when read past their end.
+    recordings that were cut short raise ``CASSETTE_EXHAUSTED`` when read past their end. The matching, counts
+    and playing are its ``playback``'s (``chunktape.replayer.Playback``), which the members below show.
     """
 
     def __init__(
@@ -72,23 +36,9 @@ class ReplayAdapter(LlmAdapter):
         name: str | None = None,
         **replay: Unpack[ReplayKeywords],
     ) -> None:
-        self.options = ReplayOptions.of(options, **replay)
-        """How this adapter replays (``options`` with the keywords applied); validated when built."""
-        self.source = as_lazy(cassette)
-        self.fault_plan = FaultPlan(self.options.faults)
-        """The faults applied at replay time, with their per-call state (FailFirst counters, Chaos draws)."""
-        self.injected: list[str | None] = []
-        """Per ``stream()`` call, the id of the fault injected into it, or None."""
-        self.matcher = RequestMatcher(self.options.match_on)
-        # Live requests are redacted like the recorder did, so they still match. The environment's credentials
-        # are read once, here: one set per adapter, not a scan of os.environ per call.
-        self._secrets = secrets_to_redact(self.options.redact, allow=self.options.allow_secrets)
-        self.play_counts = [0] * len(self.source)
-        """How often each recorded interaction was played."""
-        self.calls = 0
-        """How many ``stream()`` calls were made."""
-        self._name = name or self.source.meta.adapter or "replay"
-        self._where = str(self.source.path) if self.source.path is not None else "the cassette"
+        self.playback = Playback(cassette, ReplayOptions.of(options, **replay))
+        """The engine: matching, play counts, faults and timing."""
+        self._name = name or self.playback.recorded_name
 
     @property
     def name(self) -> str:
@@ -96,211 +46,88 @@ class ReplayAdapter(LlmAdapter):
 
     def reasoning_options(self) -> Sequence[ReasoningOption]:
         """The efforts the recorded adapter offered (from the cassette's meta)."""
-        return self.source.meta.reasoning_options
-
-    @property
-    def path(self) -> str | None:
-        return None if self.source.path is None else str(self.source.path)
+        return self.playback.source.meta.reasoning_options
 
     @property
     def cassette(self) -> Cassette:
-        return self.source.to_cassette()
-
-    # -- matching ------------------------------------------------------------------------------
-
-    def _candidates(self, request: RecordedRequest) -> list[int]:
-        matcher = self.matcher
-        return [index for index, recorded in enumerate(self.source.requests) if matcher(request, recorded)]
-
-    def select(self, request: RecordedRequest) -> int:
-        """The interaction that would answer ``request`` now; raises ``CASSETTE_MISMATCH`` / ``CASSETTE_EXHAUSTED``."""
-        counts, matcher, recorded = self.play_counts, self.matcher, self.source.requests
-        # The first unplayed match wins: stop there, so later requests need not even be decoded.
-        for index in range(len(recorded)):
-            if counts[index] == 0 and matcher(request, recorded[index]):
-                return index
-        candidates = self._candidates(request)
-        if not candidates:
-            raise self.matcher.mismatch(request, self.source.requests, self._where)
-        if self.options.allow_repeats:
-            return min(candidates, key=lambda index: (counts[index], index))
-        numbers = ", ".join(f"#{index}" for index in candidates)
-        raise LlmError(
-            f"the request (model={request.model!r}) matches {len(candidates)} interaction(s) in {self._where} "
-            f"({numbers}), all already played",
-            ErrorCode.CASSETTE_EXHAUSTED,
-            advice=Advice.RECORD_OR_REPEAT,
-        )
-
-    def _recorded_form(self, options: GenerateOptions | RecordedRequest) -> RecordedRequest:
-        """The request as the recorder would have stored it: same fields, same redaction.
-
-        A ``RecordedRequest`` with its fingerprint is taken as ``RecordedRequest.from_options`` made it: a caller
-        that has one already (a session) does not pay for hashing the request twice.
-        """
-        if type(options) is not RecordedRequest or not options.fingerprint:
-            options = RecordedRequest.from_options(options)
-        return redact_request(options, self._secrets)
-
-    def can_play(self, options: GenerateOptions | RecordedRequest) -> bool:
-        """Whether a ``stream(options)`` call now would replay something (rather than mismatch or run out).
-
-        ``options`` may be the request as ``RecordedRequest.from_options`` made it (see ``open``)."""
-        try:
-            self.select(self._recorded_form(options))
-        except LlmError:
-            return False
-        return True
-
-    def unplayed(self) -> list[int]:
-        return [index for index, count in enumerate(self.play_counts) if count == 0]
-
-    def assert_all_played(self, *, advice: str = LIBRARY_ADVICE[Advice.UNPLAYED]) -> None:
-        """Fail if a recorded interaction was never played (the code under test made fewer calls); the message
-        ends with ``advice``, the next step in the caller's face (the pytest plugin names ``--tape-mode``)."""
-        unplayed = self.unplayed()
-        if not unplayed:
-            return
-        requests = self.source.requests
-        listed = "; ".join(f"#{index} {_describe(requests[index])}" for index in unplayed[:10])
-        more = f"; and {len(unplayed) - 10} more" if len(unplayed) > 10 else ""
-        raise AssertionError(
-            redact_text(
-                f"{len(unplayed)} of {len(requests)} recorded interaction(s) in {self._where} were never played: "
-                f"{listed}{more}; {advice}"
-            )
-        )
-
-    # -- playing -------------------------------------------------------------------------------
+        return self.playback.source.to_cassette()
 
     def stream(self, options: GenerateOptions) -> AsyncGenerator[StreamChunk, None]:
         # The call's own generator, not a wrapper around it: one generator frame per chunk on the hot path.
-        return self.open(options).chunks
+        return self.playback.open(options).chunks
+
+    # -- the engine's state and steps, as this adapter's ------------------------------------------
+
+    @property
+    def options(self) -> ReplayOptions:
+        """How this adapter replays (``options`` with the keywords applied); validated when built."""
+        return self.playback.options
+
+    @property
+    def source(self) -> LazyCassette:
+        return self.playback.source
+
+    @property
+    def path(self) -> str | None:
+        return self.playback.path
+
+    @property
+    def fault_plan(self) -> FaultPlan:
+        """The faults applied at replay time, with their per-call state (FailFirst counters, Chaos draws)."""
+        return self.playback.fault_plan
+
+    @property
+    def injected(self) -> list[str | None]:
+        """Per ``stream()`` call, the id of the fault injected into it, or None."""
+        return self.playback.injected
+
+    @property
+    def matcher(self) -> RequestMatcher:
+        return self.playback.matcher
+
+    @property
+    def play_counts(self) -> list[int]:
+        """How often each recorded interaction was played."""
+        return self.playback.play_counts
+
+    @property
+    def calls(self) -> int:
+        """How many ``stream()`` calls were made."""
+        return self.playback.calls
+
+    def select(self, request: RecordedRequest) -> int:
+        """``Playback.select``: the interaction that would answer ``request`` now, or the miss."""
+        return self.playback.select(request)
+
+    def can_play(self, options: GenerateOptions | RecordedRequest) -> bool:
+        """``Playback.can_play``: whether a ``stream(options)`` call now would replay something."""
+        return self.playback.can_play(options)
+
+    def unplayed(self) -> list[int]:
+        return self.playback.unplayed()
+
+    def assert_all_played(self, *, advice: str = LIBRARY_ADVICE[Advice.UNPLAYED]) -> None:
+        """``Playback.assert_all_played``: fail if a recorded interaction was never played."""
+        self.playback.assert_all_played(advice=advice)
 
     def open(self, options: GenerateOptions, *, request: RecordedRequest | None = None) -> ReplayCall:
-        """Start one ``stream()`` call now: count it and choose its fault at once, and say which they are.
-
-        For servers answering concurrent requests: ``call`` and ``fault_id`` belong to this call, whatever
-        other calls do meanwhile. Everything else (the injected HTTP error, matching, playing) happens as the
-        returned ``chunks`` are read, exactly as with ``stream()``. ``request`` is ``options`` as
-        ``RecordedRequest.from_options`` made it, for a caller that has it already (it is not hashed again).
-        """
-        self.calls += 1
-        number = self.calls
-        signal = options.signal
-        hold = Hold(self.release)
-        if signal is not None and signal.aborted:
-            return ReplayCall(call=number, fault_id=None, chunks=_raise(signal.error()), hold=hold)
-        fault = self.fault_plan.select(options) if self.fault_plan else None
-        self.injected.append(None if fault is None else fault.fault_id)
-        return ReplayCall(
-            call=number,
-            fault_id=None if fault is None else fault.fault_id,
-            chunks=self._play(options, fault, options if request is None else request, hold),
-            hold=hold,
-        )
-
-    async def _play(
-        self, options: GenerateOptions, fault: ActiveFault | None, live: GenerateOptions | RecordedRequest, hold: Hold
-    ) -> AsyncGenerator[StreamChunk, None]:
-        signal = options.signal
-        request = self._recorded_form(live)
-        with reservation(fault, lambda: hold.take(self.reserve(request)), hold.release) as index:
-            interaction = self.source.interaction(index)
-            if fault is None and self.options.timing.is_instant:
-                # The hot path: no sleeps, no wrapping.
-                if signal is None:
-                    for event in interaction.events:
-                        yield event.chunk
-                else:
-                    for event in interaction.events:
-                        if signal.aborted:
-                            raise signal.error()
-                        yield event.chunk
-                self._end(interaction, index)
-                return
-            # Delays a fault injects (a stall, latency) shift the rest of the recorded schedule, not vanish into it.
-            shift = (lambda: fault.delayed_s) if fault is not None else None
-            chunks: AsyncIterator[StreamChunk] = self.timed(interaction, index, signal, shift)
-            if fault is not None:
-                chunks = fault.wrap(chunks, signal)
-            try:
-                async for chunk in chunks:
-                    yield chunk
-            finally:
-                await aclose_stream(chunks)  # a fault's wrapper is typed as a plain AsyncIterator
+        """``Playback.open``: start one ``stream()`` call now, with its number and fault."""
+        return self.playback.open(options, request=request)
 
     def reserve(self, request: RecordedRequest) -> int:
-        """Hold the interaction that answers ``request`` now, so concurrent calls with the same request get the
-        next one; raises like ``select``."""
-        index = self.select(request)
-        self.play_counts[index] += 1
-        return index
+        """``Playback.reserve``: hold the interaction that answers ``request`` now."""
+        return self.playback.reserve(request)
 
     def release(self, index: int) -> None:
-        """Give back an interaction a call held without using it up (an injected failure): a retry replays it."""
-        self.play_counts[index] -= 1
+        """``Playback.release``: give back an interaction a call held without using it up."""
+        self.playback.release(index)
 
-    async def timed(
+    def timed(
         self,
         interaction: Interaction,
         index: int,
         signal: abort.AbortSignal | None,
         shift: Callable[[], float] | None = None,
     ) -> AsyncGenerator[StreamChunk, None]:
-        """The interaction's chunks released on this adapter's ``timing``, ending with its recorded outcome.
-
-        This is the stream a fault plan wraps; sleeps go through ``asyncio.sleep`` (virtual time works) and
-        stop at once on cancellation or an abort.
-        """
-        loop = asyncio.get_running_loop()
-        start = loop.time()
-        timing = self.options.timing
-        due = timing.offsets(interaction)
-        instant = timing.is_instant
-        for position, event in enumerate(interaction.events):
-            if not instant:
-                delay = start + due[position] + (shift() if shift is not None else 0.0) - loop.time()
-                if delay > 0:
-                    await abort.sleep(delay, signal)
-            if signal is not None and signal.aborted:
-                raise signal.error()
-            yield event.chunk
-        if not instant:
-            delay = start + due[-1] + (shift() if shift is not None else 0.0) - loop.time()
-            if delay > 0:
-                await abort.sleep(delay, signal)
-        self._end(interaction, index)
-
-    def _end(self, interaction: Interaction, index: int) -> None:
-        """Replay how the recorded stream ended."""
-        outcome = interaction.outcome
-        if type(outcome) is Raised:
-            raise _raised(outcome)
-        if type(outcome) is Cancelled:
-            reason = f" ({outcome.reason})" if outcome.reason else ""
-            raise LlmError(
-                f"interaction #{index} of {self._where} was cut short after {len(interaction.events)} chunk(s)"
-                f"{reason}; there is nothing more to replay",
-                ErrorCode.CASSETTE_EXHAUSTED,
-                hint="re-record the interaction to the end, or stop reading where the recording stops",
-            )
-
-
-async def _raise(error: LlmError) -> AsyncGenerator[StreamChunk, None]:
-    raise error
-    yield  # pragma: no cover - makes this an async generator
-
-
-def _raised(outcome: Raised) -> LlmError:
-    try:
-        code = ErrorCode(outcome.code)
-    except ValueError:  # recorded by a newer chunktape with a code this one does not know
-        return LlmError(f"{outcome.code}: {outcome.message}", ErrorCode.INVALID_RESPONSE, status=outcome.status)
-    return LlmError(outcome.message, code, status=outcome.status, retry_after=outcome.retry_after)
-
-
-def _describe(request: RecordedRequest) -> str:
-    last = request.messages[-1] if request.messages else None
-    text = "" if last is None else f", last {last.role} message {(last.content or '')[:40]!r}"
-    return f"(model {request.model!r}{text})"
+        """``Playback.timed``: the interaction's chunks on this adapter's timing, ending as recorded."""
+        return self.playback.timed(interaction, index, signal, shift)
