@@ -13,6 +13,7 @@ import pytest
 
 from chunktape import load_cassette
 from fake_provider import FakeProvider, FakeResponse, chunk, sse
+from helpers import PYTEST_PLUGINS
 
 KEY = "sk-plugin-abcdefghijklmnopqrstuvwxyz0123"
 HELLO = sse(
@@ -76,7 +77,7 @@ def project(pytester: pytest.Pytester, **files: str) -> None:
 
 
 def run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
-    return pytester.runpytest("-p", "chunktape", *args)
+    return pytester.runpytest(*PYTEST_PLUGINS, *args)
 
 
 SDK_TESTS = """
