@@ -85,12 +85,16 @@ def test_calls_moves_the_fault_to_the_second_call(pytester: pytest.Pytester) -> 
 
 
 def test_virtual_time_can_be_turned_off_by_ini_and_by_marker(pytester: pytest.Pytester) -> None:
-    make_project(pytester, ini="tape_virtual_time = false", matrix_args='(faults=["http-500"])', virtual="False")
+    quick = "RetryPolicy(retry_delay=0.01)"  # the retry after the 500 waits in real time here
+    make_project(
+        pytester, ini="tape_virtual_time = false", matrix_args='(faults=["http-500"])', virtual="False", policy=quick
+    )
     pytester.runpytest(*PYTEST_PLUGINS, "--tape-mode", "once").assert_outcomes(passed=2)
     make_project(
         pytester,
         matrix_args='(faults=["http-500"])\n@pytest.mark.tape(virtual_time=False)',
         virtual="False",
+        policy=quick,
     )
     pytester.runpytest(*PYTEST_PLUGINS).assert_outcomes(passed=2)
 
