@@ -12,13 +12,15 @@ import httpx2
 import openai
 import pytest
 
+import chunktape.pytest_plugin
 from chunktape import LlmAdapter
 from fake_provider import FakeProvider
 
 # Imported here, before any in-process pytester run: pytester drops the modules a run imported when it ends, and a
 # module imported again gets new exception classes, which httpx/httpx2 (that map httpcore's exceptions through a
-# table filled once) and the SDKs would then no longer recognise.
-PRELOADED = (httpcore, httpcore2, httpx, httpx2, openai)
+# table filled once) and the SDKs would then no longer recognise. Our plugin (registered only by the runs, never
+# here: ``-p no:chunktape``) is kept too, so each run does not import it again.
+PRELOADED = (httpcore, httpcore2, httpx, httpx2, openai, chunktape.pytest_plugin)
 
 
 @pytest.fixture(scope="session", autouse=True)

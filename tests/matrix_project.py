@@ -40,7 +40,7 @@ import pytest
 from chunktape import GenerateOptions, Message, ToolCallBlock
 from chunktape.errors import ErrorCode
 from chunktape.faults import Corrupt
-from chunktape.harness import DoneEvent, TextEvent, ToolCallEvent, stream_with_retry
+from chunktape.harness import DoneEvent, RetryPolicy, TextEvent, ToolCallEvent, stream_with_retry
 
 QUESTION = [Message(role="user", content="weather in Oslo?")]
 
@@ -48,7 +48,7 @@ QUESTION = [Message(role="user", content="weather in Oslo?")]
 async def turn(tape, messages):
     """One harness call: the text of the attempt that ended it, its tool calls and its DoneEvent."""
     texts, calls = {}, []
-    async for event in stream_with_retry(tape, GenerateOptions(model="m", messages=messages)):
+    async for event in stream_with_retry(tape, GenerateOptions(model="m", messages=messages), {policy}):
         if isinstance(event, TextEvent):
             texts[event.attempt] = texts.get(event.attempt, "") + event.text
         elif isinstance(event, ToolCallEvent):
@@ -82,12 +82,15 @@ async def test_agent(tape):
 '''
 
 
-def make_project(pytester: pytest.Pytester, *, ini: str = "", matrix_args: str = "", virtual: str = "") -> None:
-    """Write the project; ``matrix_args`` follow the marker, ``virtual`` is what looptime_on must be."""
+def make_project(
+    pytester: pytest.Pytester, *, ini: str = "", matrix_args: str = "", virtual: str = "", policy: str = "RetryPolicy()"
+) -> None:
+    """Write the project; ``matrix_args`` follow the marker, ``virtual`` is what looptime_on must be, ``policy`` is
+    the agent's ``RetryPolicy`` (its delays are real seconds when virtual time is off)."""
     pytester.makefile(".ini", pytest=INI.format(extra=ini))
     pytester.makepyfile(conftest=CONFTEST)
     pytester.makepyfile(
-        test_agent=AGENT_TEST.replace("{matrix_args}", matrix_args).replace(
-            "{virtual}", virtual or "(tape.fault is not None)"
-        )
+        test_agent=AGENT_TEST.replace("{matrix_args}", matrix_args)
+        .replace("{virtual}", virtual or "(tape.fault is not None)")
+        .replace("{policy}", policy)
     )

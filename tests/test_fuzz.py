@@ -59,6 +59,8 @@ FUZZ = settings(
     deadline=timedelta(seconds=5),
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow, HealthCheck.data_too_large],
 )
+FUZZED = settings(FUZZ, max_examples=40)
+"""For properties ``benchmarks/fuzz.py`` checks too (the same promise, coverage-guided): fewer examples here."""
 DECODE_CODES = {ErrorCode.CASSETTE_CORRUPT, ErrorCode.CASSETTE_VERSION}
 REGRESSIONS = Path(__file__).parent / "fuzz_regressions"
 
@@ -123,7 +125,7 @@ def _mutate(data: bytes, draw: Callable[[st.SearchStrategy[Any]], Any]) -> bytes
     return bytes(buffer)
 
 
-@FUZZ
+@FUZZED  # fuzz.py: msgpack/json targets
 @given(cassette=cassettes(), suffix=st.sampled_from([".msgpack", ".json"]), data=st.data())
 def test_mutated_valid_cassettes_decode_or_raise_a_documented_code(
     tmp_path: Path, cassette: Cassette, suffix: str, data: st.DataObject
@@ -142,7 +144,7 @@ def test_mutated_valid_cassettes_decode_or_raise_a_documented_code(
         pytest.fail(f"open_cassette accepted a file load_cassette refused ({full[1]})")
 
 
-@FUZZ
+@FUZZED  # fuzz.py: msgpack/json targets
 @given(data=st.binary(max_size=2000), suffix=st.sampled_from([".msgpack", ".json"]))
 def test_random_bytes_after_a_valid_prefix_raise_a_documented_code(tmp_path: Path, data: bytes, suffix: str) -> None:
     source = tmp_path / f"source{suffix}"
@@ -276,7 +278,7 @@ def test_a_journal_cut_anywhere_recovers_a_prefix_of_what_was_written(
                 validator.feed(chunk)
 
 
-@FUZZ
+@FUZZED  # fuzz.py: journal target
 @given(cassette=cassettes(), data=st.data())
 def test_a_mutated_journal_recovers_or_raises_corrupt(tmp_path: Path, cassette: Cassette, data: st.DataObject) -> None:
     path = tmp_path / "mutated.journal"
@@ -284,7 +286,7 @@ def test_a_mutated_journal_recovers_or_raises_corrupt(tmp_path: Path, cassette: 
     assert _recover_code(path) in (None, ErrorCode.CASSETTE_CORRUPT)
 
 
-@FUZZ
+@FUZZED  # fuzz.py: journal target
 @given(data=st.binary(max_size=500))
 def test_random_journal_bytes_recover_or_raise_corrupt(tmp_path: Path, data: bytes) -> None:
     path = tmp_path / "random.journal"
@@ -315,7 +317,7 @@ any_chunk: st.SearchStrategy[StreamChunk] = st.one_of(
 )
 
 
-@settings(max_examples=400, deadline=timedelta(seconds=2))
+@settings(max_examples=150, deadline=timedelta(seconds=2))  # fuzz.py: journal target, validator over what it recovers
 @given(chunks=st.lists(any_chunk, max_size=20), require_finish=st.booleans())
 def test_any_chunk_sequence_passes_or_raises_protocol_violation(
     chunks: list[StreamChunk], require_finish: bool
@@ -364,13 +366,13 @@ def _assert_wire_outcome(body: bytes, cuts: list[int]) -> None:
         assert failure.code in WIRE_CODES, failure
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=100, deadline=None)  # fuzz.py: wire target, the same check
 @given(body=st.binary(max_size=600), cuts=st.lists(st.integers(0, 600), max_size=8))
 def test_random_bytes_through_sse_and_the_decoder_give_only_documented_errors(body: bytes, cuts: list[int]) -> None:
     _assert_wire_outcome(body, cuts)
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])  # fuzz.py: wire target
 @given(
     chunks=valid_streams(),
     edits=st.lists(st.tuples(st.integers(0, 10_000), st.binary(max_size=3)), min_size=1, max_size=4),

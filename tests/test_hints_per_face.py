@@ -165,10 +165,22 @@ async def test_secret(tape):
 """.replace("KEY", KEY)
 
 
+_RECORDED: dict[str, bytes] = {}
+"""The cassette ``test_record`` records, kept from the first project that recorded it (per process)."""
+
+
 @pytest.fixture
 def face_project(pytester: pytest.Pytester) -> pytest.Pytester:
+    """A fresh project holding ``test_record``'s cassette: recorded by pytest once, copied for the next tests."""
     project(pytester, test_face=FACE_TESTS)
+    cassette = pytester.path / "cassettes" / "test_face" / "recorded.msgpack"
+    if "recorded" in _RECORDED:
+        cassette.parent.mkdir(parents=True)
+        cassette.write_bytes(_RECORDED["recorded"])
+        return pytester
     run(pytester, "test_face.py", "--tape-mode", "once", "-k", "test_record").assert_outcomes(passed=1, deselected=5)
+    assert sorted(path.name for path in cassette.parent.parent.rglob("*") if path.is_file()) == ["recorded.msgpack"]
+    _RECORDED["recorded"] = cassette.read_bytes()
     return pytester
 
 

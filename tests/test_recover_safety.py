@@ -1,6 +1,7 @@
 """``recover`` only turns journals into cassettes: anything else is refused by name and never deleted.
 
-The CLI is run as a real process (as a user runs it), for ``-o``, ``--force`` and ``--append``.
+The CLI runs in process (typer's runner: exit code, stdout and stderr as a shell sees them) for ``-o``, ``--force``
+and ``--append``; one recover runs as a real process, as a user runs it.
 """
 
 from __future__ import annotations
@@ -12,19 +13,26 @@ import sys
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
 from chunktape import ErrorCode, LlmError, RecordingAdapter, load_cassette, recover, save_cassette
 from chunktape.cassettes import journal_path
+from chunktape.cli import app
 from helpers import PacedAdapter, collect, options, paced, text_stream
 from test_codec import make_cassette
 
 CLI = [sys.executable, "-m", "chunktape"]
 
 
-def chunktape(*args: str | os.PathLike[str]) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "NO_COLOR": "1"}
-    env.pop("CHUNKTAPE_DEBUG", None)
-    return subprocess.run([*CLI, *map(str, args)], capture_output=True, text=True, env=env, timeout=60, check=False)
+def chunktape(*args: str | os.PathLike[str], process: bool = False) -> subprocess.CompletedProcess[str]:
+    """``chunktape ARGS`` in process, or as a real process with ``process``."""
+    argv = list(map(str, args))
+    if process:
+        env = {**os.environ, "NO_COLOR": "1"}
+        env.pop("CHUNKTAPE_DEBUG", None)
+        return subprocess.run([*CLI, *argv], capture_output=True, text=True, env=env, timeout=60, check=False)
+    result = CliRunner().invoke(app, argv, env={"NO_COLOR": "1", "CHUNKTAPE_DEBUG": None})
+    return subprocess.CompletedProcess(argv, result.exit_code, result.stdout, result.stderr)
 
 
 def journal_of_a_crash(folder: Path) -> Path:
@@ -106,7 +114,7 @@ def test_recover_of_a_journal_writes_the_cassette_then_deletes_the_journal(tmp_p
         save_cassette(existing, out)
         flags = ["--force"] if mode == "force" else ["--append"]
 
-    done = chunktape("recover", journal, "-o", out, *flags)
+    done = chunktape("recover", journal, "-o", out, *flags, process=mode == "output")
     assert done.returncode == 0, done.stderr
     assert not journal.exists()
     interactions = load_cassette(out).interactions

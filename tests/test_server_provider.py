@@ -188,13 +188,16 @@ def test_serve_match_on_reaches_the_server(monkeypatch: pytest.MonkeyPatch, tmp_
 # -- a client that gives up does not use up the interaction -------------------------------------------
 
 _STALL_ONCE = FailFirst(n=1, fault=Stall(after_chunks=0, seconds=10))
-"""A provider that goes silent before the first byte, once: longer than the SDK's timeout (3 s)."""
+"""A provider that goes silent before the first byte, once: far longer than the SDK's timeout (``_SDK_TIMEOUT``)."""
+
+_SDK_TIMEOUT = 1.0
+"""Short, so the stall costs the test little; a loopback reply arrives well within it."""
 
 
 def test_openai_sdk_retries_a_stall_before_the_first_byte_and_gets_the_reply() -> None:
     with (
         ReplayServer(one_reply("Hel", "lo"), timing=INSTANT, faults=[_STALL_ONCE]) as server,
-        openai.OpenAI(base_url=server.url + "/v1", api_key="sk-test", timeout=3, max_retries=2) as client,
+        openai.OpenAI(base_url=server.url + "/v1", api_key="sk-test", timeout=_SDK_TIMEOUT, max_retries=2) as client,
     ):
         reply = client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
         assert reply.choices[0].message.content == "Hello"
@@ -205,7 +208,9 @@ def test_openai_sdk_retries_a_stall_before_the_first_byte_and_gets_the_reply() -
 async def test_async_openai_sdk_retries_a_stall_before_the_first_byte_and_streams_the_reply() -> None:
     async with (
         ReplayServer(one_reply("Hel", "lo"), timing=INSTANT, faults=[_STALL_ONCE]) as server,
-        openai.AsyncOpenAI(base_url=server.url + "/v1", api_key="sk-test", timeout=3, max_retries=2) as client,
+        openai.AsyncOpenAI(
+            base_url=server.url + "/v1", api_key="sk-test", timeout=_SDK_TIMEOUT, max_retries=2
+        ) as client,
     ):
         stream = await client.chat.completions.create(
             model="m", messages=[{"role": "user", "content": "hi"}], stream=True
