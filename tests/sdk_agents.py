@@ -9,9 +9,11 @@ suite does not pay for importing them.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 import httpx
@@ -19,7 +21,9 @@ import httpx2
 import pytest
 from openai.types.chat import ChatCompletionFunctionToolParam, ChatCompletionMessageParam
 
-from fake_provider import FakeResponse, chunk, sse, tool_delta
+from chunktape import Completed, load_cassette
+from chunktape.http import RecordingTransport
+from fake_provider import FakeProvider, FakeResponse, chunk, sse, tool_delta
 
 Kind = Literal["httpx2", "httpx"]
 KINDS: tuple[Kind, ...] = ("httpx2", "httpx")
@@ -240,6 +244,8 @@ class Sdk:
     sync: bool = False
     answers: tuple[Callable[[], bytes], ...] = (text_and_tool_call,)
     expected: Outcome = TOOL_ANSWER
+    broken: str = "APIConnectionError"
+    """The exception a stream broken mid-way raises: the SDK's connection error, or its framework's wrapper."""
 
     def client(self, kind: Kind, transport: Any = None) -> Any:
         """A client of ``kind`` (sync or async as the agent wants) on ``transport`` (default: the network)."""
@@ -251,9 +257,11 @@ class Sdk:
 SDKS = {
     "openai": Sdk(openai_async),
     "openai-sync": Sdk(openai_sync, sync=True),
-    "pydantic-ai": Sdk(pydantic_ai, answers=(tool_call_only, text_only), expected=AGENT_ANSWER),
-    "langchain-openai": Sdk(langchain_openai),
-    "litellm": Sdk(litellm),
+    "pydantic-ai": Sdk(
+        pydantic_ai, answers=(tool_call_only, text_only), expected=AGENT_ANSWER, broken="ModelConnectionError"
+    ),
+    "langchain-openai": Sdk(langchain_openai, broken="OpenAIConnectionError"),
+    "litellm": Sdk(litellm, broken="MidStreamFallbackError"),
 }
 
 
@@ -275,6 +283,23 @@ def quiet_litellm(monkeypatch: pytest.MonkeyPatch) -> None:
     """litellm fetches a model cost map from the network and sends telemetry unless told not to."""
     monkeypatch.setenv("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     monkeypatch.setenv("LITELLM_TELEMETRY", "False")
+
+
+def network(sdk: Sdk, kind: Kind) -> Any:
+    """The real transport a recording goes through, of the client's library and kind."""
+    library: Any = httpx2 if kind == "httpx2" else httpx
+    return library.HTTPTransport() if sdk.sync else library.AsyncHTTPTransport()
+
+
+async def record(sdk: Sdk, kind: Kind, fake_provider: FakeProvider, path: Path) -> None:
+    """The agent against the stand-in provider, recorded; checks what the SDK saw and what was written."""
+    fake_provider.enqueue(*(FakeResponse(body=answer(), headers={"x-request-id": "req_1"}) for answer in sdk.answers))
+    transport = RecordingTransport(network(sdk, kind), path)
+    assert await run(sdk, fake_provider.url + "/v1", sdk.client(kind, transport)) == sdk.expected
+    cassette = load_cassette(path)
+    assert len(cassette.interactions) == len(sdk.answers)
+    assert all(type(interaction.outcome) is Completed for interaction in cassette.interactions)
+    assert KEY.encode() not in await asyncio.to_thread(path.read_bytes)
 
 
 async def run(sdk: Sdk, base_url: str, client: Any) -> Outcome:

@@ -8,37 +8,19 @@ protocol is not recorded yet, is there too, at the transport level.
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
-import httpx2
 import pytest
 
-from chunktape import Completed, Timing, load_cassette
-from chunktape.http import RecordingTransport, ReplayServer, ReplayTransport
-from fake_provider import FakeProvider, FakeResponse
-from sdk_agents import KEY, SDKS, Kind, Sdk, cells, quiet_litellm, run
+from chunktape import Timing
+from chunktape.http import ReplayServer, ReplayTransport
+from fake_provider import FakeProvider
+from sdk_agents import SDKS, Kind, cells, quiet_litellm, record, run
 
 OFFLINE = "http://127.0.0.1:9/v1"
 """Where an in-process replay points: nothing listens there, and ReplayTransport never opens a socket."""
 
 pytestmark = pytest.mark.usefixtures(quiet_litellm.__name__)
-
-
-def network(sdk: Sdk, kind: Kind) -> object:
-    library = httpx2 if kind == "httpx2" else __import__("httpx")
-    return library.HTTPTransport() if sdk.sync else library.AsyncHTTPTransport()
-
-
-async def record(sdk: Sdk, kind: Kind, fake_provider: FakeProvider, path: Path) -> None:
-    """The agent against the stand-in provider, recorded; checks what the SDK saw and what was written."""
-    fake_provider.enqueue(*(FakeResponse(body=answer(), headers={"x-request-id": "req_1"}) for answer in sdk.answers))
-    transport = RecordingTransport(network(sdk, kind), path)  # type: ignore[arg-type]
-    assert await run(sdk, fake_provider.url + "/v1", sdk.client(kind, transport)) == sdk.expected
-    cassette = load_cassette(path)
-    assert len(cassette.interactions) == len(sdk.answers)
-    assert all(type(interaction.outcome) is Completed for interaction in cassette.interactions)
-    assert KEY.encode() not in await asyncio.to_thread(path.read_bytes)
 
 
 @pytest.mark.parametrize(("name", "kind"), cells())
