@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import httpx2
 import pytest
@@ -97,29 +98,27 @@ async def test_a_fault_reaches_the_sdk_as_from_a_real_provider(
 
 # -- anthropic, at the transport level ------------------------------------------------------------------------
 
-MESSAGE_STREAM = b"".join(
-    f"event: {event['type']}\ndata: {json.dumps(event)}\n\n".encode()
-    for event in [
-        {
-            "type": "message_start",
-            "message": {
-                "id": "msg_1",
-                "type": "message",
-                "role": "assistant",
-                "model": "claude-x",
-                "content": [],
-                "stop_reason": None,
-                "usage": {"input_tokens": 3, "output_tokens": 0},
-            },
+MESSAGE_EVENTS: list[dict[str, Any]] = [
+    {
+        "type": "message_start",
+        "message": {
+            "id": "msg_1",
+            "type": "message",
+            "role": "assistant",
+            "model": "claude-x",
+            "content": [],
+            "stop_reason": None,
+            "usage": {"input_tokens": 3, "output_tokens": 0},
         },
-        {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
-        {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Bon"}},
-        {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "jour"}},
-        {"type": "content_block_stop", "index": 0},
-        {"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 2}},
-        {"type": "message_stop"},
-    ]
-)
+    },
+    {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+    {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Bon"}},
+    {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "jour"}},
+    {"type": "content_block_stop", "index": 0},
+    {"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 2}},
+    {"type": "message_stop"},
+]
+MESSAGE_STREAM = b"".join(f"event: {event['type']}\ndata: {json.dumps(event)}\n\n".encode() for event in MESSAGE_EVENTS)
 
 
 async def anthropic_agent(base_url: str, client: httpx2.AsyncClient, max_retries: int = 2) -> Outcome:
