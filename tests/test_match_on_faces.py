@@ -12,33 +12,17 @@ import httpx2
 import pytest
 from typer.testing import CliRunner
 
-from chunktape import (
-    Cassette,
-    Completed,
-    ErrorCode,
-    Event,
-    GenerateOptions,
-    Interaction,
-    LlmError,
-    Message,
-    RecordedRequest,
-    Timing,
-    save_cassette,
-)
+from chunktape import ErrorCode, LlmError, Timing, save_cassette
 from chunktape.cli.app import app
 from chunktape.http import ReplayServer
 from chunktape.scenarios import load_scenarios, scenario_schema
-from chunktape.wire.openai_chat import decode_openai_sse
-from fake_provider import chunk, sse
+from helpers import cassette_of, interaction_of, text_stream
 
 
 def _cassette(path: Path) -> Path:
-    request = RecordedRequest.from_options(GenerateOptions(model="m", messages=[Message(role="user", content="hi")]))
-    chunks = decode_openai_sse(sse(chunk({"content": "x"}), chunk({}, finish_reason="stop")))
-    events = [Event(t_ns=n + 1, chunk=item) for n, item in enumerate(chunks)]
-    interaction = Interaction(request=request, events=events, outcome=Completed(t_ns=2))
+    """One interaction: model ``m``, the user says ``hi``, the answer is ``x``."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    save_cassette(Cassette(interactions=[interaction]), path)
+    save_cassette(cassette_of(interaction_of(text_stream("x"), content="hi", model="m")), path)
     return path
 
 
