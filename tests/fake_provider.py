@@ -85,6 +85,7 @@ class FakeProvider:
             routes=[
                 Route("/chat/completions", self._handle, methods=["POST"]),
                 Route("/v1/chat/completions", self._handle, methods=["POST"]),
+                Route("/v1/messages", self._handle, methods=["POST"]),  # Anthropic's: answered the same way
             ]
         )
         config = uvicorn.Config(

@@ -30,7 +30,8 @@ def test_schema_names_every_fault_type_and_field(runner: CliRunner) -> None:
     schema = json.loads(result.stdout)
     defs = schema["$defs"]
     assert defs["ScenarioEntry"]["required"] == ["name", "cassette"]
-    assert set(defs["ScenarioEntry"]["properties"]) == {"name", "cassette", "faults", "each", "timing", "description"}
+    fields = {"name", "cassette", "faults", "each", "timing", "description", "match_on"}
+    assert set(defs["ScenarioEntry"]["properties"]) == fields
     tags = {
         definition["properties"]["type"]["enum"][0]
         for definition in defs.values()

@@ -10,8 +10,19 @@ libraries' base classes and answers each request in the request's own library.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
-from typing import Any, Self, TypeAlias, overload
+import threading
+from collections.abc import (
+    AsyncIterable,
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Coroutine,
+    Iterable,
+    Iterator,
+    Mapping,
+    Sequence,
+)
+from typing import Any, Self, TypeAlias, TypeVar, overload
 
 import httpx
 import httpx2
@@ -42,6 +53,8 @@ __all__ = [
     "send_async",
 ]
 
+
+T = TypeVar("T")
 
 AnyAsyncClient: TypeAlias = httpx2.AsyncClient | httpx.AsyncClient
 AnyResponse: TypeAlias = httpx2.Response | httpx.Response
@@ -106,26 +119,57 @@ class AsyncBody(httpx2.AsyncByteStream, httpx.AsyncByteStream):
 
 class LoopBody(SyncBody):
     """An async body served to a sync client, on a private event loop: one implementation for both kinds of
-    client (the loop's ``asyncio.sleep`` is a real-time sleep here)."""
+    client (the loop's ``asyncio.sleep`` is a real-time sleep here).
+
+    Sync code may run where an event loop is already running (a sync SDK called from async code, a notebook);
+    that thread cannot run a second loop, so from the first read made there on, the private loop runs in a
+    thread of its own and this thread waits for each piece.
+    """
 
     def __init__(self, pieces: AsyncIterator[bytes], on_close: Callable[[], Awaitable[None]]) -> None:
         self._loop = asyncio.new_event_loop()
+        self._thread: threading.Thread | None = None
         self._source = pieces
         self._async_close = on_close
         super().__init__(self._drive(), self._finish)
 
+    def _run(self, step: Callable[[], Coroutine[Any, Any, T]]) -> T:
+        if self._thread is None and not _loop_running():
+            return self._loop.run_until_complete(step())
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._loop.run_forever, name="chunktape-sync-body", daemon=True)
+            self._thread.start()
+        return asyncio.run_coroutine_threadsafe(step(), self._loop).result()
+
+    async def _next(self) -> bytes:
+        return await anext(self._source)
+
     def _drive(self) -> Iterator[bytes]:
         while True:
             try:
-                yield self._loop.run_until_complete(anext(self._source))
+                yield self._run(self._next)
             except StopAsyncIteration:
                 return
 
     def _finish(self) -> None:
         try:
-            self._loop.run_until_complete(self._async_close())
+            self._run(self._async_close_coroutine)
         finally:
+            if self._thread is not None:
+                self._loop.call_soon_threadsafe(self._loop.stop)
+                self._thread.join()
             self._loop.close()
+
+    async def _async_close_coroutine(self) -> None:
+        await self._async_close()
+
+
+def _loop_running() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
 
 
 def response(

@@ -7,6 +7,8 @@ first match wins:
 - record mode: ``--tape-mode`` > ``@pytest.mark.tape(mode=...)`` > ini ``tape_mode`` > ``none``
 - cassette folder: a ``tape_dir`` fixture override > ``--tape-dir`` > ini ``tape_dir`` > next to the test file
 - strict playback: ``--tape-strict`` > ini ``tape_strict`` > off
+- request matchers: ``@pytest.mark.tape(match_on=...)`` > ini ``tape_match_on`` > the default matchers (like the
+  other replay options, they have no command-line flag)
 
 Saving happens at teardown, once the test's outcome is known (a sync fixture, so it works the same under
 pytest-asyncio and anyio): a test that did not pass never replaces its cassette, its recording is kept beside
@@ -113,6 +115,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
     parser.addini("tape_mode", f"default record mode of the tape fixture: {', '.join(_MODES)}", default="")
     parser.addini("tape_dir", "root folder for cassettes, relative to the ini file", default="")
+    parser.addini(
+        "tape_match_on",
+        "the request matchers of every tape, comma-separated (default: model,messages,tools,params); "
+        "@pytest.mark.tape(match_on=...) wins",
+        default="",
+    )
     parser.addini("tape_strict", "fail tests that leave recorded interactions unplayed", type="bool", default=False)
     parser.addini(
         "tape_virtual_time",
@@ -146,6 +154,12 @@ def pytest_configure(config: pytest.Config) -> None:
     ini_mode = str(config.getini("tape_mode"))
     if ini_mode and ini_mode not in _MODES:
         raise pytest.UsageError(f"ini option tape_mode = {ini_mode!r} is not a record mode; valid: {', '.join(_MODES)}")
+    ini_match_on = _ini_match_on(config)
+    if ini_match_on is not None:
+        try:
+            ReplayOptions(match_on=ini_match_on)
+        except LlmError as error:
+            raise pytest.UsageError(f"ini option tape_match_on = {ini_match_on!r}: {error.message}") from None
     config.pluginmanager.register(_Summary(config), "chunktape-summary")
     # One id for the whole run, shared by the pytest-xdist workers: --tape-mode all replaces a shared cassette
     # once per run and adds every later writer's recording to it.
@@ -170,6 +184,11 @@ def _record_mode(config: pytest.Config, marker_mode: object) -> RecordMode:
             ) from None
     ini = str(config.getini("tape_mode"))
     return RecordMode(ini) if ini else RecordMode.NONE
+
+
+def _ini_match_on(config: pytest.Config) -> str | None:
+    value = str(config.getini("tape_match_on")).strip()
+    return value or None
 
 
 def _strict(config: pytest.Config) -> bool:
@@ -365,7 +384,11 @@ def tape(
         matrix_id = BASELINE_ID
     try:
         name = _check_name(options["name"]) if options.get("name") is not None else _test_name(item, matrix_id)
-        replay = ReplayOptions(**{key: options[key] for key in _REPLAY_ARGS if options.get(key) is not None})
+        settings = {key: options[key] for key in _REPLAY_ARGS if options.get(key) is not None}
+        ini_match_on = _ini_match_on(request.config)
+        if ini_match_on is not None:
+            settings.setdefault("match_on", ini_match_on)
+        replay = ReplayOptions(**settings)
     except LlmError as error:
         raise pytest.fail.Exception(redact_text(f"@pytest.mark.tape: {error.message}"), pytrace=False) from None
     path = tape_dir / _file_name(name)

@@ -18,6 +18,7 @@ A scenario file holds a list of named scenarios; each names a cassette and the f
     name = "matrix"
     cassette = "cassettes/agent.msgpack"
     each = "standard"                          # one scenario per STANDARD_FAULTS entry: matrix[http-429], ...
+    match_on = "model,messages"                # optional: the matchers (default: the server's, serve --match-on)
 
 A fault is a table with a ``type`` (see ``chunktape.faults``) or the id of a ``STANDARD_FAULTS`` entry.
 ``each`` (a list of faults, or ``"standard"``) expands a scenario into one scenario per entry, named
@@ -36,8 +37,10 @@ from typing import Annotated, Any, Literal, cast
 
 import msgspec
 
+from chunktape.cassettes.matching import DEFAULT_MATCH, MATCHERS, parse_match_on
 from chunktape.errors import ErrorCode, LlmError
 from chunktape.faults import STANDARD_FAULTS, Fault, fault_id, parse_fault
+from chunktape.replay_options import ReplayOptions
 from chunktape.timing import Timing
 
 __all__ = [
@@ -51,6 +54,10 @@ SCENARIO_FORMAT_VERSION = 1
 
 _NonNegFloat = Annotated[float, msgspec.Meta(ge=0)]
 _PositiveFloat = Annotated[float, msgspec.Meta(gt=0)]
+_MatcherName = Annotated[str, msgspec.Meta(description="a matcher: " + ", ".join(sorted(MATCHERS)))]
+_MatchOn = Annotated[
+    str, msgspec.Meta(description="matcher names, comma-separated (default: " + ",".join(DEFAULT_MATCH) + ")")
+]
 _FaultId = Annotated[str, msgspec.Meta(description="a STANDARD_FAULTS id: " + ", ".join(STANDARD_FAULTS))]
 
 
@@ -64,11 +71,19 @@ class Scenario(msgspec.Struct, frozen=True, kw_only=True):
     faults: tuple[Fault, ...] = ()
     timing: Timing = Timing()
     description: str = ""
+    match_on: tuple[str, ...] | None = None
+    """The matcher names a request must pass (``MATCHERS``); None: the server's own (``serve --match-on``)."""
 
     def __post_init__(self) -> None:
         problem = _name_problem(self.name)
         if problem is not None:
             raise _config_error(f"scenario {self.name!r}: field `name`: {problem}")
+
+    def replay_options(self, served: ReplayOptions) -> ReplayOptions:
+        """How this scenario replays: the server's options (``served``) with its timing, faults and matchers."""
+        if self.match_on is None:
+            return ReplayOptions.of(served, timing=self.timing, faults=self.faults)
+        return ReplayOptions.of(served, timing=self.timing, faults=self.faults, match_on=self.match_on)
 
 
 def _name_problem(name: str) -> str | None:
@@ -96,6 +111,7 @@ class _ScenarioSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     each: list[Any] | Literal["standard"] | None = None
     timing: Timing = Timing()
     description: str = ""
+    match_on: str | list[str] | None = None
 
 
 class _LooseFile(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -149,6 +165,7 @@ class ScenarioEntry(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     each: list[Fault | _FaultId] | Literal["standard"] | None = None
     timing: Timing = Timing()
     description: str = ""
+    match_on: _MatchOn | list[_MatcherName] | None = None
 
 
 class ScenarioFile(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -207,6 +224,7 @@ def _expand(raw: object, position: int, seen: set[str]) -> list[Scenario]:
     if problem is not None:
         raise _config_error(f"{label}: field `name`: {problem}")
     shared = tuple(_fault(label, "faults", index, item) for index, item in enumerate(spec.faults))
+    match_on = None if spec.match_on is None else _matchers(label, spec.match_on)
     expanded: list[tuple[str, tuple[Fault, ...]]]
     if spec.each is None:
         expanded = [(spec.name, shared)]
@@ -224,7 +242,14 @@ def _expand(raw: object, position: int, seen: set[str]) -> list[Scenario]:
             raise _config_error(f"{label}: field `name`: duplicate scenario name {name!r}")
         seen.add(name)
         result.append(
-            Scenario(name=name, cassette=spec.cassette, faults=faults, timing=spec.timing, description=spec.description)
+            Scenario(
+                name=name,
+                cassette=spec.cassette,
+                faults=faults,
+                timing=spec.timing,
+                description=spec.description,
+                match_on=match_on,
+            )
         )
     return result
 
@@ -232,6 +257,13 @@ def _expand(raw: object, position: int, seen: set[str]) -> list[Scenario]:
 def _label(raw: object, position: int) -> str:
     name = raw.get("name") if isinstance(raw, Mapping) else None
     return f"scenario {name!r} (#{position + 1})" if isinstance(name, str) else f"scenario #{position + 1}"
+
+
+def _matchers(label: str, match_on: str | list[str]) -> tuple[str, ...]:
+    try:
+        return tuple(str(name) for name in parse_match_on(match_on))
+    except LlmError as exc:
+        raise _config_error(f"{label}: field `match_on`: {exc.message}") from None
 
 
 def _fault(label: str, field: str, index: int, item: object) -> Fault:

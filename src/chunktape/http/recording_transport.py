@@ -264,6 +264,11 @@ class _Exchange:
                 return
             self._end(Completed(t_ns=t_ns))
             return
+        if not 200 <= self.status < 300:
+            # An SDK that retries an error status (a 429, a 503) closes it unread: its status line and headers
+            # are the provider's answer, and a replay must give them back for the SDK to retry again.
+            self._end(Raised.from_error(http_error(self.status, b"".join(self.body), self.headers), t_ns=t_ns))
+            return
         self._end(Cancelled(t_ns=t_ns, reason="the client closed the response before its end"))
 
     def _end(self, outcome: Raised | Completed | Cancelled) -> None:

@@ -406,7 +406,8 @@ class ReplayServer:
             [cassettes] if isinstance(cassettes, Cassette | LazyCassette | str | os.PathLike) else list(cassettes)
         )
         self.options = ReplayOptions.of(_SERVED if options is None else options, **replay)
-        """How the default routes replay; each scenario replaces its ``timing`` and ``faults`` with its own."""
+        """How the default routes replay; each scenario replaces its ``timing``, ``faults`` (and ``match_on``, when it
+        sets one) with its own."""
         self._default: _Target | None = None
         if sources:
             self._default = _Target(None, _merge(sources), self.options)
@@ -415,9 +416,11 @@ class ReplayServer:
         self.scenarios: dict[str, _Target] = {}
         """The scenario routes by name; ``scenarios[name].adapter`` is the replay engine behind it."""
         for scenario in scenarios or ():
-            replay_options = ReplayOptions.of(self.options, timing=scenario.timing, faults=scenario.faults)
             self.scenarios[scenario.name] = _Target(
-                scenario.name, Path(scenario.cassette), replay_options, description=scenario.description
+                scenario.name,
+                Path(scenario.cassette),
+                scenario.replay_options(self.options),
+                description=scenario.description,
             )
         if self._default is None and not self.scenarios:
             raise LlmError("nothing to serve: give a cassette or a scenario file", ErrorCode.INVALID_CONFIG)

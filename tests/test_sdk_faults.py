@@ -1,0 +1,173 @@
+"""The SDK matrix under faults: a 429 once and a disconnect mid-stream, for each SDK x client, from the stand-in
+provider (recorded through ``RecordingTransport``), injected by ``ReplayTransport`` and by a ``ReplayServer``:
+each face gives the SDK what a real provider would, so its own retry and its own exception are the outcome,
+the same in all three. The SDK's retry waits what the 429's ``retry-after-ms`` says (1 ms): nothing is patched.
+
+Anthropic, whose Messages protocol chunktape does not record yet, is checked at the transport level: its traffic,
+its retry and its connection error pass through ``RecordingTransport`` untouched, and ``ReplayTransport`` says
+plainly that it cannot answer it. (The anthropic SDK rejects httpx clients, so it has no httpx row.)
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import pytest
+
+from chunktape import Cassette, ErrorCode, LlmError, Raised, Timing, load_cassette, save_cassette
+from chunktape.faults import Disconnect, FailFirst, Fault, HttpError
+from chunktape.http import RecordingTransport, ReplayServer, ReplayTransport
+from fake_provider import FakeProvider, FakeResponse
+from sdk_agents import (
+    KEY,
+    RETRY_AFTER_S,
+    SDKS,
+    Kind,
+    Outcome,
+    Sdk,
+    cells,
+    network,
+    quiet_litellm,
+    rate_limited,
+    record,
+    reset_mid_stream,
+    run,
+)
+
+OFFLINE = "http://127.0.0.1:9/v1"
+pytestmark = pytest.mark.usefixtures(quiet_litellm.__name__)
+
+INJECTED: dict[str, Fault] = {
+    "429-once": FailFirst(n=1, fault=HttpError(status=429, retry_after=RETRY_AFTER_S)),
+    "disconnect-mid-stream": FailFirst(n=1, fault=Disconnect(after_chunks=2)),
+}
+"""Each fault as ``ReplayTransport`` and the server inject it (on the first call)."""
+
+
+def provided(sdk: Sdk, fault: str) -> list[FakeResponse]:
+    """The same fault from the stand-in provider: what the SDK gets from a real one."""
+    first = sdk.answers[0]()
+    if fault == "429-once":
+        return [rate_limited(), *(FakeResponse(body=answer()) for answer in sdk.answers)]
+    return [reset_mid_stream(first)]
+
+
+def expected(sdk: Sdk, fault: str) -> Outcome:
+    """A 429 once: the SDK's own retry gets the answer. A broken stream: no SDK retries one it has begun to read."""
+    if fault == "429-once":
+        return sdk.expected
+    return Outcome(error=sdk.broken)
+
+
+FAULT_CELLS = [
+    pytest.param(*cell.values, fault, id=f"{cell.id}-{fault}", marks=cell.marks)
+    for cell in cells()
+    for fault in INJECTED
+]
+
+
+@pytest.mark.parametrize(("name", "kind", "fault"), FAULT_CELLS)
+async def test_a_fault_reaches_the_sdk_as_from_a_real_provider(
+    name: str, kind: Kind, fault: str, fake_provider: FakeProvider, tmp_path: Path
+) -> None:
+    sdk = SDKS[name]
+    clean = tmp_path / "clean.msgpack"
+    await record(sdk, kind, fake_provider, clean)
+
+    fake_provider.enqueue(*provided(sdk, fault))
+    live_path = tmp_path / "live.msgpack"
+    live = await run(
+        sdk, fake_provider.url + "/v1", sdk.client(kind, RecordingTransport(network(sdk, kind), live_path))
+    )
+    assert live == expected(sdk, fault)
+    recorded = load_cassette(live_path).interactions
+    assert type(recorded[0].outcome) is Raised
+    assert recorded[0].outcome.code == ("PROVIDER_HTTP_ERROR" if fault == "429-once" else "STREAM_ABORTED")
+
+    replayed_as_recorded = await run(sdk, OFFLINE, sdk.client(kind, ReplayTransport(live_path)))
+    injected = ReplayTransport(clean, faults=[INJECTED[fault]])
+    in_process = await run(sdk, OFFLINE, sdk.client(kind, injected))
+    assert injected.injected[0] is not None
+    with ReplayServer(clean, timing=Timing.instant(), faults=[INJECTED[fault]]) as server:
+        served = await run(sdk, server.url + "/v1", sdk.client(kind))
+    assert replayed_as_recorded == in_process == served == live
+
+
+# -- anthropic, at the transport level ------------------------------------------------------------------------
+
+MESSAGE_EVENTS: list[dict[str, Any]] = [
+    {
+        "type": "message_start",
+        "message": {
+            "id": "msg_1",
+            "type": "message",
+            "role": "assistant",
+            "model": "claude-x",
+            "content": [],
+            "stop_reason": None,
+            "usage": {"input_tokens": 3, "output_tokens": 0},
+        },
+    },
+    {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+    {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Bon"}},
+    {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "jour"}},
+    {"type": "content_block_stop", "index": 0},
+    {"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 2}},
+    {"type": "message_stop"},
+]
+MESSAGE_STREAM = b"".join(f"event: {event['type']}\ndata: {json.dumps(event)}\n\n".encode() for event in MESSAGE_EVENTS)
+
+
+async def anthropic_agent(base_url: str, client: httpx2.AsyncClient, max_retries: int = 2) -> Outcome:
+    import anthropic
+
+    sdk = anthropic.AsyncAnthropic(base_url=base_url, api_key=KEY, http_client=client, max_retries=max_retries)
+    try:
+        async with sdk.messages.stream(
+            model="claude-x", max_tokens=10, messages=[{"role": "user", "content": "hi"}]
+        ) as stream:
+            return Outcome(text="".join([text async for text in stream.text_stream]))
+    except Exception as error:  # a broken stream is httpx2's own error: anthropic passes it on as it is
+        return Outcome(error=type(error).__name__)
+    finally:
+        await client.aclose()
+
+
+@pytest.mark.parametrize("fault", ["none", "429-once", "disconnect-mid-stream"])
+async def test_anthropic_traffic_retries_and_errors_pass_through_the_recorder(
+    fault: str, fake_provider: FakeProvider, tmp_path: Path
+) -> None:
+    responses = {
+        "none": [FakeResponse(body=MESSAGE_STREAM)],
+        "429-once": [rate_limited(), FakeResponse(body=MESSAGE_STREAM)],
+        "disconnect-mid-stream": [reset_mid_stream(MESSAGE_STREAM)],
+    }[fault]
+    fake_provider.enqueue(*responses)
+    path = tmp_path / "anthropic.msgpack"
+    transport = RecordingTransport(httpx2.AsyncHTTPTransport(), path)
+    outcome = await anthropic_agent(fake_provider.url, httpx2.AsyncClient(transport=transport))
+    assert outcome == (
+        Outcome(error="RemoteProtocolError") if fault == "disconnect-mid-stream" else Outcome(text="Bonjour")
+    )
+    assert [seen.path for seen in fake_provider.requests] == ["/v1/messages"] * len(responses)
+    assert not path.exists()  # the Messages protocol is not recorded yet: nothing to write
+
+
+async def test_anthropic_replay_says_it_cannot_answer_messages(tmp_path: Path) -> None:
+    """anthropic wraps what its transport raises in its connection error; the cassette's refusal is its cause."""
+    import anthropic
+
+    empty = tmp_path / "empty.msgpack"
+    save_cassette(Cassette(interactions=[]), empty)
+    sdk = anthropic.AsyncAnthropic(
+        base_url=OFFLINE, api_key=KEY, max_retries=0, http_client=httpx2.AsyncClient(transport=ReplayTransport(empty))
+    )
+    with pytest.raises(anthropic.APIConnectionError) as raised:
+        await sdk.messages.create(model="claude-x", max_tokens=10, messages=[{"role": "user", "content": "hi"}])
+    refused = raised.value.__cause__
+    assert isinstance(refused, LlmError)
+    assert refused.code is ErrorCode.CASSETTE_MISMATCH
+    assert "chat/completions" in refused.message
