@@ -25,11 +25,12 @@ from chunktape import (
     Raised,
     RecordedRequest,
     Timing,
+    load_cassette,
     save_cassette,
 )
 from chunktape.cassettes.model import ResponseMeta
 from chunktape.faults import Corrupt, Disconnect, FailFirst, HttpError
-from chunktape.http import ReplayTransport
+from chunktape.http import RecordingTransport, ReplayTransport
 from chunktape.wire.openai_chat import decode_openai_sse
 from fake_provider import chunk, sse, tool_delta
 
@@ -125,6 +126,25 @@ def test_sync_clients_of_both_libraries_replay(tmp_path: Path, library: str) -> 
     text = "".join(choice.delta.content or "" for event in stream for choice in event.choices)
     assert text == "Sunny"
     transport.assert_all_played()
+
+
+@pytest.mark.parametrize("library", ["httpx2", "httpx"])
+async def test_a_replay_re_recorded_through_a_recording_transport_keeps_its_chunks(
+    tmp_path: Path, library: str
+) -> None:
+    """chunktape's transports wrap each other for a client of either library (a copy of a cassette, re-timed)."""
+    usage = {"x_groq": {"usage": {"prompt_tokens": 5, "completion_tokens": 3}}}  # as the body says: as recorded
+    meta = msgspec.structs.replace(META, extras={**META.extras, "finish": usage})
+    source = _cassette(tmp_path, _interaction(GROQ_BODY, meta=meta))
+    copy = tmp_path / "copy.msgpack"
+    transport = RecordingTransport(ReplayTransport(source), copy)
+    client = httpx2.AsyncClient(transport=transport) if library == "httpx2" else httpx.AsyncClient(transport=transport)
+    sdk = openai.AsyncOpenAI(base_url="http://127.0.0.1/v1", api_key="test", http_client=client)  # type: ignore[arg-type]
+    assert await _collect(sdk) == ("Sunny", ['{"city": "Paris"}'], [None, None, None, "tool_calls"])
+    await client.aclose()
+    transport.close()
+    recorded = load_cassette(copy).interactions
+    assert [event.chunk for event in recorded[0].events] == decode_openai_sse(GROQ_BODY)
 
 
 async def test_a_miss_raises_the_cassette_error_through_the_sdk_unchanged(tmp_path: Path) -> None:

@@ -136,9 +136,19 @@ async def anthropic_agent(base_url: str, client: httpx2.AsyncClient, max_retries
         await client.aclose()
 
 
+def anthropic_client(how: str, transport: Any) -> httpx2.AsyncClient:
+    """The two ways anthropic's users hand it a transport: its own default client, or an httpx2 one."""
+    import anthropic
+
+    if how == "DefaultAsyncHttpxClient":  # refuses anything with an httpx class in its MRO
+        return anthropic.DefaultAsyncHttpxClient(transport=transport)
+    return httpx2.AsyncClient(transport=transport)
+
+
+@pytest.mark.parametrize("how", ["DefaultAsyncHttpxClient", "httpx2.AsyncClient"])
 @pytest.mark.parametrize("fault", ["none", "429-once", "disconnect-mid-stream"])
 async def test_anthropic_traffic_retries_and_errors_pass_through_the_recorder(
-    fault: str, fake_provider: FakeProvider, tmp_path: Path
+    fault: str, how: str, fake_provider: FakeProvider, tmp_path: Path
 ) -> None:
     responses = {
         "none": [FakeResponse(body=MESSAGE_STREAM)],
@@ -148,7 +158,7 @@ async def test_anthropic_traffic_retries_and_errors_pass_through_the_recorder(
     fake_provider.enqueue(*responses)
     path = tmp_path / "anthropic.msgpack"
     transport = RecordingTransport(httpx2.AsyncHTTPTransport(), path)
-    outcome = await anthropic_agent(fake_provider.url, httpx2.AsyncClient(transport=transport))
+    outcome = await anthropic_agent(fake_provider.url, anthropic_client(how, transport))
     assert outcome == (
         Outcome(error="RemoteProtocolError") if fault == "disconnect-mid-stream" else Outcome(text="Bonjour")
     )
@@ -156,17 +166,25 @@ async def test_anthropic_traffic_retries_and_errors_pass_through_the_recorder(
     assert not path.exists()  # the Messages protocol is not recorded yet: nothing to write
 
 
-async def test_anthropic_replay_says_it_cannot_answer_messages(tmp_path: Path) -> None:
-    """anthropic wraps what its transport raises in its connection error; the cassette's refusal is its cause."""
+@pytest.mark.parametrize("sync", [False, True], ids=["async", "sync"])
+async def test_anthropic_replay_says_it_cannot_answer_messages(sync: bool, tmp_path: Path) -> None:
+    """anthropic wraps what its transport raises in its connection error; the cassette's refusal is its cause.
+    Its own default clients take the transport (they refuse any object with an httpx class in its MRO)."""
     import anthropic
 
     empty = tmp_path / "empty.msgpack"
     save_cassette(Cassette(interactions=[]), empty)
-    sdk = anthropic.AsyncAnthropic(
-        base_url=OFFLINE, api_key=KEY, max_retries=0, http_client=httpx2.AsyncClient(transport=ReplayTransport(empty))
-    )
+    question: Any = {"model": "claude-x", "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}]}
     with pytest.raises(anthropic.APIConnectionError) as raised:
-        await sdk.messages.create(model="claude-x", max_tokens=10, messages=[{"role": "user", "content": "hi"}])
+        if sync:
+            client = anthropic.DefaultHttpxClient(transport=ReplayTransport(empty))
+            anthropic.Anthropic(base_url=OFFLINE, api_key=KEY, max_retries=0, http_client=client).messages.create(
+                **question
+            )
+        else:
+            client_async = anthropic.DefaultAsyncHttpxClient(transport=ReplayTransport(empty))
+            sdk = anthropic.AsyncAnthropic(base_url=OFFLINE, api_key=KEY, max_retries=0, http_client=client_async)
+            await sdk.messages.create(**question)
     refused = raised.value.__cause__
     assert isinstance(refused, LlmError)
     assert refused.code is ErrorCode.CASSETTE_MISMATCH

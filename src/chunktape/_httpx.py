@@ -3,8 +3,8 @@
 chunktape's own HTTP runs on httpx2 (what openai 3.x, anthropic and starlette use); wherever a user hands
 chunktape a client or a transport, an httpx one works too. The two libraries share an API but not their
 classes, so an ``except`` or an ``isinstance`` that must hold for both uses the pairs below, and a transport
-or a body chunktape hands to a client (``DualTransport``, ``SyncBody``, ``AsyncBody``) subclasses both
-libraries' base classes and answers each request in the request's own library.
+or a body chunktape hands to a client (``DualTransport``, ``SyncBody``, ``AsyncBody``) is typed as both
+libraries' and answers each request in the request's own library.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from collections.abc import (
     Mapping,
     Sequence,
 )
-from typing import Any, Self, TypeAlias, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Self, TypeAlias, TypeVar, overload
 
 import httpx
 import httpx2
@@ -200,6 +200,8 @@ def read_error(request: AnyRequest, message: str, *, timeout: bool = False) -> E
 
 def send(inner: object, request: AnyRequest) -> AnyResponse:
     """``inner.handle_request(request)`` when both belong to one library; else a ``TypeError`` saying so."""
+    if isinstance(inner, DualTransport):  # ours take either library's request
+        return inner.handle_request(request)
     if isinstance(request, httpx2.Request) and isinstance(inner, httpx2.BaseTransport):
         return inner.handle_request(request)
     if isinstance(request, httpx.Request) and isinstance(inner, httpx.BaseTransport):
@@ -209,6 +211,8 @@ def send(inner: object, request: AnyRequest) -> AnyResponse:
 
 async def send_async(inner: object, request: AnyRequest) -> AnyResponse:
     """``inner.handle_async_request(request)`` when both belong to one library; else a ``TypeError``."""
+    if isinstance(inner, DualTransport):
+        return await inner.handle_async_request(request)
     if isinstance(request, httpx2.Request) and isinstance(inner, httpx2.AsyncBaseTransport):
         return await inner.handle_async_request(request)
     if isinstance(request, httpx.Request) and isinstance(inner, httpx.AsyncBaseTransport):
@@ -257,11 +261,27 @@ async def aclose_inner(inner: object) -> None:
         await inner.aclose()
 
 
-class DualTransport(httpx2.BaseTransport, httpx2.AsyncBaseTransport, httpx.BaseTransport, httpx.AsyncBaseTransport):
+if TYPE_CHECKING:
+    from httpx import AsyncBaseTransport as _HttpxAsyncTransport
+    from httpx import BaseTransport as _HttpxTransport
+else:
+    # At run time, httpx's transport bases are left out: an httpx client never checks its transport's class
+    # (it calls ``handle_request``), while anthropic refuses any transport with an ``httpx`` class in its MRO.
+
+    class _HttpxTransport:
+        pass
+
+    class _HttpxAsyncTransport:
+        pass
+
+
+class DualTransport(httpx2.BaseTransport, httpx2.AsyncBaseTransport, _HttpxTransport, _HttpxAsyncTransport):
     """A transport that any client of httpx2 or httpx, sync or async, accepts: one object for all four.
 
-    Subclasses implement ``handle(request)`` and ``handle_async(request)`` over either library's request and
-    answer with ``response(...)`` (the request's own library).
+    Type checkers see it subclass both libraries' transports; at run time it subclasses httpx2's only, so
+    SDKs that refuse httpx objects (anthropic) take it too. Subclasses implement ``handle(request)`` and
+    ``handle_async(request)`` over either library's request and answer with ``response(...)`` (the
+    request's own library).
     """
 
     def handle(self, request: AnyRequest) -> AnyResponse:
