@@ -40,8 +40,12 @@ with atheris.instrument_imports():
     from chunktape.cassettes.codec import encode_cassette
     from chunktape.cassettes.journal import Journal
     from chunktape.cassettes.model import RecordedRequest
-    from chunktape.http.server import decode_chat_request
-    from chunktape.wire.openai_chat import OpenAIChatDecoder, chunks_to_openai_events, options_to_openai_request
+    from chunktape.wire.openai_chat import (
+        OpenAIChatDecoder,
+        chunks_to_openai_events,
+        decode_chat_request,
+        options_to_openai_request,
+    )
     from chunktape.wire.sse import SseParser
 
 ROOT = Path(__file__).resolve().parent.parent

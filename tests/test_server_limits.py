@@ -35,10 +35,10 @@ from chunktape.faults import HttpError
 from chunktape.http import SCENARIO_HEADER, ReplayServer
 from chunktape.http import server as server_module
 from chunktape.http.limits import MAX_BODY_BYTES, ServerLimits
-from chunktape.http.server import MAX_NESTING, bind_address, decode_chat_request
+from chunktape.http.server import bind_address
 from chunktape.replayer import Timing
 from chunktape.scenarios import Scenario
-from chunktape.wire.openai_chat import options_to_openai_request
+from chunktape.wire.openai_chat import MAX_NESTING, decode_chat_request, options_to_openai_request
 from helpers import cassette_with_raised_status, options, text_stream
 
 INSTANT = Timing.instant()

@@ -61,7 +61,6 @@ from chunktape._httpx import (
 from chunktape.cassettes.model import Cancelled, Completed, Raised, ResponseMeta
 from chunktape.cassettes.redaction import env_secrets, redact_text
 from chunktape.errors import ErrorCode, LlmError
-from chunktape.http.server import decode_chat_request
 from chunktape.http.vcr import SECRET_HEADERS
 from chunktape.protocol import GenerateOptions, LlmAdapter, StreamChunk
 from chunktape.recorder.recording import ProviderClock, RecordingAdapter, RecordingCall, raised_from
@@ -69,6 +68,7 @@ from chunktape.wire.http_errors import http_error
 from chunktape.wire.openai_chat import (
     DONE,
     OpenAIChatDecoder,
+    decode_chat_request,
     decode_openai_completion,
     not_an_event_stream,
 )

@@ -45,10 +45,10 @@ from chunktape.errors import ErrorCode, LlmError
 from chunktape.faults.plan import ActiveFault, FaultPlan, Reservation
 from chunktape.http.recording_transport import CHAT_PATH
 from chunktape.http.render import SseRenderer, completion_from_chunks, error_body, error_headers, render_sse
-from chunktape.http.server import decode_chat_request
 from chunktape.http.sse_frames import check_faults, faulted
 from chunktape.protocol import aclose_stream
 from chunktape.replay_options import ReplayKeywords, ReplayOptions
+from chunktape.wire.openai_chat import decode_chat_request
 
 __all__ = ["ReplayTransport"]
 

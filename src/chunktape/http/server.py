@@ -71,7 +71,7 @@ import weakref
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any, NamedTuple, TypeAlias, TypeVar, Unpack
+from typing import Any, TypeAlias, TypeVar, Unpack
 from urllib.parse import quote, unquote
 
 import anyio
@@ -96,21 +96,19 @@ from chunktape.http.render import (
     error_body,
     error_headers,
 )
-from chunktape.protocol import GenerateOptions, StreamChunk
+from chunktape.protocol import StreamChunk
 from chunktape.replay_options import ReplayKeywords, ReplayOptions
 from chunktape.scenarios import Scenario, load_scenarios
 from chunktape.timing import Timing
 from chunktape.validation import StreamValidator
-from chunktape.wire.openai_chat import REASONING_FIELDS, options_from_openai_request
+from chunktape.wire.openai_chat import decode_chat_request
 
 __all__ = [
     "MISS_STATUS",
     "MISS_TYPE",
     "SCENARIO_HEADER",
     "CassetteSource",
-    "ChatRequest",
     "ReplayServer",
-    "decode_chat_request",
     "serve",
 ]
 
@@ -123,68 +121,10 @@ IPAddress: TypeAlias = ipaddress.IPv4Address | ipaddress.IPv6Address
 SCENARIO_HEADER = "X-Chunktape-Scenario"
 """The request header that picks a scenario on the plain ``/v1/chat/completions`` route."""
 
-_decoder = msgspec.json.Decoder()
 _SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
 
 _SERVED = ReplayOptions(timing=Timing.recorded())
 """A server's replay options when none are given: the recorded timing, as a provider streamed it."""
-
-MAX_NESTING = 100
-"""The deepest a request body may nest lists and objects: well below what the JSON codec (bound by Python's
-recursion limit) can encode again when the request is matched or its tool arguments are re-encoded."""
-
-
-class ChatRequest(NamedTuple):
-    """A decoded chat-completions request: what to generate, and how to deliver it."""
-
-    options: GenerateOptions
-    streaming: bool
-    include_usage: bool
-
-
-def decode_chat_request(raw: bytes) -> ChatRequest:
-    """A chat-completions request body as ``GenerateOptions`` and its delivery flags (``stream``,
-    ``stream_options.include_usage``).
-
-    Anything that is not such a request (not JSON, nested too deeply, a field of the wrong type) raises
-    ``LlmError(UNSUPPORTED_OPTION)`` naming the problem; nothing else escapes (``benchmarks/fuzz.py`` checks).
-    """
-    try:
-        body: Any = _decoder.decode(raw)
-    except msgspec.DecodeError as exc:
-        raise _bad_request(f"the request body is not JSON ({exc})") from None
-    except RecursionError:
-        raise _bad_request("the request body nests too deeply to decode") from None
-    # Nesting needs an opening bracket per level: a body with few brackets cannot nest too deeply (no walk).
-    deep = _too_deep(body, MAX_NESTING) if raw.count(b"[") + raw.count(b"{") > MAX_NESTING else None
-    if deep is not None:
-        raise _bad_request(f"field `{deep}` nests deeper than {MAX_NESTING} levels")
-    options = options_from_openai_request(body, reasoning=REASONING_FIELDS)
-    streaming = body.get("stream") is True
-    stream_options = body.get("stream_options") if streaming else None
-    include_usage = isinstance(stream_options, dict) and stream_options.get("include_usage") is True
-    return ChatRequest(options, streaming, include_usage)
-
-
-def _bad_request(message: str) -> LlmError:
-    return LlmError(message, ErrorCode.UNSUPPORTED_OPTION)
-
-
-def _too_deep(body: object, limit: int) -> str | None:
-    """The top-level field of ``body`` that nests lists/objects more than ``limit`` deep, if any (iterative: no
-    recursion to run out of)."""
-    if not isinstance(body, dict):
-        return None
-    stack: list[tuple[object, int, str]] = [(value, 2, str(key)) for key, value in body.items()]
-    while stack:
-        item, depth, field = stack.pop()
-        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
-        if children is None:
-            continue
-        if depth > limit:
-            return field
-        stack.extend((child, depth + 1, field) for child in children if isinstance(child, dict | list))
-    return None
 
 
 class _Reset(Exception):

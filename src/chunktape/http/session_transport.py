@@ -28,8 +28,8 @@ from chunktape.cassettes.model import RecordedRequest
 from chunktape.errors import LlmError
 from chunktape.http.recording_transport import CHAT_PATH, RecordingTransport
 from chunktape.http.replay_transport import ReplayTransport
-from chunktape.http.server import decode_chat_request
 from chunktape.session import HttpKind, SessionCall
+from chunktape.wire.openai_chat import decode_chat_request
 
 if TYPE_CHECKING:
     from chunktape.session import CassetteSession

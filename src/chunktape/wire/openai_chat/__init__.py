@@ -31,8 +31,11 @@ from chunktape.wire.openai_chat.encoder import (
 from chunktape.wire.openai_chat.requests import (
     DEEPSEEK_BASE_URL,
     DEEPSEEK_REASONING,
+    MAX_NESTING,
     OPENAI_REASONING,
     REASONING_FIELDS,
+    ChatRequest,
+    decode_chat_request,
     message_from_openai,
     message_to_openai,
     options_from_openai_request,
@@ -40,7 +43,9 @@ from chunktape.wire.openai_chat.requests import (
 )
 
 __all__ = [
+    "MAX_NESTING",
     "ChatChunk",
+    "ChatRequest",
     "DEEPSEEK_BASE_URL",
     "DEEPSEEK_REASONING",
     "DONE",
@@ -53,6 +58,7 @@ __all__ = [
     "chunks_to_openai_events",
     "data_event",
     "decode_chat_chunk",
+    "decode_chat_request",
     "decode_openai_completion",
     "decode_openai_sse",
     "error_from_payload",

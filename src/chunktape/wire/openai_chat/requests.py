@@ -1,14 +1,15 @@
 """The request codec of OpenAI chat completions: ``GenerateOptions`` <-> the request body, both directions.
 
 ``options_to_openai_request`` builds the streaming body an adapter sends; ``options_from_openai_request`` reads
-one back (the replay server, the transports, the vcrpy import), so a request matches its recording whichever
-way it came in. Reasoning efforts map to request fields through ``REASONING_FIELDS``.
+one back (the vcrpy import), and ``decode_chat_request`` reads one from raw body bytes, refusing what is not a
+request (the replay server, the transports, the proxy), so a request matches its recording whichever way it
+came in. Reasoning efforts map to request fields through ``REASONING_FIELDS``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 
@@ -18,9 +19,12 @@ from chunktape.wire.openai_chat._fields import tool_call_to_wire
 
 __all__ = [
     "DEEPSEEK_BASE_URL",
+    "MAX_NESTING",
     "DEEPSEEK_REASONING",
     "OPENAI_REASONING",
     "REASONING_FIELDS",
+    "ChatRequest",
+    "decode_chat_request",
     "message_from_openai",
     "message_to_openai",
     "options_from_openai_request",
@@ -28,6 +32,7 @@ __all__ = [
 ]
 
 _encoder = msgspec.json.Encoder()
+_decoder = msgspec.json.Decoder()
 
 DEEPSEEK_BASE_URL = "https://api.deepseek.com"
 """The provider ``OpenAICompatAdapter`` and ``chunktape record`` default to (here, light, for the CLI's options)."""
@@ -236,3 +241,57 @@ def options_from_openai_request(
         )
     except (TypeError, ValueError, msgspec.ValidationError) as exc:
         raise _bad_request(str(exc)) from exc
+
+
+MAX_NESTING = 100
+"""The deepest a request body may nest lists and objects: well below what the JSON codec (bound by Python's
+recursion limit) can encode again when the request is matched or its tool arguments are re-encoded."""
+
+
+class ChatRequest(NamedTuple):
+    """A decoded chat-completions request: what to generate, and how to deliver it."""
+
+    options: GenerateOptions
+    streaming: bool
+    include_usage: bool
+
+
+def decode_chat_request(raw: bytes) -> ChatRequest:
+    """A chat-completions request body as ``GenerateOptions`` and its delivery flags (``stream``,
+    ``stream_options.include_usage``).
+
+    Anything that is not such a request (not JSON, nested too deeply, a field of the wrong type) raises
+    ``LlmError(UNSUPPORTED_OPTION)`` naming the problem; nothing else escapes (``benchmarks/fuzz.py`` checks).
+    """
+    try:
+        body: Any = _decoder.decode(raw)
+    except msgspec.DecodeError as exc:
+        raise _bad_request(f"the request body is not JSON ({exc})") from None
+    except RecursionError:
+        raise _bad_request("the request body nests too deeply to decode") from None
+    # Nesting needs an opening bracket per level: a body with few brackets cannot nest too deeply (no walk).
+    deep = _too_deep(body, MAX_NESTING) if raw.count(b"[") + raw.count(b"{") > MAX_NESTING else None
+    if deep is not None:
+        raise _bad_request(f"field `{deep}` nests deeper than {MAX_NESTING} levels")
+    options = options_from_openai_request(body, reasoning=REASONING_FIELDS)
+    streaming = body.get("stream") is True
+    stream_options = body.get("stream_options") if streaming else None
+    include_usage = isinstance(stream_options, dict) and stream_options.get("include_usage") is True
+    return ChatRequest(options, streaming, include_usage)
+
+
+def _too_deep(body: object, limit: int) -> str | None:
+    """The top-level field of ``body`` that nests lists/objects more than ``limit`` deep, if any (iterative: no
+    recursion to run out of)."""
+    if not isinstance(body, dict):
+        return None
+    stack: list[tuple[object, int, str]] = [(value, 2, str(key)) for key, value in body.items()]
+    while stack:
+        item, depth, field = stack.pop()
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
+        if children is None:
+            continue
+        if depth > limit:
+            return field
+        stack.extend((child, depth + 1, field) for child in children if isinstance(child, dict | list))
+    return None
