@@ -33,9 +33,10 @@ from chunktape.cassettes.model import request_fingerprint
 from chunktape.cli import app
 from chunktape.faults import HttpError
 from chunktape.http import SCENARIO_HEADER, ReplayServer
+from chunktape.http import listen as listen_module
 from chunktape.http import server as server_module
 from chunktape.http.limits import MAX_BODY_BYTES, ServerLimits
-from chunktape.http.server import bind_address
+from chunktape.http.listen import bind_address
 from chunktape.replayer import Timing
 from chunktape.scenarios import Scenario
 from chunktape.wire.openai_chat import MAX_NESTING, decode_chat_request, options_to_openai_request
@@ -339,7 +340,7 @@ def test_a_name_that_does_not_resolve_is_invalid_config() -> None:
 
 
 def test_the_server_binds_the_loopback_address_a_name_resolves_to(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(server_module, "_resolve", _resolver("192.0.2.7", "127.0.0.1"))
+    monkeypatch.setattr(listen_module, "_resolve", _resolver("192.0.2.7", "127.0.0.1"))
     server = ReplayServer(_cassette(), host="localhost")
     try:
         assert server.host == "127.0.0.1"

@@ -25,8 +25,9 @@ from starlette.routing import Route
 
 from chunktape.errors import ErrorCode, LlmError
 from chunktape.http.limits import ServerLimits, read_body
+from chunktape.http.listen import listen_socket
+from chunktape.http.problems import MISS_STATUS, MISS_TYPE, MISSES, miss_message, problem
 from chunktape.http.recording_transport import RecordingTransport
-from chunktape.http.server import _MISSES, MISS_STATUS, MISS_TYPE, _bind, _miss_message, _problem
 
 __all__ = ["RecordingProxy"]
 
@@ -93,7 +94,7 @@ class RecordingProxy:
             lifespan="on",
         )
         self._thread: threading.Thread | None = None
-        self._socket = _bind(host, port, allow_remote)
+        self._socket = listen_socket(host, port, allow_remote)
         bound_host, self.port = self._socket.getsockname()[:2]
         self.url = f"http://{f'[{bound_host}]' if ':' in bound_host else bound_host}:{self.port}"
         """The base URL, without ``/v1`` (an OpenAI client wants ``url + "/v1"``)."""
@@ -114,7 +115,7 @@ class RecordingProxy:
         assert self._client is not None  # the lifespan built it
         body = await read_body(request, self.limits.max_body)
         if body is None:
-            return _problem(413, f"the request body is over {self.limits.max_body} bytes", "REQUEST_TOO_LARGE")
+            return problem(413, f"the request body is over {self.limits.max_body} bytes", "REQUEST_TOO_LARGE")
         target = self.upstream + request.url.path + (f"?{request.url.query}" if request.url.query else "")
         outgoing = self._client.build_request(
             request.method, target, headers=_forwarded(request.headers.items()), content=body
@@ -122,11 +123,11 @@ class RecordingProxy:
         try:
             reply = await self._client.send(outgoing, stream=True)
         except LlmError as error:  # the plugin's session transport replays too: a miss
-            if error.code in _MISSES:
-                return _problem(MISS_STATUS, _miss_message(error), error.code.value, kind=MISS_TYPE)
-            return _problem(502, str(error), error.code.value)
+            if error.code in MISSES:
+                return problem(MISS_STATUS, miss_message(error), error.code.value, kind=MISS_TYPE)
+            return problem(502, str(error), error.code.value)
         except httpx2.HTTPError as error:
-            return _problem(502, f"the upstream {self.upstream} could not be reached: {error}", "UPSTREAM_ERROR")
+            return problem(502, f"the upstream {self.upstream} could not be reached: {error}", "UPSTREAM_ERROR")
         return StreamingResponse(
             _pieces(reply), status_code=reply.status_code, headers=dict(_forwarded(reply.headers.multi_items()))
         )

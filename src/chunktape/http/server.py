@@ -59,12 +59,10 @@ The server binds 127.0.0.1 (or another loopback address) only, unless ``allow_re
 from __future__ import annotations
 
 import asyncio
-import errno
 import ipaddress
 import logging
 import os
 import re
-import socket
 import sys
 import threading
 import weakref
@@ -86,9 +84,11 @@ from starlette.types import Receive, Scope, Send
 from chunktape._playback import Hold, Playback, ReplayCall
 from chunktape.cassettes.codec import LazyCassette, as_cassette, as_lazy
 from chunktape.cassettes.model import ERROR_STATUSES, Cassette
-from chunktape.errors import Advice, AdviceWords, ErrorCode, LlmError
+from chunktape.errors import ErrorCode, LlmError
 from chunktape.faults import fault_id
 from chunktape.http.limits import ServerLimits, read_body
+from chunktape.http.listen import listen_socket
+from chunktape.http.problems import MISS_STATUS, MISS_TYPE, MISSES, miss_message, problem
 from chunktape.http.render import (
     Ending,
     SseRenderer,
@@ -104,7 +104,7 @@ from chunktape.validation import StreamValidator
 from chunktape.wire.openai_chat import decode_chat_request
 
 __all__ = [
-    "MISS_STATUS",
+    "MISS_STATUS",  # defined in http/problems.py, public here
     "MISS_TYPE",
     "SCENARIO_HEADER",
     "CassetteSource",
@@ -116,7 +116,6 @@ CassetteSource: TypeAlias = Cassette | LazyCassette | str | os.PathLike[str]
 """A cassette, an opened cassette or a path."""
 
 T = TypeVar("T")
-IPAddress: TypeAlias = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 SCENARIO_HEADER = "X-Chunktape-Scenario"
 """The request header that picks a scenario on the plain ``/v1/chat/completions`` route."""
@@ -200,81 +199,6 @@ def _merge(sources: Sequence[CassetteSource]) -> Cassette | LazyCassette | str |
         return sources[0]
     cassettes = [as_cassette(source) for source in sources]
     return Cassette(meta=cassettes[0].meta, interactions=[i for c in cassettes for i in c.interactions])
-
-
-Resolver: TypeAlias = Callable[[str], Sequence[str]]
-"""Turns a host name into its addresses (text), in preference order."""
-
-
-def _resolve(host: str) -> list[str]:
-    infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
-    return list(dict.fromkeys(str(info[4][0]) for info in infos))
-
-
-def bind_address(host: str, *, allow_remote: bool, resolve: Resolver | None = None) -> IPAddress:
-    """The address to bind for ``host``: an address as given; a name (``localhost``) resolved first, then its
-    first loopback address, so a name that also (or only) maps elsewhere never binds a non-loopback address.
-
-    With ``allow_remote`` the first address is bound, whatever it is; without, a host with no loopback address
-    is ``LlmError(INVALID_CONFIG)``.
-    """
-    try:
-        candidates = [ipaddress.ip_address(host)]
-    except ValueError:
-        try:
-            resolved = (resolve or _resolve)(host)
-        except (OSError, UnicodeError) as exc:
-            raise LlmError(
-                f"cannot listen on {host!r}: the name does not resolve ({exc})",
-                ErrorCode.INVALID_CONFIG,
-                hint="give an address such as 127.0.0.1 or ::1",
-            ) from None
-        candidates = [ipaddress.ip_address(address.split("%")[0]) for address in resolved]
-    if candidates and allow_remote:
-        return candidates[0]
-    loopback = [address for address in candidates if address.is_loopback]
-    if loopback:
-        return loopback[0]
-    resolved_to = ", ".join(str(address) for address in candidates if str(address) != host)
-    shown = f" (it resolves to {resolved_to or 'nothing'})" if resolved_to or not candidates else ""
-    raise LlmError(
-        f"refusing to serve cassettes on {host!r}{shown}: only loopback addresses (127.0.0.1, ::1, localhost) are "
-        "allowed unless allow_remote=True (--allow-remote)",
-        ErrorCode.INVALID_CONFIG,
-        hint="bind 127.0.0.1, or pass allow_remote=True (chunktape serve --allow-remote) if the network is trusted",
-    )
-
-
-def _bind(host: str, port: int, allow_remote: bool) -> socket.socket:
-    if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
-        raise LlmError(
-            f"cannot listen on port {port!r}: a port is a whole number from 0 to 65535",
-            ErrorCode.INVALID_CONFIG,
-            hint="choose a port from 1 to 65535, or 0 for a free one",
-        )
-    address = bind_address(host, allow_remote=allow_remote)
-    family = socket.AF_INET6 if address.version == 6 else socket.AF_INET
-    # IPPROTO_TCP explicitly: asyncio sets TCP_NODELAY only on accepted sockets whose proto says TCP, and without
-    # it every small SSE write waits for the client's delayed ACK (~40 ms per response).
-    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    try:
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        if sys.platform != "win32":
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((str(address), port))
-        sock.listen(128)
-    except OSError as exc:
-        sock.close()
-        if exc.errno == errno.EADDRINUSE:
-            raise LlmError(
-                f"cannot listen on {host}:{port}: the port is already in use",
-                ErrorCode.INVALID_CONFIG,
-                hint="choose another port, or 0 for a free one",
-            ) from None
-        raise LlmError(
-            f"cannot listen on {host}:{port}: {exc.strerror or exc}", ErrorCode.INVALID_CONFIG, hint="fix host/port"
-        ) from None
-    return sock
 
 
 class _Target:
@@ -374,7 +298,7 @@ class ReplayServer:
         self._running = False
         # Bound last, so nothing after it can fail and leave the socket open. Closed by stop()/run(), or, for a
         # server that was never started or stopped, when it is garbage-collected (or at interpreter exit).
-        self._socket = _bind(host, port, allow_remote)
+        self._socket = listen_socket(host, port, allow_remote)
         self._release = weakref.finalize(self, self._socket.close)
         bound_host, self.port = self._socket.getsockname()[:2]
         shown = f"[{bound_host}]" if ":" in bound_host else bound_host
@@ -501,7 +425,7 @@ class ReplayServer:
         if name is None:
             if self._default is None:
                 names = ", ".join(self.scenarios)
-                return _problem(
+                return problem(
                     404,
                     "this server only has scenarios: POST to /scenarios/<name>/v1/chat/completions or send an "
                     f"{SCENARIO_HEADER} header (scenarios: {names})",
@@ -511,7 +435,7 @@ class ReplayServer:
         target = self.scenarios.get(name)
         if target is None:
             names = ", ".join(self.scenarios) or "none"
-            return _problem(404, f"no scenario named {name!r} (scenarios: {names})", "INVALID_CONFIG")
+            return problem(404, f"no scenario named {name!r} (scenarios: {names})", "INVALID_CONFIG")
         return target
 
     async def _completions(self, request: Request) -> Response:
@@ -529,11 +453,11 @@ class ReplayServer:
             )
             # Answered at once; uvicorn discards the rest of the body as it comes (a client still writing it reads
             # the 413 rather than a reset), for at most ServerLimits.body_timeout.
-            return _problem(413, message, "INVALID_REQUEST")
+            return problem(413, message, "INVALID_REQUEST")
         try:
             options, streaming, include_usage = decode_chat_request(raw)
         except LlmError as exc:
-            return _problem(400, exc.message, "INVALID_REQUEST")
+            return problem(400, exc.message, "INVALID_REQUEST")
         # The call's number and fault are chosen now, before any await: the headers describe THIS call even
         # when concurrent requests interleave.
         call = target.adapter.open(options)
@@ -554,7 +478,7 @@ class ReplayServer:
             await chunks.aclose()
             early = _early_error(exc, headers)
             if early is not None or not streaming:
-                return early or _problem(502, exc.message, exc.code.value, headers=headers)
+                return early or problem(502, exc.message, exc.code.value, headers=headers)
             return _ReplayStream(_body(chunks, None, renderer, error=exc, hold=call.hold), headers)
         if not streaming:
             try:
@@ -613,7 +537,7 @@ class _ReplayStream(StreamingResponse):
 
 async def _internal_error(request: Request, exc: Exception) -> Response:
     """A bug still answers JSON, naming the exception (uvicorn logs the traceback), not a text/plain 500."""
-    return _problem(500, f"chunktape's replay server failed: {type(exc).__name__}: {exc}", "INTERNAL_ERROR")
+    return problem(500, f"chunktape's replay server failed: {type(exc).__name__}: {exc}", "INTERNAL_ERROR")
 
 
 _HEADER_SAFE = "".join(chr(c) for c in range(0x20, 0x7F) if chr(c) != "%")
@@ -622,17 +546,6 @@ _HEADER_SAFE = "".join(chr(c) for c in range(0x20, 0x7F) if chr(c) != "%")
 def _header_text(text: str) -> str:
     """``text`` as a header value: printable ASCII as is, anything else (and ``%``) percent-encoded as UTF-8."""
     return quote(text, safe=_HEADER_SAFE)
-
-
-def _problem(
-    status: int, message: str, code: str, *, headers: Mapping[str, str] | None = None, kind: str = "api_error"
-) -> JSONResponse:
-    """An error chunktape itself answers (not a replayed provider's): ``x-chunktape-error: <code>`` says so, and
-    ``x-should-retry: false`` keeps SDKs that honour it (openai, anthropic) from retrying what cannot change."""
-    body = error_body(message, status=None, code=code)
-    body["error"]["type"] = kind
-    marks = {"x-chunktape-error": code, "x-should-retry": "false"}
-    return JSONResponse(body, status_code=status, headers={**(headers or {}), **marks})
 
 
 def _provider_error(exc: LlmError, headers: Mapping[str, str]) -> JSONResponse:
@@ -650,40 +563,20 @@ def _provider_error(exc: LlmError, headers: Mapping[str, str]) -> JSONResponse:
     )
 
 
-MISS_STATUS = 418
-"""The status of a cassette miss (no match, all played): one no SDK retries (openai retries 408, 409, 429, 5xx)
-or reads as the provider's own answer (404 reads as "model not found", 400 as a bad request), with the error
-type ``chunktape_cassette_miss`` and the code in the body and in ``x-chunktape-error``."""
-MISS_TYPE = "chunktape_cassette_miss"
-"""The ``error.type`` of a cassette miss."""
-
 _EARLY_STATUS = {
     ErrorCode.UNSUPPORTED_OPTION: 400,
     ErrorCode.CASSETTE_CORRUPT: 502,
     ErrorCode.CASSETTE_VERSION: 502,
 }
-_MISSES = frozenset({ErrorCode.CASSETTE_MISMATCH, ErrorCode.CASSETTE_NOT_FOUND, ErrorCode.CASSETTE_EXHAUSTED})
-_SERVER_ADVICE: AdviceWords = {
-    Advice.RECORD_OR_MATCH: "record the request into the cassette (chunktape record), or serve with --match-on naming "
-    "fewer fields (e.g. --match-on model,last_message)",
-    Advice.RECORD_OR_REPEAT: "POST /reset to play the cassette again from the start, or serve with --repeat",
-    ErrorCode.CASSETTE_NOT_FOUND: "give chunktape serve a cassette that exists",
-}
-"""The next step of a miss in the server's own knobs (the library's name Python arguments, pytest's its flags)."""
-
-
-def _miss_message(exc: LlmError) -> str:
-    """``[CODE] message; next step. detail`` for a cassette miss, in the server's knobs."""
-    return exc.render(_SERVER_ADVICE)
 
 
 def _early_error(exc: LlmError, headers: dict[str, str]) -> Response | None:
     """The HTTP answer for an error before any chunk, or None when it belongs in the body (a reset...)."""
-    if exc.code in _MISSES:
-        return _problem(MISS_STATUS, _miss_message(exc), exc.code.value, headers=headers, kind=MISS_TYPE)
+    if exc.code in MISSES:
+        return problem(MISS_STATUS, miss_message(exc), exc.code.value, headers=headers, kind=MISS_TYPE)
     status = _EARLY_STATUS.get(exc.code)
     if status is not None:
-        return _problem(status, str(exc), exc.code.value, headers=headers)
+        return problem(status, str(exc), exc.code.value, headers=headers)
     if exc.code is ErrorCode.PROVIDER_HTTP_ERROR and exc.status is not None:
         return _provider_error(exc, headers)
     return None
@@ -772,7 +665,7 @@ async def _complete(
         if exc.code is ErrorCode.PROTOCOL_VIOLATION:
             fault = f" [injected fault {fault_id}]" if fault_id is not None else ""
             message = f"the replayed stream cannot be a completion: {exc.message}{fault}"
-            return _problem(502, message, exc.code.value, headers=headers)
+            return problem(502, message, exc.code.value, headers=headers)
         return _provider_error(exc, headers)
     finally:
         with anyio.CancelScope(shield=True):
