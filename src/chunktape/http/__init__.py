@@ -1,7 +1,7 @@
-"""The HTTP layer: faults on httpx traffic, a loopback OpenAI-compatible replay server, and the vcrpy bridge.
+"""The HTTP layer: faults on httpx2/httpx traffic, a loopback OpenAI-compatible replay server, and the vcrpy bridge.
 
-- ``FaultTransport(inner, faults)``: an ``httpx.AsyncBaseTransport`` that applies the fault catalogue to HTTP
-  responses, for testing HTTP adapters and SDKs.
+- ``FaultTransport(inner, faults)``: an async transport (httpx2 or httpx, wrapping one of the same library)
+  that applies the fault catalogue to HTTP responses, for testing HTTP adapters and SDKs.
 - ``render_sse(interaction)``: a recorded interaction as an OpenAI-compatible SSE body.
 - ``ReplayServer`` (tests: ``with``/``async with``, ``.url``) and ``serve`` (foreground, until Ctrl-C): replay
   cassettes and fault scenarios over HTTP on 127.0.0.1 (routes in ``chunktape.http.server``); ``ServerLimits``
@@ -13,13 +13,13 @@
 - ``RecordingProxy(upstream, cassette)`` (``chunktape proxy``): a loopback proxy that records an agent in any
   language into a chunk cassette (tests: ``with``, ``.url``).
 
-**The openai SDK.** openai 3.x is built on ``httpx2`` (a fork of httpx), yet its clients accept a plain
+**The openai SDK.** openai 3.x is built on ``httpx2`` (a fork of httpx), and its clients also accept a plain
 ``httpx.AsyncClient`` as ``http_client`` (a supported, runtime-checked path; only the type annotation says
-httpx2) and map httpx's exceptions like their own. So both routes work, without patching anything::
+httpx2) and map httpx's exceptions like their own. So every route works, without patching anything::
 
     # faults client-side, against any server (a fake provider, the replay server, ...)
-    client = httpx.AsyncClient(transport=FaultTransport(httpx.AsyncHTTPTransport(), ["http-429"]))
-    sdk = openai.AsyncOpenAI(base_url=..., api_key="test", http_client=client)  # type: ignore[arg-type]
+    client = httpx2.AsyncClient(transport=FaultTransport(httpx2.AsyncHTTPTransport(), ["http-429"]))
+    sdk = openai.AsyncOpenAI(base_url=..., api_key="test", http_client=client)
 
     # faults server-side, for an SDK or client in any language
     with ReplayServer("agent.msgpack", faults=["http-429"]) as server:

@@ -1,10 +1,11 @@
-"""``FaultTransport``: the fault catalogue applied to HTTP traffic, as an ``httpx.AsyncBaseTransport``.
+"""``FaultTransport``: the fault catalogue applied to HTTP traffic, as an async transport of httpx2 or httpx.
 
-Plug it in wherever httpx takes a transport; nothing is patched::
+Plug it in wherever an async client of either library takes a transport (wrapping a transport of the same
+library); nothing is patched::
 
-    client = httpx.AsyncClient(transport=FaultTransport(httpx.AsyncHTTPTransport(), ["http-429"]))
+    client = httpx2.AsyncClient(transport=FaultTransport(httpx2.AsyncHTTPTransport(), ["http-429"]))
     adapter = OpenAICompatAdapter(base_url, client=client)
-    sdk = openai.AsyncOpenAI(base_url=..., http_client=client)   # the SDK accepts an httpx.AsyncClient
+    sdk = openai.AsyncOpenAI(base_url=..., http_client=client)   # httpx.AsyncClient + httpx.AsyncHTTPTransport too
 
 Per request, the faults are selected exactly as ``ReplayAdapter`` selects them (``FaultPlan``: ``FailFirst``,
 ``Chaos`` and ``Targeted`` count the requests; ``Targeted(model=..., match=...)`` reads the JSON body), and the
@@ -19,8 +20,8 @@ Each fault becomes:
                 OpenAI-style JSON error body (clients: ``PROVIDER_HTTP_ERROR``; openai: ``RateLimitError``...)
 ``Disconnect``  after N chunks (the first half of chunk N+1 is delivered), after T seconds, after exactly
                 N bytes of the body, or right after the first event with content of the ``inside`` kind, the
-                body raises ``httpx.ReadError``; it never lets the finish event or ``[DONE]`` through
-                (clients: ``STREAM_ABORTED``; openai: ``APIConnectionError``)
+                body raises the request's library's ``ReadError``; it never lets the finish event or ``[DONE]``
+                through (clients: ``STREAM_ABORTED``; openai: ``APIConnectionError``)
 ``Stall``       silence for S seconds of loop time before chunk N+1
 ``Latency``     delay before the first data event and between events, with seeded jitter
 ``Truncate``    the body ends cleanly after at most N chunks, before any finish/usage event and without
@@ -54,12 +55,23 @@ from collections.abc import AsyncIterator, Iterable, Mapping
 from typing import Any
 
 import httpx
+import httpx2
 import msgspec
 
+from chunktape._httpx import (
+    AnyAsyncTransport,
+    AnyRequest,
+    AnyResponse,
+    AsyncBody,
+    DualTransport,
+    aclose_inner,
+    response,
+    send_async,
+)
 from chunktape.faults import Fault, HttpError
 from chunktape.faults.plan import ActiveFault, FaultPlan, FiredFault
 from chunktape.http.render import error_body, error_headers
-from chunktape.http.sse_frames import Frame, check_faults, faulted
+from chunktape.http.sse_frames import check_faults, faulted
 from chunktape.protocol import GenerateOptions, aclose_stream
 from chunktape.wire.openai_chat import REASONING_FIELDS, options_from_openai_request
 
@@ -69,15 +81,16 @@ _decoder = msgspec.json.Decoder()
 _NO_OPTIONS = GenerateOptions(model="", messages=[])
 
 
-class FaultTransport(httpx.AsyncBaseTransport):
-    """Wraps ``inner`` and injects faults into its responses; ``injected`` lists the fault id per request.
+class FaultTransport(DualTransport):
+    """Wraps the async transport ``inner`` (httpx2 or httpx) and injects faults into its responses; ``injected``
+    lists the fault id per request. Async clients only: a sync client gets a ``TypeError`` saying what to use.
 
     Raises ``INVALID_CONFIG`` for a fault that has no form at the HTTP layer (see the module docstring).
     """
 
     def __init__(
         self,
-        inner: httpx.AsyncBaseTransport,
+        inner: AnyAsyncTransport,
         faults: Iterable[Fault | str | Mapping[str, Any]] = (),
         *,
         dribble: int | None = None,
@@ -92,88 +105,83 @@ class FaultTransport(httpx.AsyncBaseTransport):
         self.injected: list[str | None] = []
         """Per request, the id of the fault injected into it, or None."""
 
-    async def _options(self, request: httpx.Request) -> GenerateOptions:
+    async def _options(self, request: AnyRequest) -> GenerateOptions:
         try:
             body = _decoder.decode(await request.aread())
             return options_from_openai_request(body, reasoning=REASONING_FIELDS)
         except Exception:  # not a chat request: selectors that read the body simply do not match
             return _NO_OPTIONS
 
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+    def handle(self, request: AnyRequest) -> AnyResponse:
+        raise TypeError(
+            "FaultTransport is an async transport: give it to an httpx2.AsyncClient or httpx.AsyncClient; for a "
+            "sync client, replay with ReplayTransport(cassette, faults=[...])"
+        )
+
+    async def handle_async(self, request: AnyRequest) -> AnyResponse:
         active = self.plan.select(await self._options(request)) if self.plan else None
         self.injected.append(None if active is None else active.fault_id)
         if active is None:
-            return await self.inner.handle_async_request(request)
+            return await send_async(self.inner, request)
         failed = active.http_error
         if failed is not None:
             return _error_response(*failed, request)
-        response = await self.inner.handle_async_request(request)
-        content_type = response.headers.get("content-type", "")
-        if not 200 <= response.status_code < 300 or not content_type.startswith("text/event-stream"):
-            return response
+        upstream = await send_async(self.inner, request)
+        content_type = upstream.headers.get("content-type", "")
+        if not 200 <= upstream.status_code < 300 or not content_type.startswith("text/event-stream"):
+            return upstream
         headers = [
             (name, value)
-            for name, value in response.headers.multi_items()
+            for name, value in upstream.headers.multi_items()
             if name.lower() not in ("content-length", "content-encoding")
         ]
-        decoded = "content-encoding" in response.headers
-        stream = _FaultyBody(response, active, request, decoded=decoded, dribble=self.dribble)
-        return httpx.Response(response.status_code, headers=headers, stream=stream, extensions=response.extensions)
+        decoded = "content-encoding" in upstream.headers
+        pieces = _faulty(upstream, active, request, decoded=decoded, dribble=self.dribble)
+
+        async def close() -> None:
+            try:
+                await aclose_stream(pieces)
+            finally:
+                await upstream.aclose()
+
+        body = AsyncBody(pieces, close)
+        return response(request, upstream.status_code, headers=headers, stream=body, extensions=upstream.extensions)
 
     async def aclose(self) -> None:
-        await self.inner.aclose()
+        await aclose_inner(self.inner)
 
 
-def _error_response(item: FiredFault, fault: HttpError, request: httpx.Request) -> httpx.Response:
+def _error_response(item: FiredFault, fault: HttpError, request: AnyRequest) -> AnyResponse:
     message = f"{fault.message or 'provider error'} [{item.label}]"
-    return httpx.Response(
+    return response(
+        request,
         fault.status,
         headers={"content-type": "application/json", **error_headers(fault.retry_after)},
         content=msgspec.json.encode(error_body(message, status=fault.status, retry_after=fault.retry_after)),
-        request=request,
     )
 
 
-class _FaultyBody(httpx.AsyncByteStream):
-    def __init__(
-        self,
-        response: httpx.Response,
-        active: ActiveFault,
-        request: httpx.Request,
-        *,
-        decoded: bool,
-        dribble: int | None,
-    ) -> None:
-        self._response = response
-        self._active = active
-        self._request = request
-        self._decoded = decoded
-        self._dribble = dribble
-        self._frames: AsyncIterator[Frame] | None = None
-
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        source = self._response.aiter_bytes() if self._decoded else _raw(self._response)
-        frames = self._frames = faulted(source, self._active, self._request)
-        size = self._dribble
+async def _faulty(
+    upstream: AnyResponse, active: ActiveFault, request: AnyRequest, *, decoded: bool, dribble: int | None
+) -> AsyncIterator[bytes]:
+    """The upstream body through the fault's transforms, re-cut into ``dribble``-byte pieces if asked."""
+    source = upstream.aiter_bytes() if decoded else _raw(upstream)
+    frames = faulted(source, active, request)
+    try:
         async for frame in frames:
-            if size is None:
+            if dribble is None:
                 yield frame.data
             else:
-                for start in range(0, len(frame.data), size):
-                    yield frame.data[start : start + size]
-
-    async def aclose(self) -> None:
-        try:
-            if self._frames is not None:
-                await aclose_stream(self._frames)
-        finally:
-            await self._response.aclose()
+                for start in range(0, len(frame.data), dribble):
+                    yield frame.data[start : start + dribble]
+    finally:
+        await aclose_stream(frames)
 
 
-async def _raw(response: httpx.Response) -> AsyncIterator[bytes]:
+async def _raw(upstream: AnyResponse) -> AsyncIterator[bytes]:
     """The body as sent; also for responses built with ``content=`` (``MockTransport``), already marked read."""
-    stream = response.stream
-    if not isinstance(stream, httpx.AsyncByteStream):
+    stream = upstream.stream
+    if not isinstance(stream, httpx2.AsyncByteStream | httpx.AsyncByteStream):
         raise TypeError("FaultTransport needs an async response stream from its inner transport")
     async for piece in stream:
         yield piece
