@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncGenerator, Callable, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from typing import Unpack
 
-from chunktape import abort
 from chunktape._playback import Hold, Playback, ReplayCall
 from chunktape.cassettes.codec import LazyCassette
 from chunktape.cassettes.matching import RequestMatcher
-from chunktape.cassettes.model import Cassette, Interaction, RecordedRequest
+from chunktape.cassettes.model import Cassette, RecordedRequest
 from chunktape.errors import LIBRARY_ADVICE, Advice
 from chunktape.faults.plan import FaultPlan
 from chunktape.protocol import GenerateOptions, LlmAdapter, ReasoningOption, StreamChunk
@@ -121,13 +120,3 @@ class ReplayAdapter(LlmAdapter):
     def release(self, index: int) -> None:
         """``Playback.release``: give back an interaction a call held without using it up."""
         self.playback.release(index)
-
-    def timed(
-        self,
-        interaction: Interaction,
-        index: int,
-        signal: abort.AbortSignal | None,
-        shift: Callable[[], float] | None = None,
-    ) -> AsyncGenerator[StreamChunk, None]:
-        """``Playback.timed``: the interaction's chunks on this adapter's timing, ending as recorded."""
-        return self.playback.timed(interaction, index, signal, shift)
