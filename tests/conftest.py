@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import ipaddress
+import socket
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import httpcore
 import httpcore2
@@ -21,6 +24,34 @@ from fake_provider import FakeProvider
 # table filled once) and the SDKs would then no longer recognise. Our plugin (registered only by the runs, never
 # here: ``-p no:chunktape``) is kept too, so each run does not import it again.
 PRELOADED = (httpcore, httpcore2, httpx, httpx2, openai, chunktape.pytest_plugin)
+
+
+def _is_loopback(host: object) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(str(host).split("%")[0]).is_loopback
+    except ValueError:
+        return False  # a name other than localhost: it would be resolved, maybe to the outside
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _loopback_only() -> Iterator[None]:
+    """No test reaches a host but loopback: an IP socket connecting elsewhere fails the call loudly (this
+    process and in-process pytester runs; a test's subprocesses are out of its reach)."""
+    original = socket.socket.connect, socket.socket.connect_ex
+
+    def guarded(method: Callable[..., Any]) -> Callable[..., Any]:
+        def connect(self: socket.socket, address: Any) -> Any:
+            if self.family in (socket.AF_INET, socket.AF_INET6) and not _is_loopback(address[0]):
+                raise AssertionError(f"a test tried to connect to {address!r}: only loopback hosts are allowed")
+            return method(self, address)
+
+        return connect
+
+    socket.socket.connect, socket.socket.connect_ex = guarded(original[0]), guarded(original[1])  # type: ignore[method-assign]
+    yield
+    socket.socket.connect, socket.socket.connect_ex = original  # type: ignore[method-assign]
 
 
 @pytest.fixture(scope="session", autouse=True)
