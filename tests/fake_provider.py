@@ -28,6 +28,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from chunktape.http.serving import PromptServer
+
 
 class ServerReset(Exception):
     """Raised inside the body generator: uvicorn then drops the connection mid-body."""
@@ -92,7 +94,7 @@ class FakeProvider:
             app, log_config=None, log_level="critical", access_log=False, lifespan="off", ws="none", http="h11"
         )
         config.timeout_graceful_shutdown = 1
-        self._server = uvicorn.Server(config)
+        self._server = PromptServer(config)
         self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [self._sock]}, daemon=True)
 
     def start(self) -> None:
@@ -100,7 +102,7 @@ class FakeProvider:
         self._thread.start()
 
     def stop(self) -> None:
-        self._server.should_exit = True
+        self._server.exit()
         self._thread.join(timeout=10)
         self._sock.close()
 

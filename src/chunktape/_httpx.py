@@ -10,6 +10,8 @@ libraries' and answers each request in the request's own library.
 from __future__ import annotations
 
 import asyncio
+import functools
+import ssl
 import threading
 from collections.abc import (
     AsyncIterable,
@@ -22,7 +24,7 @@ from collections.abc import (
     Mapping,
     Sequence,
 )
-from typing import TYPE_CHECKING, Any, Self, TypeAlias, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Literal, Self, TypeAlias, TypeVar, overload
 
 import httpx
 import httpx2
@@ -44,8 +46,9 @@ __all__ = [
     "aclose_inner",
     "araw_pieces",
     "close_inner",
-    "raw_pieces",
+    "default_tls",
     "new_async_client",
+    "raw_pieces",
     "post_streaming",
     "read_error",
     "response",
@@ -65,9 +68,19 @@ CONNECT_ERRORS = (httpx2.ConnectError, httpx.ConnectError)
 HTTP_ERRORS = (httpx2.HTTPError, httpx.HTTPError)
 
 
+@functools.cache
+def default_tls(library: Literal["httpx2", "httpx"] = "httpx2") -> ssl.SSLContext:
+    """``library``'s default verified TLS context (what ``verify=True`` builds), built once per process.
+
+    Each build reads the whole CA bundle (about 25 ms of CPU), and chunktape builds a client or a transport per
+    adapter, proxy and recording session; one context serves any number of them, on any thread.
+    """
+    return httpx2.create_ssl_context() if library == "httpx2" else httpx.create_ssl_context()
+
+
 def new_async_client(timeout: float) -> httpx2.AsyncClient:
     """The client chunktape builds when the user gave none."""
-    return httpx2.AsyncClient(timeout=httpx2.Timeout(timeout))
+    return httpx2.AsyncClient(timeout=httpx2.Timeout(timeout), verify=default_tls())
 
 
 def post_streaming(client: AnyAsyncClient, url: str, body: Any, headers: Mapping[str, str]) -> Awaitable[AnyResponse]:

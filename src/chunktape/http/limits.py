@@ -17,8 +17,9 @@ import msgspec
 from chunktape.errors import ErrorCode, LlmError
 
 if TYPE_CHECKING:  # the server stack loads with the server: ``chunktape --help`` reads MAX_BODY_BYTES from here
-    import uvicorn
     from starlette.requests import Request
+
+    from chunktape.http.serving import PromptServer
 
 __all__ = ["MAX_BODY_BYTES", "ServerLimits", "read_body"]
 
@@ -66,10 +67,12 @@ class ServerLimits(msgspec.Struct, frozen=True, kw_only=True):
             "timeout_keep_alive": self.keep_alive,
         }
 
-    def uvicorn_server(self, app: Any, *, lifespan: Literal["on", "off"] = "off") -> uvicorn.Server:
+    def uvicorn_server(self, app: Any, *, lifespan: Literal["on", "off"] = "off") -> PromptServer:
         """A quiet uvicorn server for ``app`` under these limits, as the replay server and the recording proxy
-        run one: no log config or access log of its own, no websockets, a 1 s graceful shutdown."""
+        run one: no log config or access log of its own, no websockets, a 1 s graceful shutdown, a prompt stop."""
         import uvicorn
+
+        from chunktape.http.serving import PromptServer
 
         config = uvicorn.Config(
             app,
@@ -81,7 +84,7 @@ class ServerLimits(msgspec.Struct, frozen=True, kw_only=True):
             **self.uvicorn_settings(),
         )
         config.timeout_graceful_shutdown = 1
-        return uvicorn.Server(config)
+        return PromptServer(config)
 
 
 async def read_body(request: Request, limit: int) -> bytes | None:

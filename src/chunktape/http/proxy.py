@@ -23,6 +23,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
+from chunktape._httpx import default_tls
 from chunktape.errors import ErrorCode, LlmError
 from chunktape.http.limits import ServerLimits, read_body
 from chunktape.http.listen import listen_socket
@@ -81,7 +82,7 @@ class RecordingProxy:
         if transport is None:
             if cassette is None:
                 raise LlmError("a RecordingProxy needs a cassette to record into", ErrorCode.INVALID_CONFIG)
-            transport = RecordingTransport(httpx2.AsyncHTTPTransport(), cassette, **recording)
+            transport = RecordingTransport(httpx2.AsyncHTTPTransport(verify=default_tls()), cassette, **recording)
         self.upstream = upstream.rstrip("/")
         self.transport = transport
         self.limits = limits
@@ -142,7 +143,7 @@ class RecordingProxy:
 
     def stop(self) -> None:
         """Stop serving (the recording is saved as the server shuts down) and release the port."""
-        self._server.should_exit = True
+        self._server.exit()
         if self._thread is not None:
             self._thread.join(timeout=10)
         self._socket.close()

@@ -341,7 +341,7 @@ class ReplayServer:
 
         Also ends a foreground ``run()`` from another thread.
         """
-        self._server.should_exit = True
+        self._server.exit()
         if self._closed:
             return
         self._closed = True

@@ -23,6 +23,7 @@ from chunktape._httpx import (
     DualTransport,
     aclose_inner,
     close_inner,
+    default_tls,
 )
 from chunktape.cassettes.model import RecordedRequest
 from chunktape.errors import LlmError
@@ -39,9 +40,10 @@ __all__ = ["SessionTransport", "client_for", "network_transport"]
 
 def network_transport(kind: HttpKind, *, sync: bool) -> AnyTransport | AnyAsyncTransport:
     """The real transport a recording sends through: ``kind``'s ``HTTPTransport`` (sync) or ``AsyncHTTPTransport``."""
+    tls = default_tls(kind)
     if kind == "httpx2":
-        return httpx2.HTTPTransport() if sync else httpx2.AsyncHTTPTransport()
-    return httpx.HTTPTransport() if sync else httpx.AsyncHTTPTransport()
+        return httpx2.HTTPTransport(verify=tls) if sync else httpx2.AsyncHTTPTransport(verify=tls)
+    return httpx.HTTPTransport(verify=tls) if sync else httpx.AsyncHTTPTransport(verify=tls)
 
 
 def client_for(transport: DualTransport, *, kind: HttpKind, sync: bool, **client: Any) -> Any:

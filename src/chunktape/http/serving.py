@@ -1,0 +1,77 @@
+"""``PromptServer``: the uvicorn server the replay server, the recording proxy and the tests' stand-ins run, one
+that stops as soon as it is asked.
+
+uvicorn 0.54 looks at ``should_exit`` on a 0.1 s tick, and its shutdown sleeps a fixed 0.1 s for connections to
+close before it waits for them (polling every 0.1 s). So each stop took 0.1-0.3 s, even with nothing open: a
+``with ReplayServer(...)`` per test, in a suite of hundreds, spent whole seconds waiting on nobody. Here ``exit()``
+wakes the loop at once and the shutdown polls every 5 ms; what it waits for (connections asked to close, tasks,
+the graceful timeout, the lifespan) is uvicorn's own sequence.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+
+import uvicorn
+
+__all__ = ["PromptServer"]
+
+_POLL_S = 0.005
+_logger = logging.getLogger("uvicorn.error")
+
+
+class PromptServer(uvicorn.Server):
+    """A ``uvicorn.Server`` whose ``exit()`` (safe from any thread) stops it without a tick's delay."""
+
+    def __init__(self, config: uvicorn.Config) -> None:
+        super().__init__(config)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._wake: asyncio.Event | None = None
+
+    def exit(self) -> None:
+        """Ask the server to stop, and wake its loop if it is running (``should_exit = True`` waits for a tick)."""
+        self.should_exit = True
+        loop, wake = self._loop, self._wake
+        if loop is not None and wake is not None:
+            with contextlib.suppress(RuntimeError):  # the loop already closed: the server has stopped
+                loop.call_soon_threadsafe(wake.set)
+
+    async def main_loop(self) -> None:
+        # uvicorn's loop (the per-second Date header, the request limit, should_exit), woken early by exit().
+        self._wake = asyncio.Event()
+        self._loop = asyncio.get_running_loop()
+        counter = 0
+        should_exit = await self.on_tick(counter)
+        while not should_exit:
+            counter = (counter + 1) % 864000
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), 0.1)
+            should_exit = await self.on_tick(counter)
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        # uvicorn's shutdown, polled every 5 ms instead of a fixed 0.1 s sleep and 0.1 s polls.
+        _logger.info("Shutting down")
+        for server in self.servers:
+            server.close()
+        for sock in sockets or []:
+            sock.close()
+        for connection in list(self.server_state.connections):
+            connection.shutdown()
+        try:
+            await asyncio.wait_for(self._drained(), timeout=self.config.timeout_graceful_shutdown)
+        except TimeoutError:
+            _logger.error("Cancel %s running task(s), timeout graceful shutdown exceeded", len(self.server_state.tasks))
+            for task in self.server_state.tasks:
+                task.cancel(msg="Task cancelled, timeout graceful shutdown exceeded")
+        if not self.force_exit:
+            await self.lifespan.shutdown()
+
+    async def _drained(self) -> None:
+        # uvicorn's server state has no event to wait on: polled, as uvicorn does.
+        while (self.server_state.connections or self.server_state.tasks) and not self.force_exit:  # noqa: ASYNC110
+            await asyncio.sleep(_POLL_S)
+        for server in self.servers:
+            await server.wait_closed()
