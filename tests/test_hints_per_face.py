@@ -296,9 +296,14 @@ def test_serve_a_missing_scenario_cassette_names_the_command_line(runner: CliRun
 # -- audit of issue 13: time faults read the loop's clock only ------------------------------------------------
 
 
-def _timed_cassette(gap_s: float) -> Cassette:
-    chunks = text_stream("a", "b")
-    events = [Event(t_ns=round(position * gap_s * 1e9), chunk=chunk) for position, chunk in enumerate(chunks)]
+SCHEDULE_MS = (0, 10, 20, 220, 230, 240)
+"""When each chunk of ``text_stream("a", "b")`` was recorded: three quick ones, a 200 ms gap, three more."""
+
+
+def _timed_cassette() -> Cassette:
+    events = [
+        Event(t_ns=at * 1_000_000, chunk=chunk) for at, chunk in zip(SCHEDULE_MS, text_stream("a", "b"), strict=True)
+    ]
     outcome = Completed(t_ns=events[-1].t_ns)
     return Cassette(
         interactions=[Interaction(request=RecordedRequest.from_options(request("hi")), events=events, outcome=outcome)]
@@ -308,7 +313,7 @@ def _timed_cassette(gap_s: float) -> Cassette:
 async def _played(fault: Fault) -> tuple[list[tuple[int, str]], str | None]:
     """Each chunk with its loop-time offset (ms) and type, and the code the stream ended with."""
     loop = asyncio.get_running_loop()
-    replay = ReplayAdapter(_timed_cassette(0.2), timing=Timing.recorded(), faults=[fault])
+    replay = ReplayAdapter(_timed_cassette(), timing=Timing.recorded(), faults=[fault])
     start, seen = loop.time(), []
     try:
         async for chunk in replay.stream(request("hi")):
@@ -320,7 +325,7 @@ async def _played(fault: Fault) -> tuple[list[tuple[int, str]], str | None]:
 
 @pytest.mark.parametrize(
     "fault",
-    [Disconnect(after_s=0.5), Stall(after_chunks=1, seconds=0.1), Latency(first_chunk_s=0.05, between_s=0.02)],
+    [Disconnect(after_s=0.12), Stall(after_chunks=1, seconds=0.1), Latency(first_chunk_s=0.05, between_s=0.02)],
     ids=["disconnect-after-s", "stall", "latency"],
 )
 def test_a_time_fault_runs_the_same_schedule_in_real_and_virtual_time(fault: Fault) -> None:
@@ -328,14 +333,14 @@ def test_a_time_fault_runs_the_same_schedule_in_real_and_virtual_time(fault: Fau
         virtual = runner.run(_played(fault))
     real = asyncio.run(_played(fault))
     # Virtual time keeps the schedule exactly; real time must deliver the same chunks and end the same way
-    # (chunks are 200 ms apart, the disconnect falls 100 ms from either neighbour: no timing is asserted).
+    # (the disconnect falls in the 200 ms gap, 100 ms from either neighbour: no timing is asserted).
     assert [kind for _, kind in real[0]] == [kind for _, kind in virtual[0]]
     assert real[1] == virtual[1]
     offsets = [at for at, _ in virtual[0]]
     if isinstance(fault, Disconnect):
-        assert (offsets, virtual[1]) == ([0, 200, 400], "STREAM_ABORTED")
+        assert (offsets, virtual[1]) == ([0, 10, 20], "STREAM_ABORTED")
     elif isinstance(fault, Stall):  # the stall shifts the rest of the recorded schedule by its 100 ms
-        assert (offsets, virtual[1]) == ([0, *(200 * n + 100 for n in range(1, len(offsets)))], None)
+        assert (offsets, virtual[1]) == ([0, *(at + 100 for at in SCHEDULE_MS[1:])], None)
     else:
         assert virtual[1] is None
         assert offsets[0] >= 50  # the first chunk waits the added latency

@@ -409,7 +409,7 @@ async def test_unsupported_options_are_refused_before_any_request(
 async def test_keepalive_comments_do_not_reset_the_idle_deadline(fake_provider: FakeProvider) -> None:
     first = sse(chunk({"content": "Hel"}), done=False)
     fake_provider.enqueue(FakeResponse(body=first, stall=True, keepalive_interval=0.01))
-    result = await consume(adapter_for(fake_provider, idle_timeout=0.3))
+    result = await consume(adapter_for(fake_provider, idle_timeout=0.2))
     assert result.error is not None
     assert result.error.code is ErrorCode.TIMEOUT
     assert [type(c).__name__ for c in result.chunks] == ["BlockStart", "TextDelta"]
@@ -417,12 +417,13 @@ async def test_keepalive_comments_do_not_reset_the_idle_deadline(fake_provider: 
 
 
 async def test_real_data_moves_the_idle_deadline(fake_provider: FakeProvider) -> None:
-    events = [sse(chunk({"content": f"{n} "}), done=False) for n in range(6)]
+    events = [sse(chunk({"content": f"{n} "}), done=False) for n in range(12)]
     events.append(sse(chunk({}, finish_reason="stop")))
-    fake_provider.enqueue(FakeResponse(body=events, piece_delay=0.25))
-    chunks = await stream_chunks(adapter_for(fake_provider, idle_timeout=1.0), OPTIONS)  # 1.5 s in all, no gap near 1 s
+    fake_provider.enqueue(FakeResponse(body=events, piece_delay=0.05))
+    # 0.6 s in all, twice the idle timeout, in gaps of 50 ms: each 250 ms short of it.
+    chunks = await stream_chunks(adapter_for(fake_provider, idle_timeout=0.3), OPTIONS)
     validate(chunks)
-    assert blocks(chunks) == [TextBlock(text="0 1 2 3 4 5 ")]
+    assert blocks(chunks) == [TextBlock(text="".join(f"{n} " for n in range(12)))]
 
 
 class _Pieces(httpx.AsyncByteStream):

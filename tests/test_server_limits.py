@@ -271,19 +271,25 @@ def test_bad_limits_are_invalid_config(bad: dict[str, Any]) -> None:
 # -- read deadlines ------------------------------------------------------------------------------------
 
 
+# A connection that is only ever closed has no race with its deadline: these wait 50 ms, not SHORT's 200 ms. The
+# body test keeps the default 10 s for the headers, so only the body deadline can be what closes it.
+HEADERS_50MS = ServerLimits(header_timeout=0.05)
+BODY_50MS = ServerLimits(body_timeout=0.05)
+
+
 def test_slowloris_headers_are_closed_after_the_header_timeout() -> None:
-    with ReplayServer(_cassette(), timing=INSTANT, limits=SHORT) as server:
+    with ReplayServer(_cassette(), timing=INSTANT, limits=HEADERS_50MS) as server:
         assert _exchange(server, b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: a") == b""
 
 
 def test_a_connection_that_sends_nothing_is_closed_after_the_header_timeout() -> None:
-    with ReplayServer(_cassette(), timing=INSTANT, limits=SHORT) as server:
+    with ReplayServer(_cassette(), timing=INSTANT, limits=HEADERS_50MS) as server:
         assert _exchange(server, b"") == b""
 
 
 def test_a_body_shorter_than_its_content_length_is_closed_after_the_body_timeout() -> None:
     head = b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 100\r\n\r\n"
-    with ReplayServer(_cassette(), timing=INSTANT, limits=SHORT) as server:
+    with ReplayServer(_cassette(), timing=INSTANT, limits=BODY_50MS) as server:
         assert _exchange(server, head + b'{"model": ') == b""
 
 
@@ -294,7 +300,9 @@ def test_a_keep_alive_connection_serves_requests_one_after_another() -> None:
         + f"Content-Length: {len(body)}\r\n\r\n".encode()
         + body
     )
-    with ReplayServer(_cassette(), timing=INSTANT, limits=SHORT, allow_repeats=True) as server:
+    # Pipelined, so the second request waits in the buffer: no race with the keep-alive timeout that closes it.
+    limits = msgspec.structs.replace(SHORT, keep_alive=0.05)
+    with ReplayServer(_cassette(), timing=INSTANT, limits=limits, allow_repeats=True) as server:
         answer = _exchange(server, request * 2)  # pipelined; then idle until the keep-alive timeout closes it
     assert answer.count(b"HTTP/1.1 200 OK") == 2
 

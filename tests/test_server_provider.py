@@ -190,8 +190,9 @@ def test_serve_match_on_reaches_the_server(monkeypatch: pytest.MonkeyPatch, tmp_
 _STALL_ONCE = FailFirst(n=1, fault=Stall(after_chunks=0, seconds=10))
 """A provider that goes silent before the first byte, once: far longer than the SDK's timeout (``_SDK_TIMEOUT``)."""
 
-_SDK_TIMEOUT = 1.0
-"""Short, so the stall costs the test little; a loopback reply arrives well within it."""
+_SDK_TIMEOUT = 0.5
+"""Short, so the stall costs the test little; a loopback reply (its first byte) arrives well within it: some 50 ms
+for the server's first replay in a cold process on a loaded machine, a few ms once warm."""
 
 
 def test_openai_sdk_retries_a_stall_before_the_first_byte_and_gets_the_reply() -> None:
@@ -240,7 +241,8 @@ async def test_a_client_that_leaves_mid_stream_leaves_the_interaction_and_a_reco
     body = {**options_to_openai_request(OPTIONS), "stream": True}
     url = "/v1/chat/completions"
     async with (
-        ReplayServer(cassette, timing=Timing.fixed(0.0, 0.2)) as server,
+        # 100 ms between events: the client that leaves after the first has the other 0.5 s of the stream to do so.
+        ReplayServer(cassette, timing=Timing.fixed(0.0, 0.1)) as server,
         httpx.AsyncClient(base_url=server.url) as client,
     ):
         assert (await client.post(url, json=body)).status_code == 429  # the recorded 429 is played

@@ -139,6 +139,7 @@ async def test_recorded_timing_replays_each_tool_run_with_its_recorded_duration(
     assert loop.time() - start == pytest.approx(0.25)  # list_files took 0.5 s; the calls of a turn run together
 
 
+@pytest.mark.looptime
 async def test_replay_with_real_tools_passed_still_calls_none(
     tmp_path: Path, never_live: Callable[[], LlmAdapter]
 ) -> None:
@@ -150,6 +151,7 @@ async def test_replay_with_real_tools_passed_still_calls_none(
     assert tools.calls == []
 
 
+@pytest.mark.looptime
 async def test_a_tool_call_not_on_tape_is_a_mismatch_naming_the_tool_and_arguments(
     tmp_path: Path, never_live: Callable[[], LlmAdapter]
 ) -> None:
@@ -166,6 +168,7 @@ async def test_a_tool_call_not_on_tape_is_a_mismatch_naming_the_tool_and_argumen
     assert 'list_files({"path":"lib/"})' in caught.value.message
 
 
+@pytest.mark.looptime
 async def test_unplayed_tool_runs_fail_assert_all_played(tmp_path: Path, never_live: Callable[[], LlmAdapter]) -> None:
     path = tmp_path / "run.json"
     await _record(path)
@@ -199,6 +202,7 @@ async def test_verify_runs_real_tools_and_reports_a_divergent_result(
     assert _results(events) == _results(recorded)
 
 
+@pytest.mark.looptime
 async def test_verify_with_matching_tools_reports_nothing(tmp_path: Path, never_live: Callable[[], LlmAdapter]) -> None:
     path = tmp_path / "run.json"
     await _record(path)
@@ -214,6 +218,7 @@ async def test_recording_needs_the_real_tools(tmp_path: Path) -> None:
     assert caught.value.code is ErrorCode.INVALID_CONFIG
 
 
+@pytest.mark.looptime
 async def test_new_episodes_appends_tool_runs_after_their_own_interaction(tmp_path: Path) -> None:
     path = tmp_path / "run.json"
     await _record(path)
@@ -243,6 +248,7 @@ def test_a_cassette_without_tool_runs_loads_and_is_written_as_before(tmp_path: P
     assert "toolRuns" not in (tmp_path / "new.json").read_text()
 
 
+@pytest.mark.looptime
 @pytest.mark.parametrize("first", [".json", ".msgpack"])
 async def test_tool_runs_convert_losslessly_between_encodings(tmp_path: Path, first: str) -> None:
     path = tmp_path / f"run{first}"

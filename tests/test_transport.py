@@ -61,17 +61,22 @@ async def run(
     return await drain(adapter.stream(options), validate=True)
 
 
-async def reference(provider: FakeProvider, body: bytes) -> list[StreamChunk]:
-    provider.enqueue(FakeResponse(body=body))
-    async with httpx.AsyncClient() as client:
-        chunks, error = await run(OpenAICompatAdapter(provider.url, api_key="sk-test", client=client))
+def mock_provider(body: bytes) -> httpx.MockTransport:
+    return httpx.MockTransport(
+        lambda request: httpx.Response(200, headers={"content-type": "text/event-stream"}, content=body)
+    )
+
+
+async def reference(body: bytes) -> list[StreamChunk]:
+    """What the adapter makes of ``body`` with no fault in the way (in process: no socket, no TLS context)."""
+    async with httpx.AsyncClient(transport=mock_provider(body)) as client:
+        chunks, error = await run(OpenAICompatAdapter("http://127.0.0.1:9", api_key="sk-test", client=client))
     assert error is None
-    provider.reset()
     return chunks
 
 
 async def test_no_fault_passes_the_stream_through(fake_provider: FakeProvider) -> None:
-    expected = await reference(fake_provider, deepseek_parallel_tools())
+    expected = await reference(deepseek_parallel_tools())
     fake_provider.enqueue(FakeResponse(body=deepseek_parallel_tools()))
     async with faulty_adapter(fake_provider, Targeted(fault=HttpError(status=500), calls=[2])) as (adapter, transport):
         chunks, error = await run(adapter)
@@ -105,7 +110,7 @@ async def test_http_error_never_reaches_the_provider(fake_provider: FakeProvider
 async def test_disconnect_is_a_reset_mid_body(
     fake_provider: FakeProvider, fault: Disconnect, delivered: int | None
 ) -> None:
-    expected = await reference(fake_provider, deepseek_parallel_tools())
+    expected = await reference(deepseek_parallel_tools())
     fake_provider.enqueue(FakeResponse(body=deepseek_parallel_tools()))
     async with faulty_adapter(fake_provider, fault) as (adapter, _):
         chunks, error = await run(adapter)
@@ -128,7 +133,7 @@ async def test_disconnect_after_seconds(fake_provider: FakeProvider) -> None:
 
 
 async def test_truncate_ends_the_body_without_done(fake_provider: FakeProvider) -> None:
-    expected = await reference(fake_provider, deepseek_reasoning_then_text())
+    expected = await reference(deepseek_reasoning_then_text())
     fake_provider.enqueue(FakeResponse(body=deepseek_reasoning_then_text()))
     async with faulty_adapter(fake_provider, Truncate(after_chunks=2)) as (adapter, _):
         chunks, error = await run(adapter)
@@ -166,7 +171,7 @@ async def test_stall_trips_the_idle_timeout(fake_provider: FakeProvider) -> None
     ids=["stall", "latency"],
 )
 async def test_slow_faults_deliver_the_whole_stream(fake_provider: FakeProvider, fault: Fault) -> None:
-    expected = await reference(fake_provider, deepseek_parallel_tools())
+    expected = await reference(deepseek_parallel_tools())
     fake_provider.enqueue(FakeResponse(body=deepseek_parallel_tools()))
     async with faulty_adapter(fake_provider, fault, dribble=2) as (adapter, _):
         chunks, error = await run(adapter)
@@ -176,7 +181,7 @@ async def test_slow_faults_deliver_the_whole_stream(fake_provider: FakeProvider,
 
 
 async def test_fail_first_then_success(fake_provider: FakeProvider) -> None:
-    expected = await reference(fake_provider, deepseek_reasoning_then_text())
+    expected = await reference(deepseek_reasoning_then_text())
     fake_provider.enqueue(FakeResponse(body=deepseek_reasoning_then_text()))
     async with faulty_adapter(fake_provider, FailFirst(n=2, fault=HttpError(status=503))) as (adapter, transport):
         for _ in range(2):
@@ -282,12 +287,6 @@ async def test_openai_sdk_sees_a_reset_as_a_connection_error(fake_provider: Fake
 # -- virtual time: an in-process inner transport, so the loop never waits on a socket ----------------
 
 
-def mock_provider(body: bytes) -> httpx.MockTransport:
-    return httpx.MockTransport(
-        lambda request: httpx.Response(200, headers={"content-type": "text/event-stream"}, content=body)
-    )
-
-
 @pytest.mark.looptime
 async def test_stall_against_the_idle_watchdog_in_virtual_time() -> None:
     loop = asyncio.get_running_loop()
@@ -305,9 +304,7 @@ async def test_stall_against_the_idle_watchdog_in_virtual_time() -> None:
 @pytest.mark.looptime
 async def test_a_stall_shorter_than_the_watchdog_is_survived_in_virtual_time() -> None:
     loop = asyncio.get_running_loop()
-    expected_transport = mock_provider(deepseek_reasoning_then_text())
-    async with httpx.AsyncClient(transport=expected_transport) as client:
-        expected, _ = await run(OpenAICompatAdapter("http://127.0.0.1:9", api_key="k", client=client))
+    expected = await reference(deepseek_reasoning_then_text())
     transport = FaultTransport(mock_provider(deepseek_reasoning_then_text()), [Stall(after_chunks=2, seconds=9)])
     async with httpx.AsyncClient(transport=transport) as client:
         adapter = OpenAICompatAdapter("http://127.0.0.1:9", api_key="k", client=client, idle_timeout=10)
@@ -391,11 +388,10 @@ async def test_the_role_event_is_not_a_chunk_disconnect_after_first_chunk_delive
         if isinstance(chunk, TextDelta | ReasoningDelta | ToolCallDelta)
     )
 
-    async def over_http(fault: Disconnect) -> list[StreamChunk]:
-        async with ReplayServer(demo, timing=Timing.instant(), allow_repeats=True) as server:
-            transport = FaultTransport(httpx.AsyncHTTPTransport(), [fault])
-            async with httpx.AsyncClient(transport=transport) as client:
-                chunks, error = await run(OpenAICompatAdapter(server.url, api_key="k", client=client), options)
+    async def over_http(server: ReplayServer, fault: Disconnect) -> list[StreamChunk]:
+        transport = FaultTransport(httpx.AsyncHTTPTransport(), [fault])
+        async with httpx.AsyncClient(transport=transport) as client:
+            chunks, error = await run(OpenAICompatAdapter(server.url, api_key="k", client=client), options)
         assert error is not None
         assert error.code is ErrorCode.STREAM_ABORTED
         return chunks
@@ -405,7 +401,10 @@ async def test_the_role_event_is_not_a_chunk_disconnect_after_first_chunk_delive
         assert error.code is ErrorCode.STREAM_ABORTED
         return chunks
 
-    http_first = await over_http(Disconnect(after_chunks=1))
+    # One server for both cuts: the faults are the client's, and it replays the same interaction again.
+    async with ReplayServer(demo, timing=Timing.instant(), allow_repeats=True) as server:
+        http_first = await over_http(server, Disconnect(after_chunks=1))
+        http_none = await over_http(server, Disconnect(after_chunks=0))
     replay_first = await at_chunk_level(Disconnect(after_chunks=1))
     # Over HTTP, the first chunk is the first event with content (the role-only event does not count) ...
     assert http_first == recorded.chunks[: first_content + 1]
@@ -414,4 +413,4 @@ async def test_the_role_event_is_not_a_chunk_disconnect_after_first_chunk_delive
     assert replay_first
     assert http_first[: len(replay_first)] == replay_first
     # "before the first chunk" and "after the first chunk" differ on the wire, as they do at the chunk level.
-    assert await over_http(Disconnect(after_chunks=0)) == await at_chunk_level(Disconnect(after_chunks=0)) == []
+    assert http_none == await at_chunk_level(Disconnect(after_chunks=0)) == []
