@@ -3,11 +3,12 @@ shared by the property tests."""
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import string
-from collections.abc import Callable
-from typing import Any, get_args
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar, get_args
 
 import msgspec
 from hypothesis import strategies as st
@@ -30,6 +31,8 @@ from chunktape import (
     UsageChunk,
     validate,
 )
+
+T = TypeVar("T")
 
 _JSON_SHAPES: tuple[Callable[[Any, Any, str], Any], ...] = (
     lambda a, b, k: a,
@@ -72,19 +75,44 @@ _texts = st.text(min_size=1, max_size=40)
 _block_counts = [st.integers(min_blocks, 4) for min_blocks in range(5)]
 _finish_kinds: st.SearchStrategy[FinishKind] = st.sampled_from(get_args(FinishKind))
 _input_tokens = st.integers(0, 999)
-_cut_bytes = [st.binary(min_size=n, max_size=6) for n in range(7)]
 
 
-def _cuts(draw: st.DrawFn, strategy: st.SearchStrategy[bytes], length: int) -> list[int]:
-    """Sorted cut points in ``0..length`` (repeats and ends allowed), drawn as one byte string and each byte
-    scaled onto ``0..length``: one choice for hypothesis instead of two per cut."""
-    return sorted(round(byte * length / 255) for byte in draw(strategy))
+@functools.cache
+def _byte_strings(min_size: int, max_size: int) -> st.SearchStrategy[bytes]:
+    return st.binary(min_size=min_size, max_size=max_size)
+
+
+def cut_points(
+    draw: Callable[[st.SearchStrategy[Any]], Any], length: int, *, max_cuts: int, min_cuts: int = 0, inner: bool = False
+) -> list[int]:
+    """Sorted places to cut a text of ``length`` at: anywhere in ``0..length``, repeats allowed (empty pieces), or
+    with ``inner`` distinct and inside ``1..length-1`` (no piece empty).
+
+    Drawn as one byte string, a byte a cut (two past 255 places) scaled onto the range so that every place can
+    be drawn: one choice for hypothesis instead of two a cut. ``draw`` is a composite's ``draw`` or ``data.draw``.
+    """
+    low, span = (1, length - 2) if inner else (0, length)
+    if span < 0:
+        return []
+    width = 1 if span <= 0xFF else 2
+    raw = draw(_byte_strings(width * min_cuts, width * max_cuts))
+    top = (1 << (8 * width)) - 1
+    cuts = [
+        low + round(int.from_bytes(raw[at : at + width]) * span / top) for at in range(0, len(raw) - width + 1, width)
+    ]
+    return sorted(set(cuts) if inner else cuts)
+
+
+def picks(options: Sequence[T], *, min_size: int = 0, max_size: int) -> st.SearchStrategy[list[T]]:
+    """Lists of ``options`` (repeats allowed) as long as ``st.lists(st.sampled_from(options), ...)`` draws them,
+    drawn as one byte string (a byte an item): one choice for hypothesis instead of two an item."""
+    return _byte_strings(min_size, max_size).map(lambda raw: [options[byte % len(options)] for byte in raw])
 
 
 def _split(draw: st.DrawFn, text: str, min_pieces: int = 1) -> list[str]:
     if not text:
         return [""] * min_pieces
-    bounds = [0, *_cuts(draw, _cut_bytes[min_pieces - 1], len(text)), len(text)]
+    bounds = [0, *cut_points(draw, len(text), max_cuts=6, min_cuts=min_pieces - 1), len(text)]
     return [text[a:b] for a, b in itertools.pairwise(bounds)]
 
 
@@ -143,9 +171,7 @@ def valid_streams(draw: st.DrawFn, *, min_blocks: int = 0, with_usage: bool | No
 
 _piece = st.text(st.characters(blacklist_categories=["Cs"]), min_size=1, max_size=6)
 _json_value = json_of(st.none() | st.booleans() | st.integers() | st.text(max_size=5), st.text(max_size=4))
-_WIRE_KINDS = ("text", "reasoning", "tool")
-_wire_kinds = st.binary(max_size=6)  # one byte a block, its kind the byte mod 3: one choice for the whole list
-_wire_cuts = st.binary(max_size=4)
+_wire_kinds = picks(["text", "reasoning", "tool"], max_size=6)
 _wire_pieces = st.lists(_piece, min_size=1, max_size=4)
 _wire_tool_names = st.sampled_from(["get_weather", "查询", "f"])
 _tokens = st.integers(0, 10**6)
@@ -159,7 +185,7 @@ _error_details = st.sampled_from([None, "insufficient_system_resource"])
 @st.composite
 def wire_streams(draw: st.DrawFn) -> list[StreamChunk]:
     """Valid streams the OpenAI format can carry: no empty blocks, no two adjacent text/reasoning blocks."""
-    kinds = [_WIRE_KINDS[byte % 3] for byte in draw(_wire_kinds)]
+    kinds = draw(_wire_kinds)
     chunks: list[StreamChunk] = []
     previous = None
     index = 0
@@ -170,7 +196,7 @@ def wire_streams(draw: st.DrawFn) -> list[StreamChunk]:
         chunks.append(BlockStart(index=index, block_type="tool-call" if kind == "tool" else kind))  # type: ignore[arg-type]
         if kind == "tool":
             arguments = json.dumps(draw(_json_value), ensure_ascii=draw(st.booleans()))
-            cuts = _cuts(draw, _wire_cuts, len(arguments))
+            cuts = cut_points(draw, len(arguments), max_cuts=4)
             pieces = [arguments[a:b] for a, b in zip([0, *cuts], [*cuts, len(arguments)], strict=True)]
             pieces = [pieces[0]] + [p for p in pieces[1:] if p]
             call_id, name = CallId(f"call_{index}"), draw(_wire_tool_names)
