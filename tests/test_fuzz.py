@@ -66,20 +66,27 @@ DECODE_CODES = {ErrorCode.CASSETTE_CORRUPT, ErrorCode.CASSETTE_VERSION}
 REGRESSIONS = Path(__file__).parent / "fuzz_regressions"
 
 
+_outcomes: st.SearchStrategy[Outcome] = st.sampled_from(
+    [
+        Completed(t_ns=10**9),
+        Cancelled(t_ns=5, reason="consumer closed the stream"),
+        Raised(t_ns=7, code="PROVIDER_HTTP_ERROR", message="slow down", status=429, retry_after=1.0),
+    ]
+)
+_streams = valid_streams()
+_contents = st.text(max_size=20)
+_interaction_counts = st.integers(0, 3)
+
+
 @st.composite
 def cassettes(draw: st.DrawFn) -> Cassette:
     interactions = []
-    for number in range(draw(st.integers(0, 3))):
-        chunks = draw(valid_streams())
+    for number in range(draw(_interaction_counts)):
+        chunks = draw(_streams)
         if draw(st.booleans()):
             chunks = chunks[: draw(st.integers(0, len(chunks)))]
-        outcomes: list[Outcome] = [
-            Completed(t_ns=10**9),
-            Cancelled(t_ns=5, reason="consumer closed the stream"),
-            Raised(t_ns=7, code="PROVIDER_HTTP_ERROR", message="slow down", status=429, retry_after=1.0),
-        ]
-        outcome = draw(st.sampled_from(outcomes))
-        content = draw(st.text(max_size=20)) + f" #{number}"
+        outcome = draw(_outcomes)
+        content = draw(_contents) + f" #{number}"
         interactions.append(interaction_of(chunks, outcome, content=content, gap_ns=1_000))
     return Cassette(meta=CassetteMeta(adapter="fuzz"), interactions=interactions)
 
