@@ -1,4 +1,8 @@
-"""The reference consumer: the fault matrix, the retry table, partial output, cancellation, metrics, observers."""
+"""The reference consumer: the fault matrix, the retry table, partial output, cancellation, metrics, observers.
+
+Virtual-time tests set ``noop_cycles=0``: looptime's 42 idle loop passes before each jump of the clock are there
+for outside I/O, and these tests do none (with no handle ready no coroutine can run, so they change nothing).
+"""
 
 from __future__ import annotations
 
@@ -102,7 +106,7 @@ def _last(transcript: Transcript) -> HarnessEvent:
     return transcript.events[-1]
 
 
-@pytest.mark.looptime
+@pytest.mark.looptime(noop_cycles=0)
 @pytest.mark.parametrize("name", list(STANDARD_FAULTS))
 async def test_fault_matrix_once_on_a_multi_turn_session(name: str) -> None:
     fault = STANDARD_FAULTS[name]
@@ -144,7 +148,7 @@ async def test_fault_matrix_once_on_a_multi_turn_session(name: str) -> None:
             assert transcripts[1].tool_calls == []  # a corrupt attempt never hands out a tool call
 
 
-@pytest.mark.looptime
+@pytest.mark.looptime(noop_cycles=0)
 @pytest.mark.parametrize("name", list(STANDARD_FAULTS))
 async def test_fault_matrix_on_every_call_ends_cleanly(name: str) -> None:
     transcripts, adapter = await _agent([Always(fault=STANDARD_FAULTS[name])])
@@ -160,7 +164,7 @@ async def test_fault_matrix_on_every_call_ends_cleanly(name: str) -> None:
     assert [error.will_retry for error in first.errors] == [True] * (expected_calls - 1) + [False]
 
 
-@pytest.mark.looptime
+@pytest.mark.looptime(noop_cycles=0)
 async def test_a_stall_with_an_idle_timeout_is_retried_as_a_timeout() -> None:
     loop = asyncio.get_running_loop()
     start = loop.time()
@@ -198,7 +202,7 @@ def _failing(error: ScriptedError) -> ScriptedAdapter:
     return ScriptedAdapter([ScriptedTurn(text="never", error=error)], cycle=True)
 
 
-@pytest.mark.looptime
+@pytest.mark.looptime(noop_cycles=0)
 @pytest.mark.parametrize(
     ("fault", "delays"),
     [
@@ -229,7 +233,7 @@ async def test_retry_table_for_http_and_stream_errors(fault: StreamFault, delays
     assert [event.retry_after for event in transcript.errors] == [*delays, None]
 
 
-@pytest.mark.looptime
+@pytest.mark.looptime(noop_cycles=0)
 async def test_retry_table_for_timeouts_is_two_fixed_retries() -> None:
     times, transcript = await _attempt_times(_failing(ScriptedError(code="TIMEOUT", message="no response")))
     assert _gaps(times) == [1.0, 1.0]
@@ -238,7 +242,7 @@ async def test_retry_table_for_timeouts_is_two_fixed_retries() -> None:
     assert transcript.done.error.code is ErrorCode.TIMEOUT
 
 
-@pytest.mark.looptime
+@pytest.mark.looptime(noop_cycles=0)
 async def test_idle_timeout_turns_a_silent_stream_into_timeout_retries() -> None:
     adapter = FaultyAdapter(
         [DEMO_TURNS[2]], [Always(fault=Stall(after_chunks=0, seconds=100))], first_chunk_s=0, between_s=0
@@ -250,7 +254,7 @@ async def test_idle_timeout_turns_a_silent_stream_into_timeout_retries() -> None
     assert transcript.done.error.code is ErrorCode.TIMEOUT
 
 
-@pytest.mark.looptime
+@pytest.mark.looptime(noop_cycles=0)
 async def test_retry_policy_is_configurable() -> None:
     adapter = FaultyAdapter([DEMO_TURNS[2]], [Always(fault=HttpError(status=429))], first_chunk_s=0, between_s=0)
     policy = RetryPolicy(retry_delay=0.5, retry_multiplier=3, max_delay=2, rate_limit=RetryRule(retries=4))
@@ -265,7 +269,7 @@ async def test_retry_policy_is_configurable() -> None:
     assert _gaps(times) == [3.0, 3.0]
 
 
-@pytest.mark.looptime
+@pytest.mark.looptime(noop_cycles=0)
 async def test_retries_count_per_class_and_in_total() -> None:
     faults: list[Fault] = [
         Targeted(fault=HttpError(status=429), calls=[1, 3]),
@@ -280,7 +284,7 @@ async def test_retries_count_per_class_and_in_total() -> None:
     assert transcript.done.error.status == 503
 
 
-@pytest.mark.looptime
+@pytest.mark.looptime(noop_cycles=0)
 async def test_a_recovered_call_completes_after_the_retries() -> None:
     adapter = FaultyAdapter([DEMO_TURNS[2]], [FailFirst(n=2, fault=HttpError(status=503))], first_chunk_s=0)
     times, transcript = await _attempt_times(adapter)
@@ -310,7 +314,7 @@ def test_invalid_retry_policy_names_the_field(kwargs: dict[str, Any], field: str
 # -- partial output and retries --------------------------------------------------------------------
 
 
-@pytest.mark.looptime
+@pytest.mark.looptime(noop_cycles=0)
 async def test_a_retry_after_partial_text_restarts_cleanly_without_duplicates() -> None:
     adapter = FaultyAdapter([DEMO_TURNS[0]], [FailFirst(n=1, fault=Disconnect(inside="text"))])
     events = [event async for event in stream_with_retry(adapter, OPTIONS)]
@@ -335,7 +339,7 @@ async def _replay(events: list[HarnessEvent]) -> AsyncIterator[HarnessEvent]:
         yield event
 
 
-@pytest.mark.looptime
+@pytest.mark.looptime(noop_cycles=0)
 async def test_tool_calls_of_a_failed_attempt_are_never_handed_out() -> None:
     before_finish = len(script_chunks(DEMO_TURNS[0])) - 1  # the tool-call block is complete, finish is missing
     adapter = FaultyAdapter([DEMO_TURNS[0]], [FailFirst(n=1, fault=Disconnect(after_chunks=before_finish))])
@@ -349,7 +353,7 @@ async def test_tool_calls_of_a_failed_attempt_are_never_handed_out() -> None:
 # -- cancellation ------------------------------------------------------------------------------------
 
 
-@pytest.mark.looptime
+@pytest.mark.looptime(noop_cycles=0)
 async def test_abort_signal_mid_stream_ends_with_cancel_promptly() -> None:
     loop = asyncio.get_running_loop()
     controller = AbortController()
@@ -363,7 +367,7 @@ async def test_abort_signal_mid_stream_ends_with_cancel_promptly() -> None:
     assert isinstance(transcript.events[-1], DoneEvent)
 
 
-@pytest.mark.looptime
+@pytest.mark.looptime(noop_cycles=0)
 async def test_abort_signal_during_a_retry_delay_ends_with_cancel() -> None:
     loop = asyncio.get_running_loop()
     controller = AbortController()
@@ -389,7 +393,7 @@ async def test_an_already_aborted_signal_never_calls_the_adapter() -> None:
     assert adapter.calls == 0
 
 
-@pytest.mark.looptime
+@pytest.mark.looptime(noop_cycles=0)
 async def test_task_cancellation_reports_cancel_to_observers_and_propagates() -> None:
     ends: list[DoneEvent] = []
     closed: list[bool] = []
@@ -508,7 +512,7 @@ async def test_finish_kinds_map_to_done_reasons(turn: ScriptedTurn, max_tokens: 
 # -- metrics and observers ---------------------------------------------------------------------------
 
 
-@pytest.mark.looptime
+@pytest.mark.looptime(noop_cycles=0)
 async def test_metrics_in_virtual_time() -> None:
     metrics = StreamMetrics()
     adapter = demo_adapter(first_chunk_s=0.4, between_s=0.03)
@@ -523,7 +527,7 @@ async def test_metrics_in_virtual_time() -> None:
     assert transcript.done.usage == DEMO_TURNS[0].usage
 
 
-@pytest.mark.looptime
+@pytest.mark.looptime(noop_cycles=0)
 async def test_metrics_across_a_retry() -> None:
     adapter = FaultyAdapter(
         [DEMO_TURNS[2]], [FailFirst(n=1, fault=Disconnect(after_chunks=2))], first_chunk_s=0.1, between_s=0.01
@@ -539,7 +543,7 @@ async def test_metrics_across_a_retry() -> None:
     assert metrics.token_usage == TokenUsage(input_tokens=801, output_tokens=29, cached_input_tokens=512)
 
 
-@pytest.mark.looptime
+@pytest.mark.looptime(noop_cycles=0)
 async def test_observer_events_and_logging(caplog: pytest.LogCaptureFixture) -> None:
     seen: list[tuple[str, Any]] = []
     adapter = FaultyAdapter([DEMO_TURNS[2]], [FailFirst(n=1, fault=HttpError(status=503))], first_chunk_s=0)
@@ -565,7 +569,7 @@ async def record_demo(path: Path) -> None:
     assert _reasons(transcripts) == ["tool_use", "tool_use", "stop"]
 
 
-@pytest.mark.looptime
+@pytest.mark.looptime(noop_cycles=0)
 @pytest.mark.parametrize("name", list(STANDARD_FAULTS))
 async def test_every_standard_fault_over_a_recorded_cassette_ends_as_documented(tmp_path: Path, name: str) -> None:
     await record_demo(tmp_path / "demo.msgpack")

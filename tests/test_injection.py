@@ -1,4 +1,8 @@
-"""Fault injection on chunk streams: each semantic pinned, over plain generators and scripted turns."""
+"""Fault injection on chunk streams: each semantic pinned, over plain generators and scripted turns.
+
+Virtual-time tests set ``noop_cycles=0``: looptime's 42 idle loop passes before each jump of the clock are there
+for outside I/O, and these tests do none (with no handle ready no coroutine can run, so they change nothing).
+"""
 
 from __future__ import annotations
 
@@ -149,7 +153,7 @@ async def test_disconnect_never_lets_finish_through() -> None:
     assert error.code is ErrorCode.STREAM_ABORTED
 
 
-@pytest.mark.looptime
+@pytest.mark.looptime(noop_cycles=0)
 async def test_disconnect_after_seconds_of_loop_time() -> None:
     loop = asyncio.get_running_loop()
     start = loop.time()
@@ -205,7 +209,7 @@ async def consume_with_idle_timeout(stream: AsyncIterator[StreamChunk], idle: fl
                 into.append(await anext(chunks))
 
 
-@pytest.mark.looptime
+@pytest.mark.looptime(noop_cycles=0)
 async def test_stall_trips_a_five_second_idle_timeout_in_virtual_time() -> None:
     loop = asyncio.get_running_loop()
     start = loop.time()
@@ -218,7 +222,7 @@ async def test_stall_trips_a_five_second_idle_timeout_in_virtual_time() -> None:
     assert loop.time() - start == pytest.approx(0.02 + 5)
 
 
-@pytest.mark.looptime
+@pytest.mark.looptime(noop_cycles=0)
 async def test_stall_without_a_timeout_completes_the_stream() -> None:
     loop = asyncio.get_running_loop()
     start = loop.time()
@@ -228,7 +232,7 @@ async def test_stall_without_a_timeout_completes_the_stream() -> None:
     assert activate(Stall(after_chunks=2, seconds=30)).consumes_interaction
 
 
-@pytest.mark.looptime
+@pytest.mark.looptime(noop_cycles=0)
 async def test_stall_past_the_end_stalls_before_the_end() -> None:
     loop = asyncio.get_running_loop()
     start = loop.time()
@@ -237,7 +241,7 @@ async def test_stall_past_the_end_stalls_before_the_end() -> None:
     assert loop.time() - start == pytest.approx(7)
 
 
-@pytest.mark.looptime
+@pytest.mark.looptime(noop_cycles=0)
 async def test_abort_signal_ends_a_stall_promptly() -> None:
     loop = asyncio.get_running_loop()
     controller = AbortController()
@@ -262,13 +266,13 @@ async def _arrival_times(fault: Latency) -> list[float]:
     return times
 
 
-@pytest.mark.looptime
+@pytest.mark.looptime(noop_cycles=0)
 async def test_latency_adds_first_chunk_and_between_delays() -> None:
     times = await _arrival_times(Latency(first_chunk_s=0.5, between_s=0.1))
     assert times == pytest.approx([0.5, 0.6, 0.7, 0.8, 0.9, 1.0])
 
 
-@pytest.mark.looptime
+@pytest.mark.looptime(noop_cycles=0)
 async def test_latency_jitter_is_reproducible_from_the_seed() -> None:
     first = await _arrival_times(Latency(between_s=0.1, jitter_s=0.05, seed=1))
     again = await _arrival_times(Latency(between_s=0.1, jitter_s=0.05, seed=1))
@@ -447,7 +451,7 @@ def test_plan_string_ids_and_a_new_plan_starts_over() -> None:
     assert not FaultPlan()
 
 
-@pytest.mark.looptime
+@pytest.mark.looptime(noop_cycles=0)
 async def test_faults_compose_in_order() -> None:
     loop = asyncio.get_running_loop()
     plan = FaultPlan([Latency(first_chunk_s=1.0, between_s=0.5), Disconnect(after_chunks=2)])
@@ -556,7 +560,7 @@ def test_any_fault_over_any_valid_stream_raises_only_documented_codes(
             return [], error
         return await drain(active.wrap(from_list(chunks, between_s=0.01), None))
 
-    loop = looptime.new_event_loop()
+    loop = looptime.new_event_loop(noop_cycles=0)  # as the marked tests (see the module's docstring)
     try:
         out, error = loop.run_until_complete(scenario())
     finally:
@@ -584,7 +588,7 @@ def test_text_delta_and_blocks_sanity() -> None:
     assert any(isinstance(chunk, TextDelta) for chunk in CHUNKS)
 
 
-@pytest.mark.looptime
+@pytest.mark.looptime(noop_cycles=0)
 async def test_a_stall_abandoned_by_the_consumer_does_not_consume_the_interaction() -> None:
     served = activate(Stall(after_chunks=1, seconds=30))
     out, _ = await drain(served.wrap(from_list(CHUNKS), None))

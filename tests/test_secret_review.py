@@ -27,6 +27,7 @@ from chunktape import (
 from chunktape.cassettes import find_secrets
 from chunktape.secrets import REDACTED, scanner
 from helpers import PacedAdapter, collect, options, paced, text_stream, tool_stream
+from strategies import cut_points, picks
 from test_pytest_plugin import project, run
 
 BODY = "Qx7Lm2Np9Rt4Vw8Yz3Bc6Df1Gh5Jk0Ls"  # synthetic; 32 characters
@@ -269,16 +270,21 @@ CLASSES: dict[str, Callable[[str], tuple[str, str]]] = {
 }
 
 
+_class_names = st.sampled_from(sorted(CLASSES))
+_words = picks(["ok", "的", "x=1", "\n", "{}", "é", "--", "_", '"'], max_size=4)
+_places = st.sampled_from(["message", "text", "arguments"])
+
+
 @st.composite
 def _review_cases(draw: st.DrawFn) -> tuple[Cassette, list[str], str]:
-    name = draw(st.sampled_from(sorted(CLASSES)))
+    name = draw(_class_names)
     body = draw(_bodies)
     credential, tell = CLASSES[name](body)
     tells = [tell] if tell else [line[:20] for line in credential.splitlines()]
-    words = draw(st.lists(st.sampled_from(["ok", "的", "x=1", "\n", "{}", "é", "--", "_", '"']), max_size=4))
+    words = draw(_words)
     free = "".join(words[:2]) + credential + "".join(words[2:])
-    place = draw(st.sampled_from(["message", "text", "arguments"]))
-    cuts = sorted(draw(st.sets(st.integers(1, len(free) - 1), max_size=5)))
+    place = draw(_places)
+    cuts = cut_points(draw, len(free), max_cuts=5, inner=True)
     if place == "message":
         interaction = _text("ok", content=free)
     elif place == "text":

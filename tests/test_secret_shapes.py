@@ -41,6 +41,7 @@ from chunktape import (
 from chunktape.cassettes import env_secrets, find_secrets
 from chunktape.protocol import ReasoningDelta
 from helpers import PacedAdapter, collect, options, paced, text_stream, tool_stream
+from strategies import cut_points, picks
 
 ALNUM = string.ascii_letters + string.digits
 BODY = "Qx7Lm2Np9Rt4Vw8Yz3Bc6Df1Gh5Jk0Ls"  # synthetic; 33 characters
@@ -335,33 +336,39 @@ def test_a_built_in_shape_cannot_be_replaced_and_a_bad_regex_is_a_config_error()
 # -- property: every shape, every place, every split, every encoding -----------------------------------------
 
 
+_shape_names = st.sampled_from(sorted(SHAPES))
+_encodings = st.sampled_from(["plain", "json-escaped", "base64"])
+_words = picks(["ok", "the", "x=1", "\n", "{}", "é", "--", "_"], max_size=4)
+_place_names = st.sampled_from(["message", "text", "reasoning", "arguments", "parallel", "error", "extra"])
+
+
 @st.composite
 def _secret_cassettes(draw: st.DrawFn) -> tuple[Cassette, list[str], str]:
     """A random interaction with one credential (of a drawn shape and encoding) at a random place and split."""
-    shape = draw(st.sampled_from(sorted(SHAPES)))
+    shape = draw(_shape_names)
     body = draw(_bodies)
     credential = SHAPES[shape](body)
     tells = [_tell(credential, body)]
-    encoding = draw(st.sampled_from(["plain", "json-escaped", "base64"]))
-    words = draw(st.lists(st.sampled_from(["ok", "the", "x=1", "\n", "{}", "é", "--", "_"]), max_size=4))
+    encoding = draw(_encodings)
+    words = draw(_words)
     before, after = " ".join(words[:2]) + " ", " " + " ".join(words[2:])
     if encoding == "base64":
         credential = _b64(credential)
         tells.append(credential[4:20])
-    place = draw(st.sampled_from(["message", "text", "reasoning", "arguments", "parallel", "error", "extra"]))
+    place = draw(_place_names)
     if encoding == "json-escaped" and place not in ("arguments", "parallel"):
         place = "arguments"  # \u escapes are JSON's: they stand for the key only inside a JSON string
     free = before + credential + after
     if encoding == "json-escaped":
-        escaped = "".join(
-            f"\\u{ord(char):04x}" if draw(st.booleans()) else char for char in msgspec.json.encode(free).decode()[1:-1]
-        )
+        chars = msgspec.json.encode(free).decode()[1:-1]
+        flips = draw(st.binary(min_size=len(chars), max_size=len(chars)))  # one choice, not a boolean a character
+        escaped = "".join(f"\\u{ord(char):04x}" if flip & 1 else char for flip, char in zip(flips, chars, strict=True))
         arguments = '{"v": "' + escaped + '"}'
     else:
         arguments = msgspec.json.encode({"v": free}).decode()
 
     def split(text: str) -> list[str]:
-        cuts = sorted(draw(st.sets(st.integers(1, max(1, len(text) - 1)), max_size=6)))
+        cuts = cut_points(draw, len(text), max_cuts=6, inner=True)
         return [text[a:b] for a, b in zip([0, *cuts], [*cuts, len(text)], strict=True) if a < b] or [text]
 
     request = RecordedRequest.from_options(options("hello"))

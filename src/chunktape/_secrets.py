@@ -463,6 +463,23 @@ class Scanner:
         With ``decode``, ``text`` is also searched with its ``\\u`` escapes decoded (a hit spans the escapes that
         spell it) and each base64 run decoded (a hit spans the whole run, over all its lines if it is wrapped).
         """
+        # The screen holds every literal and every shape's needles: text it finds nothing in has no plain match.
+        if self._always or self._screen.search(text) is not None:
+            yield from self._plain_matches(text)
+        if not decode:
+            return
+        if "\\u" in text:
+            decoded, starts = _unescaped(text)
+            if len(decoded) < len(text):
+                for label, found, start, end in self.matches(decoded, decode=False):
+                    yield Found(label, found, starts[start], starts[end])
+        for start, end, run in _runs(text, _MIN_RUN):
+            for decoded in _base64_texts(run):
+                for label, found, _, _ in self.matches(decoded, decode=False):
+                    yield Found(f"base64 of {label}" if label else "", found, start, end)
+
+    def _plain_matches(self, text: str) -> Iterator[Found]:
+        """The literal secrets and key shapes in ``text`` as it is (nothing decoded)."""
         for secret in self.literals:
             start = text.find(secret)
             while start >= 0:
@@ -487,17 +504,6 @@ class Scanner:
                 if start == end or (shape.check is not None and not shape.check(match.group())):
                     continue
                 yield Found(label, text[start:end], start, end)
-        if not decode:
-            return
-        if "\\u" in text:
-            decoded, starts = _unescaped(text)
-            if len(decoded) < len(text):
-                for label, found, start, end in self.matches(decoded, decode=False):
-                    yield Found(label, found, starts[start], starts[end])
-        for start, end, run in _runs(text, _MIN_RUN):
-            for decoded in _base64_texts(run):
-                for label, found, _, _ in self.matches(decoded, decode=False):
-                    yield Found(f"base64 of {label}" if label else "", found, start, end)
 
     def spans(self, text: str) -> list[tuple[int, int]]:
         """The spans of ``text`` to replace so that the result holds no credential at all.
