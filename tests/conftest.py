@@ -16,6 +16,7 @@ import httpx
 import httpx2
 import openai
 import pytest
+from hypothesis import HealthCheck, settings
 
 import chunktape.pytest_plugin
 from chunktape import LlmAdapter
@@ -26,6 +27,12 @@ from fake_provider import FakeProvider
 # table filled once) and the SDKs would then no longer recognise. Our plugin (registered only by the runs, never
 # here: ``-p no:chunktape``) is kept too, so each run does not import it again.
 PRELOADED = (httpcore, httpcore2, httpx, httpx2, openai, chunktape.pytest_plugin)
+
+
+# Hypothesis' per-example deadline (200 ms) and its too-slow check measure wall time: on a shared, loaded machine
+# they fail a correct test. A test that is about how long something takes says so itself, in virtual time.
+settings.register_profile("suite", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("suite")
 
 
 # -- the cyclic GC and the SDKs' heaps ---------------------------------------------------------------------------
