@@ -93,8 +93,8 @@ class FakeProvider:
         config = uvicorn.Config(
             app, log_config=None, log_level="critical", access_log=False, lifespan="off", ws="none", http="h11"
         )
-        config.timeout_graceful_shutdown = 0.1  # a stream a test left stalled is cancelled, not waited on for 1 s
-        self._server = PromptServer(config)
+        # A stream a test left stalled is cancelled at the end of the session, not waited on for a second.
+        self._server = PromptServer(config, grace=0.1)
         self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [self._sock]}, daemon=True)
 
     def start(self) -> None:

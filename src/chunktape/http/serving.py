@@ -24,10 +24,15 @@ _logger = logging.getLogger("uvicorn.error")
 
 
 class PromptServer(uvicorn.Server):
-    """A ``uvicorn.Server`` whose ``exit()`` (safe from any thread) stops it without a tick's delay."""
+    """A ``uvicorn.Server`` whose ``exit()`` (safe from any thread) stops it without a tick's delay.
 
-    def __init__(self, config: uvicorn.Config) -> None:
+    ``grace``: how long a stop waits for open streams before it cancels them, in seconds (default: the config's
+    ``timeout_graceful_shutdown``, which uvicorn types as whole seconds).
+    """
+
+    def __init__(self, config: uvicorn.Config, *, grace: float | None = None) -> None:
         super().__init__(config)
+        self.grace = config.timeout_graceful_shutdown if grace is None else grace
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake: asyncio.Event | None = None
 
@@ -61,7 +66,7 @@ class PromptServer(uvicorn.Server):
         for connection in list(self.server_state.connections):
             connection.shutdown()
         try:
-            await asyncio.wait_for(self._drained(), timeout=self.config.timeout_graceful_shutdown)
+            await asyncio.wait_for(self._drained(), timeout=self.grace)
         except TimeoutError:
             _logger.error("Cancel %s running task(s), timeout graceful shutdown exceeded", len(self.server_state.tasks))
             for task in self.server_state.tasks:
