@@ -32,8 +32,8 @@ async def adapter_with(kind: ClientKind, url: str, *, read_timeout: float = 60.0
         finally:
             await adapter.aclose()
         return
-    client: httpx2.AsyncClient | httpx.AsyncClient = (
-        (httpx2.AsyncClient if kind == "httpx2" else httpx.AsyncClient)(timeout=read_timeout, verify=loopback_tls())
+    client: httpx2.AsyncClient | httpx.AsyncClient = (httpx2.AsyncClient if kind == "httpx2" else httpx.AsyncClient)(
+        timeout=read_timeout, verify=loopback_tls()
     )
     async with client:
         adapter = OpenAICompatAdapter(url, api_key="sk-test-0123456789", client=client)
