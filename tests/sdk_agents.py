@@ -24,6 +24,7 @@ from openai.types.chat import ChatCompletionFunctionToolParam, ChatCompletionMes
 from chunktape import Completed, load_cassette
 from chunktape.http import RecordingTransport
 from fake_provider import FakeProvider, FakeResponse, chunk, sse, tool_delta
+from helpers import loopback_tls
 
 Kind = Literal["httpx2", "httpx"]
 KINDS: tuple[Kind, ...] = ("httpx2", "httpx")
@@ -251,7 +252,7 @@ class Sdk:
         """A client of ``kind`` (sync or async as the agent wants) on ``transport`` (default: the network)."""
         library: Any = httpx2 if kind == "httpx2" else httpx
         cls = library.Client if self.sync else library.AsyncClient
-        return cls(transport=transport) if transport is not None else cls()
+        return cls(transport=transport) if transport is not None else cls(verify=loopback_tls())
 
 
 SDKS = {
@@ -265,6 +266,16 @@ SDKS = {
 }
 
 
+def one_worker(sdk: str) -> pytest.MarkDecorator:
+    """Runs every test of a slow-to-import SDK on one xdist worker (the suite runs ``--dist loadgroup``), so only
+    that worker pays for the import (litellm ~5 s, anthropic ~3 s, langchain ~2 s, pydantic-ai ~1.5 s)."""
+    return pytest.mark.xdist_group(sdk)
+
+
+ONE_WORKER = ("pydantic-ai", "langchain-openai", "litellm")
+"""The matrix's SDKs marked ``one_worker``: openai is imported by the suite's conftest anyway."""
+
+
 LEGACY_HTTPX = pytest.mark.filterwarnings(r"ignore:`httpx.AsyncClient` support for .* is deprecated:UserWarning")
 """pydantic-ai still takes an httpx client, and says it will stop: its own warning, not chunktape's."""
 
@@ -272,7 +283,12 @@ LEGACY_HTTPX = pytest.mark.filterwarnings(r"ignore:`httpx.AsyncClient` support f
 def cells(names: Sequence[str] = tuple(SDKS)) -> list[Any]:
     """The matrix's rows ``(sdk, kind)``, with ids like ``openai-httpx2``."""
     return [
-        pytest.param(name, kind, id=f"{name}-{kind}", marks=[LEGACY_HTTPX] if kind == "httpx" else [])
+        pytest.param(
+            name,
+            kind,
+            id=f"{name}-{kind}",
+            marks=[*([LEGACY_HTTPX] if kind == "httpx" else []), *([one_worker(name)] if name in ONE_WORKER else [])],
+        )
         for name in names
         for kind in KINDS
     ]
@@ -288,7 +304,7 @@ def quiet_litellm(monkeypatch: pytest.MonkeyPatch) -> None:
 def network(sdk: Sdk, kind: Kind) -> Any:
     """The real transport a recording goes through, of the client's library and kind."""
     library: Any = httpx2 if kind == "httpx2" else httpx
-    return library.HTTPTransport() if sdk.sync else library.AsyncHTTPTransport()
+    return (library.HTTPTransport if sdk.sync else library.AsyncHTTPTransport)(verify=loopback_tls())
 
 
 async def record(sdk: Sdk, kind: Kind, fake_provider: FakeProvider, path: Path) -> None:

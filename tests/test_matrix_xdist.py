@@ -16,7 +16,8 @@ from matrix_project import make_project
 @pytest.mark.parametrize("dist", ["load", "loadgroup"])
 def test_recording_a_new_matrix_test_under_two_workers(pytester: pytest.Pytester, dist: str) -> None:
     make_project(pytester)
-    result = pytester.runpytest_subprocess(*PYTEST_PLUGINS, "--tape-mode", "once", "-n", "2", "--dist", dist)
+    # xdist's controller in this interpreter (as in test_plugin_safety): the two workers are fresh processes.
+    result = pytester.runpytest(*PYTEST_PLUGINS, "--tape-mode", "once", "-n", "2", "--dist", dist)
     result.assert_outcomes(passed=len(STANDARD_FAULTS) + 1)
     cassette = load_cassette(pytester.path / "cassettes" / "test_agent" / "test_agent.msgpack")
     assert len(cassette.interactions) == 2  # the baseline's two calls; no fault run recorded anything

@@ -15,6 +15,7 @@ from chunktape.errors import ErrorCode, LlmError
 from chunktape.protocol import GenerateOptions, Message, StreamChunk, TextDelta
 from chunktape.providers import OpenAICompatAdapter
 from fake_provider import FakeProvider, FakeResponse, chunk, sse
+from helpers import loopback_tls
 
 ClientKind = Literal["default", "httpx2", "httpx"]
 KINDS: list[ClientKind] = ["default", "httpx2", "httpx"]
@@ -31,8 +32,8 @@ async def adapter_with(kind: ClientKind, url: str, *, read_timeout: float = 60.0
         finally:
             await adapter.aclose()
         return
-    client: httpx2.AsyncClient | httpx.AsyncClient = (
-        httpx2.AsyncClient(timeout=read_timeout) if kind == "httpx2" else httpx.AsyncClient(timeout=read_timeout)
+    client: httpx2.AsyncClient | httpx.AsyncClient = (httpx2.AsyncClient if kind == "httpx2" else httpx.AsyncClient)(
+        timeout=read_timeout, verify=loopback_tls()
     )
     async with client:
         adapter = OpenAICompatAdapter(url, api_key="sk-test-0123456789", client=client)

@@ -1,6 +1,7 @@
 """The pytest plugin, driven through ``pytester`` on small test projects, as a user would run it.
 
-Each ``run`` is an in-process pytest session (``pytester.runpytest``); only the xdist test spawns processes.
+Each ``run`` is an in-process pytest session (``pytester.runpytest``); only the xdist test spawns processes (its
+workers).
 """
 
 from __future__ import annotations
@@ -86,11 +87,6 @@ def project(pytester: pytest.Pytester, asyncio_mode: str = "auto", ini: str = ""
 def run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
     """One pytest session over the project, in this interpreter (the suite itself runs with ``-p no:chunktape``)."""
     return pytester.runpytest(*PYTEST_PLUGINS, *args)
-
-
-def run_in_subprocess(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
-    """A fresh interpreter, for the runs whose subject is process-level (xdist workers)."""
-    return pytester.runpytest_subprocess(*PYTEST_PLUGINS, *args)
 
 
 def questions(path: Path) -> list[str | None]:
@@ -353,14 +349,15 @@ def test_recording_under_xdist_writes_every_cassette_and_appends_to_a_shared_one
             assert await ask(tape, f"s{n}") == f"echo: s{n}"
         """,
     )
-    result = run_in_subprocess(pytester, "-n", "2", "-k", "test_own", "--tape-mode", "once")
+    # xdist's controller in this interpreter, as in test_plugin_safety: the workers that record are fresh processes.
+    result = run(pytester, "-n", "2", "-k", "test_own", "--tape-mode", "once")
     result.assert_outcomes(passed=4)
     folder = pytester.path / "cassettes" / "test_parallel"
     for n in range(4):
         assert questions(folder / f"test_own[{n}].msgpack") == [f"q{n}"]
     result.stdout.fnmatch_lines(["chunktape: wrote 4 cassette(s), 4 interaction(s):"])
 
-    run_in_subprocess(pytester, "-n", "2", "-k", "test_shared").assert_outcomes(passed=4)
+    run(pytester, "-n", "2", "-k", "test_shared").assert_outcomes(passed=4)
     assert sorted(map(str, questions(folder / "shared.msgpack"))) == ["s0", "s1", "s2", "s3"]
 
 

@@ -21,6 +21,7 @@ from chunktape import Cassette, ErrorCode, LlmError, Raised, Timing, load_casset
 from chunktape.faults import Disconnect, FailFirst, Fault, HttpError
 from chunktape.http import RecordingTransport, ReplayServer, ReplayTransport
 from fake_provider import FakeProvider, FakeResponse
+from helpers import loopback_tls
 from sdk_agents import (
     KEY,
     RETRY_AFTER_S,
@@ -30,6 +31,7 @@ from sdk_agents import (
     Sdk,
     cells,
     network,
+    one_worker,
     quiet_litellm,
     rate_limited,
     record,
@@ -145,6 +147,7 @@ def anthropic_client(how: str, transport: Any) -> httpx2.AsyncClient:
     return httpx2.AsyncClient(transport=transport)
 
 
+@one_worker("anthropic")
 @pytest.mark.parametrize("how", ["DefaultAsyncHttpxClient", "httpx2.AsyncClient"])
 @pytest.mark.parametrize("fault", ["none", "429-once", "disconnect-mid-stream"])
 async def test_anthropic_traffic_retries_and_errors_pass_through_the_recorder(
@@ -157,7 +160,7 @@ async def test_anthropic_traffic_retries_and_errors_pass_through_the_recorder(
     }[fault]
     fake_provider.enqueue(*responses)
     path = tmp_path / "anthropic.msgpack"
-    transport = RecordingTransport(httpx2.AsyncHTTPTransport(), path)
+    transport = RecordingTransport(httpx2.AsyncHTTPTransport(verify=loopback_tls()), path)
     outcome = await anthropic_agent(fake_provider.url, anthropic_client(how, transport))
     assert outcome == (
         Outcome(error="RemoteProtocolError") if fault == "disconnect-mid-stream" else Outcome(text="Bonjour")
@@ -166,6 +169,7 @@ async def test_anthropic_traffic_retries_and_errors_pass_through_the_recorder(
     assert not path.exists()  # the Messages protocol is not recorded yet: nothing to write
 
 
+@one_worker("anthropic")
 @pytest.mark.parametrize("sync", [False, True], ids=["async", "sync"])
 async def test_anthropic_replay_says_it_cannot_answer_messages(sync: bool, tmp_path: Path) -> None:
     """anthropic wraps what its transport raises in its connection error; the cassette's refusal is its cause.

@@ -18,6 +18,8 @@ from chunktape import load_cassette
 from chunktape.faults import FailFirst, HttpError
 from chunktape.http import RecordingTransport, ReplayTransport
 from fake_provider import FakeProvider, FakeResponse, chunk, sse, tool_delta
+from helpers import loopback_tls
+from sdk_agents import one_worker
 
 OFFLINE = "http://127.0.0.1:9/v1"
 """Where replayed SDKs point: nothing listens there, and ReplayTransport never opens a socket."""
@@ -51,7 +53,7 @@ async def _record_and_replay(
     """``run(base_url, client)`` once against the fake provider (recorded), once offline (replayed)."""
     fake_provider.enqueue(FakeResponse(body=body, headers={"x-request-id": "req_sdk"}))
     path = tmp_path / "sdk.msgpack"
-    recording = RecordingTransport(httpx2.AsyncHTTPTransport(), path)
+    recording = RecordingTransport(httpx2.AsyncHTTPTransport(verify=loopback_tls()), path)
     async with httpx2.AsyncClient(transport=recording) as client:
         live = await run(fake_provider.url + "/v1", client)
     assert len(load_cassette(path).interactions) == 1
@@ -97,10 +99,14 @@ def test_openai_sync_over_httpx(fake_provider: FakeProvider, tmp_path: Path) -> 
 
     fake_provider.enqueue(FakeResponse(body=_answer("Hello there")))
     path = tmp_path / "sync.json"
-    assert run(fake_provider.url + "/v1", RecordingTransport(httpx.HTTPTransport(), path)) == "Hello there"
+    assert (
+        run(fake_provider.url + "/v1", RecordingTransport(httpx.HTTPTransport(verify=loopback_tls()), path))
+        == "Hello there"
+    )
     assert run(OFFLINE, ReplayTransport(path)) == "Hello there"
 
 
+@one_worker("anthropic")
 async def test_anthropic_traffic_passes_through_the_recorder(fake_provider: FakeProvider, tmp_path: Path) -> None:
     import anthropic
 
@@ -129,6 +135,7 @@ async def test_anthropic_traffic_passes_through_the_recorder(fake_provider: Fake
     assert not path.exists()  # the Messages protocol is not recorded yet: nothing to write
 
 
+@one_worker("pydantic-ai")
 async def test_pydantic_ai(fake_provider: FakeProvider, tmp_path: Path) -> None:
     from openai import AsyncOpenAI
     from pydantic_ai import Agent
@@ -145,6 +152,7 @@ async def test_pydantic_ai(fake_provider: FakeProvider, tmp_path: Path) -> None:
     assert live == replayed == "Hello from pydantic-ai"
 
 
+@one_worker("langchain-openai")
 async def test_langchain_openai(fake_provider: FakeProvider, tmp_path: Path) -> None:
     from langchain_openai import ChatOpenAI
 
@@ -161,6 +169,7 @@ async def test_langchain_openai(fake_provider: FakeProvider, tmp_path: Path) -> 
     assert "".join(call["args"] or "" for call in live[1]) == '{"city": "Paris"}'
 
 
+@one_worker("litellm")
 async def test_litellm(fake_provider: FakeProvider, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # litellm fetches a cost map from the net otherwise
     monkeypatch.setenv("LITELLM_TELEMETRY", "False")

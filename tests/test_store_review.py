@@ -15,6 +15,7 @@ import textwrap
 import warnings
 from pathlib import Path
 
+import msgspec
 import pytest
 from typer.testing import CliRunner
 
@@ -38,11 +39,12 @@ from helpers import PacedAdapter, collect, interaction_of, options, paced, text_
 from test_codec import make_cassette
 
 
-def _run(script: str) -> subprocess.CompletedProcess[str]:
+def _run(script: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
     """Run ``script`` in a fresh interpreter; a hang is killed (and fails the test) rather than stalling the suite."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     return subprocess.run(
         [sys.executable, "-c", textwrap.dedent(script)],
+        input=stdin,
         env=env,
         capture_output=True,
         text=True,
@@ -55,19 +57,20 @@ def test_an_appending_save_after_a_killed_save_neither_hangs_nor_keeps_the_temp(
     path = tmp_path / "c.msgpack"
     save_cassette(make_cassette(1), path)
     temp_path(path).write_bytes(b"half a save")  # what a SIGKILL mid-save leaves
-    done = _run(
+    done = _run(  # the interactions come on stdin: the process imports chunktape alone, not test_codec
         f"""
         import faulthandler, sys
-        sys.path.insert(0, {str(Path(__file__).parent)!r})
-        from test_codec import make_cassette
+        import msgspec
         from chunktape.cassettes.codec import load_cassette, open_cassette
         from chunktape.cassettes.store import append_interactions, cassette_lock
-        from chunktape.cassettes.model import CassetteMeta
+        from chunktape.cassettes.model import CassetteMeta, Interaction
         faulthandler.dump_traceback_later(20, exit=True)
-        append_interactions({str(path)!r}, make_cassette(2).interactions, CassetteMeta(), join=lambda meta: True)
+        interactions = msgspec.json.decode(sys.stdin.read(), type=list[Interaction])
+        append_interactions({str(path)!r}, interactions, CassetteMeta(), join=lambda meta: True)
         with cassette_lock({str(path)!r}):  # readers never wait for the writers' lock
             print(len(load_cassette({str(path)!r}).interactions), len(open_cassette({str(path)!r})))
-        """
+        """,
+        msgspec.json.encode(make_cassette(2).interactions).decode(),
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["3", "3"]

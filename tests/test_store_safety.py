@@ -15,6 +15,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from chunktape import RecordingAdapter, load_cassette, open_cassette, recover, save_cassette
@@ -24,27 +25,30 @@ from chunktape.cassettes.store import append_interactions, temp_path
 from helpers import PacedAdapter, collect, options, paced, text_stream
 from test_codec import make_cassette
 
+# The cassette to save comes on stdin (``make_cassette(2)`` as msgpack), so the process imports chunktape alone,
+# not test_codec with pytest and hypothesis.
 _KILLED_MID_SAVE = textwrap.dedent(
     """
     import os, signal, sys
-    sys.path.insert(0, {tests!r})
-    from test_codec import make_cassette
-    from chunktape import save_cassette
+    import msgspec
+    from chunktape import Cassette, save_cassette
 
     def die(fd):
         os.kill(os.getpid(), signal.SIGKILL)  # after the temp file is written, before its rename
 
+    cassette = msgspec.msgpack.decode(sys.stdin.buffer.read(), type=Cassette)
     os.fsync = die
-    save_cassette(make_cassette(2), {path!r})
+    save_cassette(cassette, {path!r})
     """
 )
 
 
 def kill_mid_save(path: Path) -> None:
     """Run a save in a process that is SIGKILLed between writing its temp file and renaming it."""
-    script = _KILLED_MID_SAVE.format(tests=str(Path(__file__).parent), path=str(path))
+    script = _KILLED_MID_SAVE.format(path=str(path))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    done = subprocess.run([sys.executable, "-c", script], env=env, timeout=60, check=False)
+    cassette = msgspec.msgpack.encode(make_cassette(2))
+    done = subprocess.run([sys.executable, "-c", script], input=cassette, env=env, timeout=60, check=False)
     assert done.returncode == -signal.SIGKILL
 
 

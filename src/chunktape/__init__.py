@@ -6,42 +6,9 @@ import typing as _typing
 from chunktape._lazy import lazy_names as _lazy_names
 from chunktape._version import __version__
 from chunktape.errors import Advice, ErrorCode, LlmError, ProtocolViolation
-from chunktape.protocol import (
-    PROTOCOL,
-    AbortController,
-    AbortSignal,
-    Block,
-    BlockEnd,
-    BlockStart,
-    BlockType,
-    CallId,
-    Finish,
-    FinishKind,
-    FinishReason,
-    GenerateOptions,
-    LlmAdapter,
-    Message,
-    ReasoningBlock,
-    ReasoningDelta,
-    ReasoningOption,
-    Reply,
-    ReplyBuilder,
-    Role,
-    StreamChunk,
-    TextBlock,
-    TextDelta,
-    TokenUsage,
-    ToolCallBlock,
-    ToolCallDelta,
-    ToolSpec,
-    UsageChunk,
-    WrappingAdapter,
-    attribution_headers,
-    check_reasoning,
-)
-from chunktape.validation import StreamValidator, validate
 
-# Loaded on first use (``__getattr__``), so ``chunktape --version`` need not load the cassette codec.
+# Loaded on first use (``__getattr__``), so ``chunktape --version`` loads neither msgspec and asyncio (the protocol)
+# nor the cassette codec.
 if _typing.TYPE_CHECKING:
     from chunktape.cassettes import (
         DEFAULT_MATCH,
@@ -62,13 +29,49 @@ if _typing.TYPE_CHECKING:
         redact,
         save_cassette,
     )
+    from chunktape.protocol import (
+        PROTOCOL,
+        AbortController,
+        AbortSignal,
+        Block,
+        BlockEnd,
+        BlockStart,
+        BlockType,
+        CallId,
+        Finish,
+        FinishKind,
+        FinishReason,
+        GenerateOptions,
+        LlmAdapter,
+        Message,
+        ReasoningBlock,
+        ReasoningDelta,
+        ReasoningOption,
+        Reply,
+        ReplyBuilder,
+        Role,
+        StreamChunk,
+        TextBlock,
+        TextDelta,
+        TokenUsage,
+        ToolCallBlock,
+        ToolCallDelta,
+        ToolSpec,
+        UsageChunk,
+        WrappingAdapter,
+        attribution_headers,
+        check_reasoning,
+    )
     from chunktape.recorder import RecordingAdapter, StreamViolationWarning
     from chunktape.replay_options import ReplayOptions
     from chunktape.replayer import ReplayAdapter, Timing
     from chunktape.session import CassetteSession, RecordMode, SessionCall, use_cassette
+    from chunktape.validation import StreamValidator, validate
 
 # The modules behind the lazily loaded names, each with its own ``__all__``; a name loads the first that lists it.
 _LAZY_HOMES = (
+    "chunktape.protocol",
+    "chunktape.validation",
     "chunktape.replay_options",
     "chunktape.cassettes",
     "chunktape.recorder",

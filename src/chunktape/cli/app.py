@@ -7,19 +7,17 @@ file, no API key, a provider error, a busy port); 130 interrupted. ``--debug`` s
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 import traceback
-from collections.abc import Sequence
-from typing import Annotated, Any
+from collections.abc import Iterator, Mapping, MutableMapping, Sequence
+from typing import Annotated, Any, Final
 
 import typer
 from typer.core import TyperGroup
 
 from chunktape import __version__
-from chunktape._secrets import redact_text
-from chunktape.cli import demo as demo_command
-from chunktape.cli import files, play, proxy, record, scenarios, serve
 from chunktape.cli.common import (
     EXIT_INTERRUPTED,
     EXIT_RUNTIME,
@@ -43,13 +41,77 @@ _state = _State()
 
 
 def _report(message: str) -> None:
+    from chunktape._secrets import redact_text  # its patterns only for an error
+
     err_console().print(
         f"chunktape: error: {one_line(redact_text(message))}", style="red", markup=False, soft_wrap=True
     )
 
 
+_COMMANDS: Final[Mapping[str, tuple[str, str]]] = {
+    "record": ("chunktape.cli.record", "record"),
+    "play": ("chunktape.cli.play", "play"),
+    "show": ("chunktape.cli.files", "show"),
+    "check": ("chunktape.cli.files", "check"),
+    "convert": ("chunktape.cli.files", "convert"),
+    "diff": ("chunktape.cli.files", "diff"),
+    "redact": ("chunktape.cli.files", "redact_cassette"),
+    "recover": ("chunktape.cli.files", "recover_journal"),
+    "import-vcr": ("chunktape.cli.files", "import_vcr"),
+    "serve": ("chunktape.cli.serve", "serve"),
+    "proxy": ("chunktape.cli.proxy", "proxy"),
+    "demo": ("chunktape.cli.demo", "demo"),
+    "scenarios": ("chunktape.cli.scenarios", "app"),
+}
+"""Each command (in the order ``--help`` lists them) by the module and name of its function, or of its typer app."""
+
+
+def _command(name: str) -> Any:
+    """The click command ``name``, its module loaded now: only the command that runs pays for its imports."""
+    module, attribute = _COMMANDS[name]
+    target = getattr(importlib.import_module(module), attribute)
+    if isinstance(target, typer.Typer):
+        return typer.main.get_group(target)
+    single = typer.Typer(add_completion=False)
+    single.command(name)(target)
+    return typer.main.get_command(single)
+
+
+class _Commands(MutableMapping[str, Any]):
+    """The group's commands by name, each built on first use (``chunktape --version`` builds none)."""
+
+    def __init__(self, built: Mapping[str, Any]) -> None:
+        self._built = dict(built)
+
+    def __getitem__(self, name: str) -> Any:
+        if name not in self._built:
+            if name not in _COMMANDS:
+                raise KeyError(name)
+            self._built[name] = _command(name)
+        return self._built[name]
+
+    def __setitem__(self, name: str, command: Any) -> None:
+        self._built[name] = command
+
+    def __delitem__(self, name: str) -> None:
+        del self._built[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter({**dict.fromkeys(_COMMANDS), **self._built})
+
+    def __len__(self) -> int:
+        return len({*_COMMANDS, *self._built})
+
+
 class _Group(TyperGroup):
     """Runs a command and turns every failure into one line on stderr and a documented exit code."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.commands = _Commands(self.commands)
+
+    def list_commands(self, ctx: Any) -> list[str]:
+        return list(self.commands)  # the names only: listing them loads no command
 
     def main(
         self,
@@ -141,21 +203,6 @@ def _main(
 ) -> None:
     """Record and replay LLM adapter streams, chunk by chunk with timing, and inject faults."""
     _state.debug = _state.debug or debug
-
-
-app.command("record")(record.record)
-app.command("play")(play.play)
-app.command("show")(files.show)
-app.command("check")(files.check)
-app.command("convert")(files.convert)
-app.command("diff")(files.diff)
-app.command("redact")(files.redact_cassette)
-app.command("recover")(files.recover_journal)
-app.command("import-vcr")(files.import_vcr)
-app.command("serve")(serve.serve)
-app.command("proxy")(proxy.proxy)
-app.command("demo")(demo_command.demo)
-app.add_typer(scenarios.app)
 
 
 def main() -> None:

@@ -1,26 +1,27 @@
-"""What every command shares: exit codes, the consoles, the one-line error, option parsing helpers."""
+"""What every command shares: exit codes, the consoles, the one-line error, option parsing helpers.
+
+The CLI's start (``chunktape --version``, and the group before it loads a command) imports this module: what only
+some helpers need (rich, msgspec, the cassettes, the faults) loads when one of them is called.
+"""
 
 from __future__ import annotations
 
-import asyncio
 import os
 import sys
 from collections.abc import Coroutine, Sequence
 from pathlib import Path
-from typing import Annotated, Any, Final, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, Final, TypeVar
 
-import msgspec
 import typer
-from rich.console import Console
 
-from chunktape._secrets import env_secrets
-from chunktape.cassettes.analysis import CASSETTE_SUFFIXES
-from chunktape.cassettes.codec import load_cassette
-from chunktape.cassettes.model import Cassette
-from chunktape.cassettes.redaction import redact
 from chunktape.errors import AdviceWords, ErrorCode, LlmError
-from chunktape.faults import Fault, parse_fault
-from chunktape.timing import Timing
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from chunktape.cassettes.model import Cassette
+    from chunktape.faults import Fault
+    from chunktape.timing import Timing
 
 __all__ = [
     "EXIT_FAILED",
@@ -106,10 +107,16 @@ class _Consoles:
     """
 
     def out(self) -> Console:
-        return Console(file=sys.stdout, no_color=_no_color(), highlight=False, emoji=False, width=_width(sys.stdout))
+        return self._on(sys.stdout)
 
     def err(self) -> Console:
-        return Console(file=sys.stderr, no_color=_no_color(), highlight=False, emoji=False, width=_width(sys.stderr))
+        return self._on(sys.stderr)
+
+    @staticmethod
+    def _on(file: Any) -> Console:
+        from rich.console import Console
+
+        return Console(file=file, no_color=_no_color(), highlight=False, emoji=False, width=_width(file))
 
 
 _consoles = _Consoles()
@@ -132,6 +139,8 @@ def one_line(text: str) -> str:
 
 def check_output_suffix(path: Path, what: str = "") -> None:
     """A cassette to write must end in ``.msgpack`` or ``.json`` (the suffix picks the encoding): else a usage error."""
+    from chunktape.cassettes.analysis import CASSETTE_SUFFIXES
+
     if path.suffix.lower() not in CASSETTE_SUFFIXES:
         where = f"{what} " if what else ""
         valid = " or ".join(CASSETTE_SUFFIXES)
@@ -140,6 +149,8 @@ def check_output_suffix(path: Path, what: str = "") -> None:
 
 def load(path: Path) -> Cassette:
     """A cassette by path; a missing or undecodable file is a ``CliError`` (an ``LlmError`` passes through)."""
+    from chunktape.cassettes.codec import load_cassette
+
     if path.is_dir():
         raise CliError(f"{path} is a directory, not a cassette file")
     return load_cassette(path)
@@ -154,11 +165,16 @@ ShowSecrets = Annotated[
 def shown(cassette: Cassette, show_secrets: bool) -> Cassette:
     """``cassette`` as a terminal may show it: every credential masked, also those it was allowed to keep, unless
     ``--show-secrets``; masked on the reassembled blocks, so a key split over deltas is masked in each."""
+    from chunktape._secrets import env_secrets
+    from chunktape.cassettes.redaction import redact
+
     return cassette if show_secrets else redact(cassette, env_secrets().values())
 
 
 def timing_option(speed: float | None, instant: bool, default: Timing) -> Timing:
     """``--speed X`` / ``--instant`` as a ``Timing``; both at once is a usage error."""
+    from chunktape.timing import Timing
+
     if instant and speed is not None:
         raise CliError("use either --speed or --instant, not both", EXIT_USAGE)
     if instant:
@@ -172,6 +188,10 @@ def timing_option(speed: float | None, instant: bool, default: Timing) -> Timing
 
 def parse_fault_option(values: Sequence[str]) -> list[Fault]:
     """``--fault`` values: a ``STANDARD_FAULTS`` id, or a fault as JSON (``{"type": "http-error", ...}``)."""
+    import msgspec
+
+    from chunktape.faults import parse_fault
+
     faults: list[Fault] = []
     for value in values:
         spec: Any = value
@@ -195,6 +215,8 @@ def run_virtual(coro: Coroutine[Any, Any, _T]) -> _T:
 
     The faults read the loop's clock only, so a stall or a latency runs the same schedule, without the wait.
     """
+    import asyncio
+
     import looptime  # it imports pytest: only for the commands that run in loop time
 
     with asyncio.Runner(loop_factory=lambda: looptime.new_event_loop(start=0)) as runner:
