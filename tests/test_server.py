@@ -439,16 +439,15 @@ def test_a_server_never_started_releases_its_socket_when_collected(monkeypatch: 
 
     unraisable: list[Any] = []
     monkeypatch.setattr(sys, "unraisablehook", unraisable.append)
-    gc.freeze()  # what lived before is left out of the collection below: one over the whole suite's heap takes seconds
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("error", ResourceWarning)
-            server = ReplayServer(DEMO)
-            port = server.port
-            del server
-            gc.collect()
-    finally:
-        gc.unfreeze()
+    # What lived before is left out of the collection below (one over the whole suite's heap takes seconds), and
+    # stays frozen, as the suite keeps it (conftest): unfreezing would hand it all back to every later collection.
+    gc.freeze()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ResourceWarning)
+        server = ReplayServer(DEMO)
+        port = server.port
+        del server
+        gc.collect()
     assert [hook.exc_value for hook in unraisable] == []
     # The port is free again: a second listener on it succeeds.
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
