@@ -4,29 +4,32 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import importlib
 import ipaddress
 import socket
 import sys
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import httpcore
-import httpcore2
-import httpx
-import httpx2
-import openai
 import pytest
 from hypothesis import HealthCheck, settings
 
-import chunktape.pytest_plugin
-from chunktape import LlmAdapter
-from fake_provider import FakeProvider
+if TYPE_CHECKING:
+    from chunktape import LlmAdapter
+    from fake_provider import FakeProvider
 
-# Imported here, before any in-process pytester run: pytester drops the modules a run imported when it ends, and a
-# module imported again gets new exception classes, which httpx/httpx2 (that map httpcore's exceptions through a
-# table filled once) and the SDKs would then no longer recognise. Our plugin (registered only by the runs, never
-# here: ``-p no:chunktape``) is kept too, so each run does not import it again.
-PRELOADED = (httpcore, httpcore2, httpx, httpx2, openai, chunktape.pytest_plugin)
+# Imported before any test, so before any in-process pytester run: pytester drops the modules a run imported when it
+# ends, and a module imported again gets new exception classes, which httpx/httpx2 (that map httpcore's exceptions
+# through a table filled once) and the SDKs would then no longer recognise. Our plugin (registered only by the runs,
+# never here: ``-p no:chunktape``) is kept too, so each run does not import it again. Imported by a fixture, not
+# here: an xdist controller, which runs no test, then starts its workers without importing them first.
+PRELOADED = ("httpcore", "httpcore2", "httpx", "httpx2", "openai", "chunktape.pytest_plugin")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _preloaded() -> None:
+    for name in PRELOADED:
+        importlib.import_module(name)
 
 
 # Hypothesis' per-example deadline (200 ms) and its too-slow check measure wall time: on a shared, loaded machine
@@ -116,6 +119,8 @@ def never_live() -> Callable[[], LlmAdapter]:
 @pytest.fixture(scope="session")
 def fake_provider_server() -> Iterator[FakeProvider]:
     """One loopback server per test session (per xdist worker), shut down cleanly at the end."""
+    from fake_provider import FakeProvider
+
     server = FakeProvider()
     server.start()
     yield server
