@@ -7,6 +7,7 @@ import gc
 import importlib
 import ipaddress
 import socket
+import ssl
 import sys
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
@@ -30,6 +31,35 @@ PRELOADED = ("httpcore", "httpcore2", "httpx", "httpx2", "openai", "chunktape.py
 def _preloaded() -> None:
     for name in PRELOADED:
         importlib.import_module(name)
+    _share_default_tls()
+
+
+def _share_default_tls() -> None:
+    """One default TLS context per test process, whoever builds the client (a test, an SDK, chunktape).
+
+    Every test speaks plain HTTP to 127.0.0.1, yet each httpx or httpx2 client or transport built with the default
+    ``verify=True`` reads the whole CA bundle (~25 ms of CPU; a few hundred per worker). The default context is
+    built once, by the library, and shared; any other ``verify`` or a client certificate is built as asked.
+    """
+    import httpx._transports.default as httpx_transports
+    import httpx2._transports.default as httpx2_transports
+
+    for module in (httpx_transports, httpx2_transports):
+        _share_in(module)
+
+
+def _share_in(module: Any) -> None:
+    build: Callable[..., ssl.SSLContext] = module.create_ssl_context
+    shared: dict[bool, ssl.SSLContext] = {}
+
+    def create_ssl_context(verify: Any = True, cert: Any = None, trust_env: bool = True) -> ssl.SSLContext:
+        if verify is not True or cert is not None:
+            return build(verify=verify, cert=cert, trust_env=trust_env)
+        if trust_env not in shared:
+            shared[trust_env] = build(verify=True, cert=None, trust_env=trust_env)
+        return shared[trust_env]
+
+    module.create_ssl_context = create_ssl_context
 
 
 # Hypothesis' per-example deadline (200 ms) and its too-slow check measure wall time: on a shared, loaded machine

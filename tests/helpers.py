@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import functools
-import ssl
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -247,13 +245,6 @@ def cassette_with_raised_status(folder: Path, status: int) -> Path:
     document["interactions"][0]["outcome"]["status"] = status
     path.write_bytes(msgspec.json.encode(document))
     return path
-
-
-@functools.cache
-def loopback_tls() -> ssl.SSLContext:
-    """One SSL context per process, for ``verify=`` of the httpx and httpx2 clients and transports tests build: a
-    loopback test never uses TLS, but each one built with the default ``verify=True`` loads the CA bundle (~25 ms)."""
-    return ssl.create_default_context()
 
 
 # The plugins a pytester project runs with: ours (the suite itself runs with ``-p no:chunktape``), and not

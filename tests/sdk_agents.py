@@ -24,7 +24,6 @@ from openai.types.chat import ChatCompletionFunctionToolParam, ChatCompletionMes
 from chunktape import Completed, load_cassette
 from chunktape.http import RecordingTransport
 from fake_provider import FakeProvider, FakeResponse, chunk, sse, tool_delta
-from helpers import loopback_tls
 
 Kind = Literal["httpx2", "httpx"]
 KINDS: tuple[Kind, ...] = ("httpx2", "httpx")
@@ -252,7 +251,7 @@ class Sdk:
         """A client of ``kind`` (sync or async as the agent wants) on ``transport`` (default: the network)."""
         library: Any = httpx2 if kind == "httpx2" else httpx
         cls = library.Client if self.sync else library.AsyncClient
-        return cls(transport=transport) if transport is not None else cls(verify=loopback_tls())
+        return cls(transport=transport) if transport is not None else cls()
 
 
 SDKS = {
@@ -304,7 +303,7 @@ def quiet_litellm(monkeypatch: pytest.MonkeyPatch) -> None:
 def network(sdk: Sdk, kind: Kind) -> Any:
     """The real transport a recording goes through, of the client's library and kind."""
     library: Any = httpx2 if kind == "httpx2" else httpx
-    return (library.HTTPTransport if sdk.sync else library.AsyncHTTPTransport)(verify=loopback_tls())
+    return (library.HTTPTransport if sdk.sync else library.AsyncHTTPTransport)()
 
 
 async def record(sdk: Sdk, kind: Kind, fake_provider: FakeProvider, path: Path) -> None:

@@ -34,7 +34,7 @@ from chunktape.protocol import Finish
 from chunktape.providers import ScriptedAdapter, ScriptedTurn
 from chunktape.wire.openai_chat import options_to_openai_request
 from fake_provider import FakeProvider, FakeResponse, chunk, deepseek_reasoning_then_text, sse
-from helpers import interaction_of, loopback_tls, options, text_stream
+from helpers import interaction_of, options, text_stream
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "cassettes"
@@ -797,16 +797,14 @@ def test_serve_as_a_process_with_scenarios(tmp_path: Path) -> None:
         )
         url = first.split()[2]
         assert "scenario limited" in process.stdout.readline()
-        listed = httpx.get(f"{url}/scenarios", timeout=10, verify=loopback_tls()).json()
+        listed = httpx.get(f"{url}/scenarios", timeout=10).json()
         assert "limited" in str(listed)
         body = options_to_openai_request(load_cassette(DEMO).interactions[0].request.to_options())
         for _ in range(2):  # --repeat: the same request replays every time
-            answer = httpx.post(f"{url}/v1/chat/completions", json=body, timeout=10, verify=loopback_tls())
+            answer = httpx.post(f"{url}/v1/chat/completions", json=body, timeout=10)
             assert answer.status_code == 200
             assert "list_files" in answer.text
-        limited = httpx.post(
-            f"{url}/scenarios/limited/v1/chat/completions", json=body, timeout=10, verify=loopback_tls()
-        )
+        limited = httpx.post(f"{url}/scenarios/limited/v1/chat/completions", json=body, timeout=10)
         assert limited.status_code == 429
     finally:
         process.send_signal(signal.SIGINT)

@@ -16,7 +16,7 @@ from chunktape.faults import Disconnect, FailFirst, Fault, HttpError, Truncate
 from chunktape.http import FaultTransport
 from chunktape.providers import OpenAICompatAdapter
 from fake_provider import FakeProvider, FakeResponse, deepseek_parallel_tools
-from helpers import drain, loopback_tls
+from helpers import drain
 from sdk_agents import one_worker
 
 OPTIONS = GenerateOptions(model="deepseek-chat", messages=[Message(role="user", content="weather in Beijing?")])
@@ -36,7 +36,7 @@ async def test_a_fault_gives_the_adapter_the_same_outcome_over_either_library(
 ) -> None:
     fault, code = FAULTS[name]
     fake_provider.enqueue(FakeResponse(body=deepseek_parallel_tools()))
-    transport = FaultTransport(library.AsyncHTTPTransport(verify=loopback_tls()), [fault] if fault is not None else [])
+    transport = FaultTransport(library.AsyncHTTPTransport(), [fault] if fault is not None else [])
     async with library.AsyncClient(transport=transport) as client:
         chunks, error = await drain(
             OpenAICompatAdapter(fake_provider.url, api_key="sk-test", client=client).stream(OPTIONS), validate=True
@@ -64,7 +64,7 @@ async def test_openai_on_its_default_httpx2_client_gets_its_own_errors(fake_prov
     fake_provider.enqueue(FakeResponse(body=deepseek_parallel_tools()))
     sdk = openai_over(
         fake_provider,
-        FaultTransport(httpx2.AsyncHTTPTransport(verify=loopback_tls()), [FailFirst(n=1, fault=HttpError(429))]),
+        FaultTransport(httpx2.AsyncHTTPTransport(), [FailFirst(n=1, fault=HttpError(429))]),
     )
     with pytest.raises(openai.RateLimitError):
         await ask(sdk)
@@ -72,9 +72,7 @@ async def test_openai_on_its_default_httpx2_client_gets_its_own_errors(fake_prov
     await sdk.close()
 
     fake_provider.enqueue(FakeResponse(body=deepseek_parallel_tools()))
-    sdk = openai_over(
-        fake_provider, FaultTransport(httpx2.AsyncHTTPTransport(verify=loopback_tls()), [Disconnect(after_chunks=1)])
-    )
+    sdk = openai_over(fake_provider, FaultTransport(httpx2.AsyncHTTPTransport(), [Disconnect(after_chunks=1)]))
     with pytest.raises(openai.APIConnectionError):
         await ask(sdk)
     await sdk.close()
@@ -85,7 +83,7 @@ async def test_anthropics_default_client_takes_the_transport() -> None:
     """anthropic refuses any transport with an httpx class in its MRO; an injected 429 never reaches the network."""
     import anthropic
 
-    transport = FaultTransport(httpx2.AsyncHTTPTransport(verify=loopback_tls()), [HttpError(status=429)])
+    transport = FaultTransport(httpx2.AsyncHTTPTransport(), [HttpError(status=429)])
     sdk = anthropic.AsyncAnthropic(
         base_url="http://127.0.0.1:9",
         api_key="sk-test",
@@ -100,7 +98,7 @@ async def test_anthropics_default_client_takes_the_transport() -> None:
 
 @pytest.mark.parametrize("library", LIBRARIES)
 def test_a_sync_client_is_told_what_to_use(library: ModuleType) -> None:
-    transport = FaultTransport(library.AsyncHTTPTransport(verify=loopback_tls()), ["http-429"])
+    transport = FaultTransport(library.AsyncHTTPTransport(), ["http-429"])
     refused = pytest.raises(TypeError, match=r"FaultTransport is an async transport.*ReplayTransport")
     with library.Client(transport=transport) as client, refused:
         client.post("http://127.0.0.1:9/v1/chat/completions", json={})

@@ -16,7 +16,7 @@ from chunktape import ErrorCode, LlmError, Timing, save_cassette
 from chunktape.cli.app import app
 from chunktape.http import ReplayServer
 from chunktape.scenarios import load_scenarios, scenario_schema
-from helpers import PYTEST_PLUGINS, cassette_of, interaction_of, loopback_tls, text_stream
+from helpers import PYTEST_PLUGINS, cassette_of, interaction_of, text_stream
 
 
 def _cassette(path: Path) -> Path:
@@ -42,7 +42,7 @@ def test_a_scenarios_match_on_reaches_its_route(tmp_path: Path) -> None:
     other = {"model": "m", "messages": [{"role": "user", "content": "something else"}], "stream": False}
     with (
         ReplayServer(scenarios=path, timing=Timing.instant()) as server,
-        httpx2.Client(verify=loopback_tls()) as client,
+        httpx2.Client() as client,
     ):
         assert server.scenarios["loose"].options.match_on == ("model",)
         assert server.scenarios["strict"].options.match_on == server.options.match_on

@@ -15,7 +15,6 @@ from chunktape.errors import ErrorCode, LlmError
 from chunktape.protocol import GenerateOptions, Message, StreamChunk, TextDelta
 from chunktape.providers import OpenAICompatAdapter
 from fake_provider import FakeProvider, FakeResponse, chunk, sse
-from helpers import loopback_tls
 
 ClientKind = Literal["default", "httpx2", "httpx"]
 KINDS: list[ClientKind] = ["default", "httpx2", "httpx"]
@@ -33,7 +32,7 @@ async def adapter_with(kind: ClientKind, url: str, *, read_timeout: float = 60.0
             await adapter.aclose()
         return
     client: httpx2.AsyncClient | httpx.AsyncClient = (httpx2.AsyncClient if kind == "httpx2" else httpx.AsyncClient)(
-        timeout=read_timeout, verify=loopback_tls()
+        timeout=read_timeout
     )
     async with client:
         adapter = OpenAICompatAdapter(url, api_key="sk-test-0123456789", client=client)

@@ -15,7 +15,6 @@ import pytest
 from chunktape import Completed, ReplayAdapter, TextDelta, load_cassette
 from chunktape.http.proxy import RecordingProxy
 from fake_provider import FakeProvider, FakeResponse, chunk, sse
-from helpers import loopback_tls
 
 KEY = "sk-proxy-abcdefghijklmnopqrstuvwxyz0123"
 HELLO = sse(
@@ -59,9 +58,7 @@ def test_the_stream_passes_through_unbuffered(fake_provider: FakeProvider, tmp_p
     path = tmp_path / "slow.msgpack"
     with RecordingProxy(fake_provider.url, path) as proxy:
         body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True}
-        with httpx.stream(
-            "POST", proxy.url + "/v1/chat/completions", json=body, timeout=10, verify=loopback_tls()
-        ) as reply:
+        with httpx.stream("POST", proxy.url + "/v1/chat/completions", json=body, timeout=10) as reply:
             pieces_read = reply.iter_raw()
             first = next(pieces_read)
             # Only the first piece has been sent: the provider sleeps before the next one.
@@ -88,7 +85,7 @@ def test_other_paths_pass_through_and_errors_are_recorded(fake_provider: FakePro
     with RecordingProxy(fake_provider.url, path) as proxy:
         with pytest.raises(openai.RateLimitError):
             _ask(proxy.url + "/v1")
-        missing = httpx.get(proxy.url + "/v1/models", timeout=10, verify=loopback_tls())
+        missing = httpx.get(proxy.url + "/v1/models", timeout=10)
     assert missing.status_code in (404, 405)  # the fake provider's own answer, passed through
     (interaction,) = load_cassette(path).interactions
     assert interaction.outcome.status == 429  # type: ignore[union-attr]
@@ -98,7 +95,7 @@ def test_other_paths_pass_through_and_errors_are_recorded(fake_provider: FakePro
 def test_an_unreachable_upstream_is_a_502(tmp_path: Path) -> None:
     with RecordingProxy("http://127.0.0.1:9", tmp_path / "down.msgpack") as proxy:
         body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True}
-        answer = httpx.post(proxy.url + "/v1/chat/completions", json=body, timeout=10, verify=loopback_tls())
+        answer = httpx.post(proxy.url + "/v1/chat/completions", json=body, timeout=10)
     assert answer.status_code == 502
     assert answer.headers["x-chunktape-error"] == "UPSTREAM_ERROR"
 

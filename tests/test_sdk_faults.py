@@ -21,7 +21,6 @@ from chunktape import Cassette, ErrorCode, LlmError, Raised, Timing, load_casset
 from chunktape.faults import Disconnect, FailFirst, Fault, HttpError
 from chunktape.http import RecordingTransport, ReplayServer, ReplayTransport
 from fake_provider import FakeProvider, FakeResponse
-from helpers import loopback_tls
 from sdk_agents import (
     KEY,
     RETRY_AFTER_S,
@@ -160,7 +159,7 @@ async def test_anthropic_traffic_retries_and_errors_pass_through_the_recorder(
     }[fault]
     fake_provider.enqueue(*responses)
     path = tmp_path / "anthropic.msgpack"
-    transport = RecordingTransport(httpx2.AsyncHTTPTransport(verify=loopback_tls()), path)
+    transport = RecordingTransport(httpx2.AsyncHTTPTransport(), path)
     outcome = await anthropic_agent(fake_provider.url, anthropic_client(how, transport))
     assert outcome == (
         Outcome(error="RemoteProtocolError") if fault == "disconnect-mid-stream" else Outcome(text="Bonjour")

@@ -18,7 +18,6 @@ from chunktape import load_cassette
 from chunktape.faults import FailFirst, HttpError
 from chunktape.http import RecordingTransport, ReplayTransport
 from fake_provider import FakeProvider, FakeResponse, chunk, sse, tool_delta
-from helpers import loopback_tls
 from sdk_agents import one_worker
 
 OFFLINE = "http://127.0.0.1:9/v1"
@@ -53,7 +52,7 @@ async def _record_and_replay(
     """``run(base_url, client)`` once against the fake provider (recorded), once offline (replayed)."""
     fake_provider.enqueue(FakeResponse(body=body, headers={"x-request-id": "req_sdk"}))
     path = tmp_path / "sdk.msgpack"
-    recording = RecordingTransport(httpx2.AsyncHTTPTransport(verify=loopback_tls()), path)
+    recording = RecordingTransport(httpx2.AsyncHTTPTransport(), path)
     async with httpx2.AsyncClient(transport=recording) as client:
         live = await run(fake_provider.url + "/v1", client)
     assert len(load_cassette(path).interactions) == 1
@@ -99,10 +98,7 @@ def test_openai_sync_over_httpx(fake_provider: FakeProvider, tmp_path: Path) -> 
 
     fake_provider.enqueue(FakeResponse(body=_answer("Hello there")))
     path = tmp_path / "sync.json"
-    assert (
-        run(fake_provider.url + "/v1", RecordingTransport(httpx.HTTPTransport(verify=loopback_tls()), path))
-        == "Hello there"
-    )
+    assert run(fake_provider.url + "/v1", RecordingTransport(httpx.HTTPTransport(), path)) == "Hello there"
     assert run(OFFLINE, ReplayTransport(path)) == "Hello there"
 
 
