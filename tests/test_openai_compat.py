@@ -416,14 +416,36 @@ async def test_keepalive_comments_do_not_reset_the_idle_deadline(fake_provider: 
     assert await fake_provider.wait_disconnected()
 
 
-async def test_real_data_moves_the_idle_deadline(fake_provider: FakeProvider) -> None:
-    events = [sse(chunk({"content": f"{n} "}), done=False) for n in range(12)]
+class _Paced(httpx.AsyncByteStream):
+    """The pieces with ``gap`` seconds before each, slept in the test's own loop (virtual time under looptime)."""
+
+    def __init__(self, pieces: list[bytes], gap: float) -> None:
+        self.pieces = pieces
+        self.gap = gap
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        for piece in self.pieces:
+            await asyncio.sleep(self.gap)
+            yield piece
+
+
+@pytest.mark.looptime
+async def test_real_data_moves_the_idle_deadline() -> None:
+    events = [sse(chunk({"content": f"{n} "}), done=False) for n in range(6)]
     events.append(sse(chunk({}, finish_reason="stop")))
-    fake_provider.enqueue(FakeResponse(body=events, piece_delay=0.05))
-    # 0.6 s in all, twice the idle timeout, in gaps of 50 ms: each 250 ms short of it.
-    chunks = await stream_chunks(adapter_for(fake_provider, idle_timeout=0.3), OPTIONS)
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, headers={"content-type": "text/event-stream"}, stream=_Paced(events, 0.25))
+
+    async with httpx.AsyncClient(transport=httpx.MockTransport(answer)) as client:
+        adapter = OpenAICompatAdapter("http://127.0.0.1:9", api_key="k", client=client, idle_timeout=1.0)
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        chunks = await stream_chunks(adapter, OPTIONS)
+    # 1.75 s in all, well past the idle timeout, in gaps of 0.25 s: each 0.75 s short of it (virtual time: exact).
+    assert loop.time() - started == pytest.approx(1.75)
     validate(chunks)
-    assert blocks(chunks) == [TextBlock(text="".join(f"{n} " for n in range(12)))]
+    assert blocks(chunks) == [TextBlock(text="0 1 2 3 4 5 ")]
 
 
 class _Pieces(httpx.AsyncByteStream):
