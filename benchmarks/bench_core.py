@@ -160,16 +160,34 @@ def median_times(runs: dict[str, Callable[[], object]], repeat: int) -> dict[str
     return {name: statistics.median(values) for name, values in times.items()}
 
 
-def text_chunks(count: int, seed: int = 0) -> list[StreamChunk]:
-    """A valid text stream of exactly ``count`` chunks (block-start, deltas, block-end, usage, finish)."""
-    pieces = [f"word{(seed * 31 + n) % 997} " for n in range(count - 4)]
+def text_stream(pieces: Sequence[str], *, usage: int | None = None) -> list[StreamChunk]:
+    """A valid text stream of ``pieces``: block-start, a delta each, block-end, a usage chunk when ``usage`` (input
+    tokens) is given, finish."""
+    usage_chunk = [] if usage is None else [UsageChunk(usage=TokenUsage(input_tokens=usage, output_tokens=len(pieces)))]
     return [
         BlockStart(index=0, block_type="text"),
         *(TextDelta(index=0, text=piece) for piece in pieces),
         BlockEnd(index=0, block=TextBlock(text="".join(pieces))),
-        UsageChunk(usage=TokenUsage(input_tokens=100, output_tokens=len(pieces))),
+        *usage_chunk,
         Finish(reason=FinishReason(kind="stop")),
     ]
+
+
+def text_chunks(count: int, seed: int = 0) -> list[StreamChunk]:
+    """A valid text stream of exactly ``count`` chunks (block-start, deltas, block-end, usage, finish)."""
+    return text_stream([f"word{(seed * 31 + n) % 997} " for n in range(count - 4)], usage=100)
+
+
+def recorded(
+    options: GenerateOptions, chunks: Sequence[StreamChunk], *, step_ns: int = 1, start_ns: int = 0
+) -> Interaction:
+    """``chunks`` as a completed recording of ``options``: the n-th at ``start_ns + n * step_ns``, the end one step
+    after the last."""
+    return Interaction(
+        request=RecordedRequest.from_options(options),
+        events=[Event(t_ns=start_ns + n * step_ns, chunk=chunk) for n, chunk in enumerate(chunks)],
+        outcome=Completed(t_ns=start_ns + len(chunks) * step_ns),
+    )
 
 
 def request(number: int) -> GenerateOptions:
@@ -214,11 +232,7 @@ def bench_replay(repeat: int, folder: Path, count: int = 10_000) -> dict[str, fl
     cassette file replayed once through (open, match, decode, yield), the three measured in turns."""
     chunks = text_chunks(count)
     options = request(0)
-    interaction = Interaction(
-        request=RecordedRequest.from_options(options),
-        events=[Event(t_ns=n, chunk=chunk) for n, chunk in enumerate(chunks)],
-        outcome=Completed(t_ns=len(chunks)),
-    )
+    interaction = recorded(options, chunks)
     replay = ReplayAdapter(Cassette(interactions=[interaction]), allow_repeats=True)
     path = folder / "fresh.msgpack"
     save_cassette(Cassette(interactions=[interaction]), path)
@@ -360,13 +374,7 @@ def build_files(
     for number in range(count):
         options = request(number)
         chunks = text_chunks(per, seed=number)
-        interactions.append(
-            Interaction(
-                request=RecordedRequest.from_options(options),
-                events=[Event(t_ns=1_000_000 * (n + 1), chunk=chunk) for n, chunk in enumerate(chunks)],
-                outcome=Completed(t_ns=1_000_000 * (len(chunks) + 1)),
-            )
-        )
+        interactions.append(recorded(options, chunks, step_ns=1_000_000, start_ns=1_000_000))
         body = {
             "model": options.model,
             "messages": [{"role": m.role, "content": m.content} for m in options.messages],
@@ -539,11 +547,7 @@ def bench_files(
 def bench_timing(gaps: int = 200, runs: int = 3) -> dict[str, float]:
     gap_ns = 5_000_000
     chunks = text_chunks(gaps + 4)
-    interaction = Interaction(
-        request=RecordedRequest.from_options(request(0)),
-        events=[Event(t_ns=gap_ns * (n + 1), chunk=chunk) for n, chunk in enumerate(chunks)],
-        outcome=Completed(t_ns=gap_ns * (len(chunks) + 1)),
-    )
+    interaction = recorded(request(0), chunks, step_ns=gap_ns, start_ns=gap_ns)
     replay = ReplayAdapter(Cassette(interactions=[interaction]), timing=Timing.recorded(), allow_repeats=True)
 
     async def run() -> list[float]:

@@ -15,22 +15,9 @@ from typing import Any
 import openai
 
 from chunktape import (
-    BlockEnd,
-    BlockStart,
     Cassette,
-    Completed,
-    Event,
-    Finish,
-    FinishReason,
     GenerateOptions,
-    Interaction,
     Message,
-    RecordedRequest,
-    StreamChunk,
-    TextBlock,
-    TextDelta,
-    TokenUsage,
-    UsageChunk,
 )
 from chunktape.http import ReplayServer
 from chunktape.providers import OpenAICompatAdapter
@@ -38,26 +25,14 @@ from chunktape.replayer import Timing
 from chunktape.wire.openai_chat import options_to_openai_request
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_core import Row, print_table
+from bench_core import Row, print_table, recorded, text_stream
 
 OPTIONS = GenerateOptions(model="bench-model", messages=[Message(role="user", content="stream a lot")])
 
 
 def cassette(chunks: int) -> Cassette:
-    pieces = [f"tok{n} " for n in range(chunks - 4)]
-    stream: list[StreamChunk] = [
-        BlockStart(index=0, block_type="text"),
-        *(TextDelta(index=0, text=piece) for piece in pieces),
-        BlockEnd(index=0, block=TextBlock(text="".join(pieces))),
-        UsageChunk(usage=TokenUsage(input_tokens=3, output_tokens=len(pieces))),
-        Finish(reason=FinishReason(kind="stop")),
-    ]
-    interaction = Interaction(
-        request=RecordedRequest.from_options(OPTIONS),
-        events=[Event(t_ns=position, chunk=chunk) for position, chunk in enumerate(stream)],
-        outcome=Completed(t_ns=len(stream)),
-    )
-    return Cassette(interactions=[interaction])
+    stream = text_stream([f"tok{n} " for n in range(chunks - 4)], usage=3)
+    return Cassette(interactions=[recorded(OPTIONS, stream)])
 
 
 async def _adapter(url: str, calls: int) -> int:

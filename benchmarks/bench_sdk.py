@@ -24,11 +24,10 @@ from typing import Any
 
 import httpx2
 import openai
-from bench_core import Row, pip_peer, print_table
+from bench_core import Row, pip_peer, print_table, recorded, text_stream
 
-from chunktape import Cassette, Completed, Event, GenerateOptions, Interaction, Message, RecordedRequest
+from chunktape import Cassette, GenerateOptions, Message
 from chunktape.http import ReplayServer, ReplayTransport
-from chunktape.protocol import BlockEnd, BlockStart, Finish, FinishReason, TextBlock, TextDelta
 
 NAME = "SDK replay in process: 1,000 short streams through openai, ReplayTransport vs cassetter"
 PEER = "cassetter"
@@ -41,15 +40,7 @@ def cassette(streams: int) -> Cassette:
     interactions = []
     for n in range(streams):
         options = GenerateOptions(model="m", messages=[Message(role="user", content=f"question {n}")])
-        chunks: list[Any] = [BlockStart(index=0, block_type="text")]
-        chunks += [TextDelta(index=0, text=piece) for piece in _TEXT]
-        chunks += [BlockEnd(index=0, block=TextBlock(text="".join(_TEXT))), Finish(reason=FinishReason(kind="stop"))]
-        events = [Event(t_ns=i * 1000, chunk=chunk) for i, chunk in enumerate(chunks)]
-        interactions.append(
-            Interaction(
-                request=RecordedRequest.from_options(options), events=events, outcome=Completed(t_ns=len(chunks) * 1000)
-            )
-        )
+        interactions.append(recorded(options, text_stream(_TEXT), step_ns=1000))
     return Cassette(interactions=interactions)
 
 

@@ -31,25 +31,15 @@ from pathlib import Path
 import httpx
 
 from chunktape import (
-    BlockEnd,
-    BlockStart,
     Cassette,
-    Completed,
-    Event,
-    Finish,
-    FinishReason,
     GenerateOptions,
     Interaction,
     Message,
-    RecordedRequest,
-    StreamChunk,
-    TextBlock,
-    TextDelta,
     save_cassette,
 )
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_core import Row, print_table
+from bench_core import Row, print_table, recorded, text_stream
 
 WORK = Path(__file__).parent / ".work"
 PEER_DIR = WORK / "aimock"
@@ -69,20 +59,8 @@ def pieces(count: int) -> list[str]:
 
 
 def _interaction(prompt: str, count: int) -> Interaction:
-    text = pieces(count)
-    stream: list[StreamChunk] = [
-        BlockStart(index=0, block_type="text"),
-        *(TextDelta(index=0, text=piece) for piece in text),
-        BlockEnd(index=0, block=TextBlock(text="".join(text))),
-        Finish(reason=FinishReason(kind="stop")),
-    ]
-    return Interaction(
-        request=RecordedRequest.from_options(
-            GenerateOptions(model=OPTIONS.model, messages=[Message(role="user", content=prompt)])
-        ),
-        events=[Event(t_ns=position, chunk=chunk) for position, chunk in enumerate(stream)],
-        outcome=Completed(t_ns=len(stream)),
-    )
+    options = GenerateOptions(model=OPTIONS.model, messages=[Message(role="user", content=prompt)])
+    return recorded(options, text_stream(pieces(count)))
 
 
 def cassette(count: int) -> Cassette:

@@ -25,25 +25,13 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_core import Row, pip_peer, print_table
+from bench_core import Row, pip_peer, print_table, recorded, text_stream
 
 from chunktape import (
-    BlockEnd,
-    BlockStart,
     Cassette,
-    Completed,
-    Event,
-    Finish,
-    FinishReason,
     GenerateOptions,
     Interaction,
     Message,
-    RecordedRequest,
-    StreamChunk,
-    TextBlock,
-    TextDelta,
-    TokenUsage,
-    UsageChunk,
     save_cassette,
 )
 from chunktape.http import ReplayServer
@@ -105,20 +93,8 @@ def test_{n}():
 
 
 def _interaction(n: int) -> Interaction:
-    pieces = [f"piece{i} " for i in range(PIECES)]
-    chunks: list[StreamChunk] = [
-        BlockStart(index=0, block_type="text"),
-        *(TextDelta(index=0, text=piece) for piece in pieces),
-        BlockEnd(index=0, block=TextBlock(text="".join(pieces))),
-        UsageChunk(usage=TokenUsage(input_tokens=5, output_tokens=PIECES)),
-        Finish(reason=FinishReason(kind="stop")),
-    ]
     options = GenerateOptions(model="m", messages=[Message(role="user", content=f"question {n}")])
-    return Interaction(
-        request=RecordedRequest.from_options(options),
-        events=[Event(t_ns=i * 1000, chunk=chunk) for i, chunk in enumerate(chunks)],
-        outcome=Completed(t_ns=len(chunks) * 1000),
-    )
+    return recorded(options, text_stream([f"piece{i} " for i in range(PIECES)], usage=5), step_ns=1000)
 
 
 def write_suite(root: Path, suite: str, tests: int) -> Path:
