@@ -14,9 +14,8 @@ def lazy_names(
     package: str, names: Sequence[str], homes: Sequence[str]
 ) -> tuple[Callable[[str], object], Callable[[], list[str]]]:
     """``__getattr__`` and ``__dir__`` for ``package``: a name of ``names`` loads from the first of ``homes`` whose
-    ``__all__`` lists it (or, without an ``__all__``, that has it), and is kept in the package; any other name is
-    tried as a submodule (``chunktape.faults`` stays reachable after ``import chunktape``, as it was when the package
-    imported it)."""
+    ``__all__`` lists it, and is kept in the package; any other name is tried as a submodule (``chunktape.faults``
+    stays reachable after ``import chunktape``, as it was when the package imported it)."""
     namespace = sys.modules[package].__dict__
     public = frozenset(names)
 
@@ -24,8 +23,7 @@ def lazy_names(
         if name in public:
             for home in homes:
                 module = importlib.import_module(home)
-                listed = getattr(module, "__all__", None)
-                if name in listed if listed is not None else hasattr(module, name):
+                if name in module.__all__:
                     value: object = getattr(module, name)
                     namespace[name] = value
                     return value

@@ -36,6 +36,8 @@ from chunktape.protocol import (
     UsageChunk,
 )
 
+__all__ = ["RULES", "StreamValidator", "validate"]
+
 RULES = (
     "block-pairs",
     "index-order",
