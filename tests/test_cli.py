@@ -662,8 +662,8 @@ ENTRY_POINTS = [
 ]
 
 
-@pytest.mark.parametrize("entry", ENTRY_POINTS)
-def test_demo_and_check_as_processes(entry: list[str], tmp_path: Path) -> None:
+def test_demo_and_check_as_processes(tmp_path: Path) -> None:
+    entry = [str(SCRIPT)]
     demo = subprocess.run(
         [*entry, "demo", "--out", str(tmp_path), "--speed", "1000"],
         capture_output=True,
@@ -693,8 +693,8 @@ def test_demo_and_check_as_processes(entry: list[str], tmp_path: Path) -> None:
     assert "Traceback" not in check.stderr
 
 
-@pytest.mark.parametrize("entry", ENTRY_POINTS)
-def test_record_as_a_process(entry: list[str], fake_provider: FakeProvider, tmp_path: Path) -> None:
+def test_record_as_a_process(fake_provider: FakeProvider, tmp_path: Path) -> None:
+    entry = [str(SCRIPT)]
     fake_provider.enqueue(_text_reply("Hello", " from", " a", " process"))
     out = tmp_path / "proc.json"
     done = subprocess.run(
@@ -722,6 +722,29 @@ def test_record_as_a_process(entry: list[str], fake_provider: FakeProvider, tmp_
         "chunktape: error: no API key: set the environment variable DEEPSEEK_API_KEY "
         "(or name another with --api-key-env)"
     ]
+
+
+@pytest.mark.parametrize("entry", ENTRY_POINTS)
+def test_both_entry_points_run_the_same_cli_with_its_exit_codes(entry: list[str], tmp_path: Path) -> None:
+    """``chunktape`` and ``python -m chunktape`` are one CLI: success, a finding and an error, each with its exit
+    code and one line (the commands themselves run as processes above, on the script)."""
+
+    def cli(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*entry, *args], capture_output=True, text=True, env=_env(**env), timeout=60, check=False)
+
+    passed = cli("check", str(EXAMPLES))
+    assert passed.returncode == 0, passed.stdout + passed.stderr
+    (tmp_path / "broken.msgpack").write_bytes(b"\x00\x01garbage")
+    found = cli("check", str(tmp_path))
+    assert found.returncode == 1
+    assert found.stdout.strip().startswith(f"{tmp_path / 'broken.msgpack'}: file: CASSETTE_CORRUPT")
+    missing = cli("record", "-p", "hi", "-o", str(tmp_path / "no.json"), "--api-key-env", "CLI_NO_SUCH_KEY")
+    assert missing.returncode == 3
+    assert missing.stderr.strip().splitlines() == [
+        "chunktape: error: no API key: set the environment variable CLI_NO_SUCH_KEY "
+        "(or name another with --api-key-env)"
+    ]
+    assert "Traceback" not in found.stderr + missing.stderr
 
 
 # -- import-vcr and serve (chunktape.http) ------------------------------------------------------------

@@ -246,12 +246,25 @@ import sys
 import openai
 import pytest
 
+# The agent in another process speaks plain HTTP with the standard library (as an agent in another language
+# would): it reads the SSE line by line, as it streams.
 AGENT = '''
-import os, sys
-import openai
-client = openai.OpenAI(base_url=sys.argv[1] + "/v1", api_key=os.environ["KEY"], max_retries=0)
-stream = client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}], stream=True)
-print("".join(part.choices[0].delta.content or "" for part in stream if part.choices))
+import json, os, sys, urllib.request
+body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True}
+request = urllib.request.Request(
+    sys.argv[1] + "/v1/chat/completions",
+    data=json.dumps(body).encode(),
+    headers={"Authorization": "Bearer " + os.environ["KEY"], "Content-Type": "application/json"},
+)
+text = []
+with urllib.request.urlopen(request, timeout=30) as response:
+    assert response.headers["Content-Type"].startswith("text/event-stream"), response.headers["Content-Type"]
+    for line in response:
+        data = line.decode().strip().removeprefix("data: ")
+        if line.startswith(b"data: ") and data != "[DONE]":
+            choices = json.loads(data)["choices"]
+            text.extend(choice["delta"].get("content") or "" for choice in choices)
+print("".join(text))
 '''
 
 
