@@ -439,8 +439,10 @@ async def test_borrowed(tape):
 def test_async_tests_under_pytest_asyncio_strict_mode_and_anyio(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """With every installed plugin autoloaded, as users run: ours comes from its ``pytest11`` entry point alone
+    (no ``-p chunktape``), beside pytest-asyncio's strict mode and anyio's plugin."""
     project(pytester, asyncio_mode="strict", test_async=ASYNC_TESTS, test_borrowed=BORROWED)
-    result = run(pytester, "--tape-mode", "once")
+    result = pytester.runpytest("-p", "no:langsmith_plugin", "--tape-mode", "once")
     result.assert_outcomes(passed=3)
     folder = pytester.path / "cassettes"
     assert questions(folder / "test_async" / "test_asyncio.msgpack") == ["asyncio"]
@@ -449,7 +451,7 @@ def test_async_tests_under_pytest_asyncio_strict_mode_and_anyio(
     # The two adapters the factory built were closed; the one the fixture returned is the fixture's to close.
     assert (pytester.path / "closed.log").read_text() == "closed\n" * 2
     monkeypatch.setenv("LIVE", "raise")
-    run(pytester, "--tape-strict").assert_outcomes(passed=3)
+    pytester.runpytest("-p", "no:langsmith_plugin", "--tape-strict").assert_outcomes(passed=3)
 
 
 def test_markers_are_registered_with_their_signature(pytester: pytest.Pytester) -> None:
