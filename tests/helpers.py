@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import ast
 import asyncio
+import functools
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -260,3 +262,24 @@ PYTEST_PLUGINS = (
     # is imported long before: pytest would warn that it cannot rewrite that module's asserts.
     *("-W", "ignore:Module already imported so cannot be rewritten; asyncio:pytest.PytestAssertRewriteWarning"),
 )
+
+
+# -- chunktape's own source, for the tests that prove where a concept is defined or what a room imports ---------------
+SRC = Path(__file__).resolve().parents[1] / "src" / "chunktape"
+
+
+@functools.cache
+def source_tree(path: Path) -> ast.Module:
+    """The parsed module at ``path``: once per test process, though several layout tests walk all of src/."""
+    return ast.parse(path.read_text(encoding="utf-8"))
+
+
+def imports_of(path: Path) -> list[tuple[str, list[str]]]:
+    """Each ``from X import a, b`` (and ``import X``, with no names) of the module at ``path``, wherever it sits."""
+    found: list[tuple[str, list[str]]] = []
+    for node in ast.walk(source_tree(path)):
+        if isinstance(node, ast.ImportFrom) and node.module is not None:
+            found.append((node.module, [alias.name for alias in node.names]))
+        elif isinstance(node, ast.Import):
+            found.extend((alias.name, []) for alias in node.names)
+    return found

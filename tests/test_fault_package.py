@@ -5,7 +5,6 @@ from __future__ import annotations
 import ast
 import contextlib
 from collections.abc import Callable
-from pathlib import Path
 
 import pytest
 
@@ -16,26 +15,15 @@ from chunktape.protocol import StreamChunk
 from chunktape.providers.demo import DEMO_TURNS
 from chunktape.providers.scripted import script_chunks
 from fault_support import first_request, from_list
+from helpers import SRC, imports_of, source_tree
 
-SRC = Path(__file__).resolve().parents[1] / "src" / "chunktape"
 OPTIONS = first_request()
 CHUNKS = script_chunks(DEMO_TURNS[0])
 
 
-def _imports(path: Path) -> set[str]:
-    tree = ast.parse(path.read_text())
-    names: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and node.module:
-            names.add(node.module)
-        elif isinstance(node, ast.Import):
-            names.update(alias.name for alias in node.names)
-    return names
-
-
 def test_the_fault_transport_imports_nothing_from_the_replayer() -> None:
     # The HTTP fault layer stands on the faults package alone (the server, which replays, uses ReplayAdapter).
-    upward = {name for name in _imports(SRC / "http" / "transport.py") if name.startswith("chunktape.replayer")}
+    upward = {name for name, _ in imports_of(SRC / "http" / "transport.py") if name.startswith("chunktape.replayer")}
     assert not upward
 
 
@@ -43,7 +31,7 @@ def test_the_fault_transforms_are_defined_once() -> None:
     transforms = {"_disconnect", "_stall", "_latency", "_truncate", "_malformed"}
     where: dict[str, list[str]] = {}
     for path in SRC.rglob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in ast.walk(source_tree(path)):
             if isinstance(node, ast.AsyncFunctionDef | ast.FunctionDef) and node.name in transforms:
                 where.setdefault(node.name, []).append(str(path.relative_to(SRC)))
     assert where == {name: ["faults/transforms.py"] for name in transforms}

@@ -2,40 +2,26 @@
 
 from __future__ import annotations
 
-import ast
 from pathlib import Path
 
 import httpx2
 import pytest
 
-import chunktape
 from chunktape import AbortController, ErrorCode, LlmError, ReplayAdapter, save_cassette
 from chunktape.faults import FailFirst, HttpError
 from chunktape.http import ReplayServer, ReplayTransport
 from chunktape.replay_options import ReplayOptions
 from chunktape.replayer import Hold, Playback
-from helpers import cassette_of, interaction_of, options, recorded_request, text_stream
+from helpers import SRC, cassette_of, imports_of, interaction_of, options, recorded_request, text_stream
 
-SOURCE = Path(chunktape.__file__).parent
 BODY = b'{"model": "test-model", "messages": [{"role": "user", "content": "hello"}], "stream": true}'
 
 
-def _imports(path: Path) -> list[tuple[str, list[str]]]:
-    """Each ``from X import a, b`` (and ``import X``) of the module at ``path``, wherever it sits in the file."""
-    found: list[tuple[str, list[str]]] = []
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.ImportFrom) and node.module is not None:
-            found.append((node.module, [alias.name for alias in node.names]))
-        elif isinstance(node, ast.Import):
-            found.extend((alias.name, []) for alias in node.names)
-    return found
-
-
 @pytest.mark.parametrize(
-    "path", [*sorted((SOURCE / "http").glob("*.py")), SOURCE / "faults" / "search.py"], ids=lambda path: path.name
+    "path", [*sorted((SRC / "http").glob("*.py")), SRC / "faults" / "search.py"], ids=lambda path: path.name
 )
 def test_the_http_faces_and_the_fault_search_stand_on_the_engine_not_on_the_adapter(path: Path) -> None:
-    upward = [module for module, _ in _imports(path) if module.startswith("chunktape.replayer")]
+    upward = [module for module, _ in imports_of(path) if module.startswith("chunktape.replayer")]
     assert upward == []
 
 
@@ -43,7 +29,7 @@ def test_the_http_faces_and_the_fault_search_stand_on_the_engine_not_on_the_adap
 def test_the_transports_import_no_private_name_of_another_module(name: str) -> None:
     private = [
         f"{module}.{item}"
-        for module, items in _imports(SOURCE / "http" / name)
+        for module, items in imports_of(SRC / "http" / name)
         if module.startswith("chunktape.")
         for item in items
         if item.startswith("_")

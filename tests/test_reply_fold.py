@@ -41,10 +41,8 @@ from chunktape.protocol import (
     UsageChunk,
 )
 from chunktape.wire.openai_chat import decode_openai_completion
-from helpers import options
+from helpers import SRC, options, source_tree
 from strategies import valid_streams
-
-SRC = Path(__file__).resolve().parents[1] / "src" / "chunktape"
 
 CALL = ToolCallBlock(id=CallId("c1"), name="lookup", arguments='{"q":"tea"}')
 USAGE = TokenUsage(input_tokens=3, output_tokens=7, cached_input_tokens=1)
@@ -104,7 +102,7 @@ NOT_A_REPLY = {
 def test_the_reply_fold_is_defined_once() -> None:
     where: set[str] = set()
     for path in SRC.rglob("*.py"):
-        if any(_accumulates_text(node) for node in ast.walk(ast.parse(path.read_text()))):
+        if any(_accumulates_text(node) for node in ast.walk(source_tree(path))):
             where.add(str(path.relative_to(SRC)))
     assert where - NOT_A_REPLY == {"protocol.py"}
     for consumer in ("cassettes/analysis.py", "http/render.py", "cli/render.py", "harness/events.py"):

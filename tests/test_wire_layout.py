@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ast
 import importlib
 from pathlib import Path
 
@@ -12,8 +11,9 @@ from chunktape.errors import ErrorCode
 from chunktape.wire import http_errors
 from chunktape.wire import openai_chat as package
 from chunktape.wire.openai_chat import decoder, encoder, requests
+from helpers import SRC, imports_of
 
-WIRE = Path(__file__).resolve().parents[1] / "src" / "chunktape" / "wire"
+WIRE = SRC / "wire"
 
 # Every name callers imported from the single ``openai_chat`` module before the split: none may go away.
 FORMER_NAMES = {
@@ -45,13 +45,7 @@ FORMER_NAMES = {
 
 
 def _imports(path: Path) -> set[str]:
-    names: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom) and node.module:
-            names.add(node.module)
-        elif isinstance(node, ast.Import):
-            names.update(alias.name for alias in node.names)
-    return {name for name in names if name.startswith("chunktape")}
+    return {name for name, _ in imports_of(path) if name.startswith("chunktape")}
 
 
 def test_every_former_name_is_still_importable_from_the_package() -> None:
