@@ -6,6 +6,7 @@ import asyncio
 import gc
 import importlib
 import ipaddress
+import signal
 import socket
 import ssl
 import sys
@@ -144,6 +145,19 @@ def _loopback_only() -> Iterator[None]:
     socket.socket.connect, socket.socket.connect_ex = guarded(original[0]), guarded(original[1])  # type: ignore[method-assign]
     yield
     socket.socket.connect, socket.socket.connect_ex = original  # type: ignore[method-assign]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _interruptible_children() -> None:
+    """The processes the tests start take SIGINT as from a terminal's Ctrl-C, however the suite was started.
+
+    A run started in the background by a non-interactive shell (``make test &`` in a script, ``nohup``) inherits
+    SIGINT ignored, and so does every process it starts: ``chunktape record`` then keeps recording through the
+    Ctrl-C a test sends it, as asyncio leaves an ignored SIGINT ignored. With Python's own handler here, a started
+    process begins with the default disposition again.
+    """
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import ast
 import asyncio
 import functools
+import signal
+import subprocess
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -283,3 +285,18 @@ def imports_of(path: Path) -> list[tuple[str, list[str]]]:
         elif isinstance(node, ast.Import):
             found.extend((alias.name, []) for alias in node.names)
     return found
+
+
+def interrupt(process: subprocess.Popen[str], timeout: float = 30) -> tuple[str, str]:
+    """Ctrl-C for a process a test started: SIGINT, then its output once it has exited.
+
+    One that does not stop in time is killed before the test fails, so no process outlives its test (a
+    ``Popen`` collected later warns, and with ``filterwarnings = error`` fails whatever test is running then).
+    """
+    process.send_signal(signal.SIGINT)
+    try:
+        return process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        _, err = process.communicate()
+        raise AssertionError(f"{process.args!r} did not stop within {timeout} s of SIGINT:\n{err}") from None

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -34,7 +33,7 @@ from chunktape.protocol import Finish
 from chunktape.providers import ScriptedAdapter, ScriptedTurn
 from chunktape.wire.openai_chat import options_to_openai_request
 from fake_provider import FakeProvider, FakeResponse, chunk, deepseek_reasoning_then_text, sse
-from helpers import interaction_of, options, text_stream
+from helpers import interaction_of, interrupt, options, text_stream
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "cassettes"
@@ -825,8 +824,7 @@ def test_serve_as_a_process_with_scenarios(tmp_path: Path) -> None:
         limited = httpx.post(f"{url}/scenarios/limited/v1/chat/completions", json=body, timeout=10)
         assert limited.status_code == 429
     finally:
-        process.send_signal(signal.SIGINT)
-        process.communicate(timeout=30)
+        interrupt(process)
     assert process.returncode in (0, 130)
 
 
@@ -875,8 +873,7 @@ def test_ctrl_c_while_recording_keeps_what_was_recorded(fake_provider: FakeProvi
         piece = process.stdout.read(1)
         assert piece, "the recorder exited before streaming"
         seen += piece
-    process.send_signal(signal.SIGINT)
-    _, stderr = process.communicate(timeout=30)
+    _, stderr = interrupt(process)
     # No reply completed: what was received is kept beside the cassette, never as it.
     assert process.returncode == 3, stderr
     kept = tmp_path / "cut.failed.msgpack"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +14,7 @@ import pytest
 from chunktape import Completed, ReplayAdapter, TextDelta, load_cassette
 from chunktape.http.proxy import RecordingProxy
 from fake_provider import FakeProvider, FakeResponse, chunk, sse
+from helpers import interrupt
 
 KEY = "sk-proxy-abcdefghijklmnopqrstuvwxyz0123"
 HELLO = sse(
@@ -115,8 +115,7 @@ def test_chunktape_proxy_as_a_process(fake_provider: FakeProvider, tmp_path: Pat
         url = first.split(" on ")[1].split()[0]
         assert _ask(url + "/v1") == "Hi there"
     finally:
-        process.send_signal(signal.SIGINT)
-        out, err = process.communicate(timeout=30)
+        out, err = interrupt(process)
     assert process.returncode == 0, err
     assert f"saved {path}" in out
     assert KEY.encode() not in path.read_bytes()

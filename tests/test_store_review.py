@@ -6,7 +6,6 @@ import contextlib
 import errno
 import fcntl
 import os
-import signal
 import socket
 import stat
 import subprocess
@@ -35,7 +34,7 @@ from chunktape import (
 from chunktape.cassettes.journal import journal_path
 from chunktape.cassettes.store import temp_path
 from chunktape.cli.app import app
-from helpers import PacedAdapter, collect, interaction_of, options, paced, text_stream, tool_stream
+from helpers import PacedAdapter, collect, interaction_of, interrupt, options, paced, text_stream, tool_stream
 from test_codec import make_cassette
 
 
@@ -243,8 +242,7 @@ def test_record_interrupted_before_any_chunk_keeps_the_good_cassette(tmp_path: P
         connection, _ = server.accept()  # the request is out; no reply will come
         with connection:
             connection.recv(65536)
-            process.send_signal(signal.SIGINT)
-            _, stderr = process.communicate(timeout=60)
+            _, stderr = interrupt(process, timeout=60)
     assert process.returncode == 3, stderr
     assert out.read_bytes() == good
     kept = load_cassette(tmp_path / "good.failed.msgpack").interactions
