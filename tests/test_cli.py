@@ -658,9 +658,8 @@ SCRIPT = Path(sys.executable).parent / "chunktape"
 
 
 def test_demo_and_check_as_processes(tmp_path: Path) -> None:
-    entry = [str(SCRIPT)]
     demo = subprocess.run(
-        [*entry, "demo", "--out", str(tmp_path), "--speed", "1000"],
+        [str(SCRIPT), "demo", "--out", str(tmp_path), "--speed", "1000"],
         capture_output=True,
         text=True,
         env=_env(),
@@ -671,7 +670,7 @@ def test_demo_and_check_as_processes(tmp_path: Path) -> None:
     assert "demo done in" in demo.stdout
     assert "\x1b[" not in demo.stdout  # not a terminal: no colours
     check = subprocess.run(
-        [*entry, "check", str(tmp_path), str(EXAMPLES)],
+        [str(SCRIPT), "check", str(tmp_path), str(EXAMPLES)],
         capture_output=True,
         text=True,
         env=_env(),
@@ -681,7 +680,7 @@ def test_demo_and_check_as_processes(tmp_path: Path) -> None:
     assert check.returncode == 0, check.stdout + check.stderr
     (tmp_path / "broken.msgpack").write_bytes(b"\x00\x01garbage")
     check = subprocess.run(
-        [*entry, "check", str(tmp_path)], capture_output=True, text=True, env=_env(), timeout=60, check=False
+        [str(SCRIPT), "check", str(tmp_path)], capture_output=True, text=True, env=_env(), timeout=60, check=False
     )
     assert check.returncode == 1
     assert check.stdout.strip().startswith(f"{tmp_path / 'broken.msgpack'}: file: CASSETTE_CORRUPT")
@@ -689,11 +688,10 @@ def test_demo_and_check_as_processes(tmp_path: Path) -> None:
 
 
 def test_record_as_a_process(fake_provider: FakeProvider, tmp_path: Path) -> None:
-    entry = [str(SCRIPT)]
     fake_provider.enqueue(_text_reply("Hello", " from", " a", " process"))
     out = tmp_path / "proc.json"
     done = subprocess.run(
-        [*entry, "record", "--base-url", fake_provider.url, "-p", "hi", "-o", str(out)],
+        [str(SCRIPT), "record", "--base-url", fake_provider.url, "-p", "hi", "-o", str(out)],
         capture_output=True,
         text=True,
         env=_env(DEEPSEEK_API_KEY=DUMMY_KEY),
@@ -705,7 +703,7 @@ def test_record_as_a_process(fake_provider: FakeProvider, tmp_path: Path) -> Non
     assert DUMMY_KEY not in out.read_text()
     assert check_cassette(out) == []
     missing = subprocess.run(
-        [*entry, "record", "-p", "hi", "-o", str(tmp_path / "no.json")],
+        [str(SCRIPT), "record", "-p", "hi", "-o", str(tmp_path / "no.json")],
         capture_output=True,
         text=True,
         env={k: v for k, v in _env().items() if k != "DEEPSEEK_API_KEY"},
