@@ -214,12 +214,10 @@ def run_virtual(coro: Coroutine[Any, Any, _T]) -> _T:
     """Run ``coro`` on a looptime event loop: every sleep and timeout passes at once in loop time.
 
     The faults read the loop's clock only, so a stall or a latency runs the same schedule, without the wait.
-    ``noop_cycles=0`` for the reason the fault search gives (faults/search.py): these commands do no outside I/O
-    in the loop, so looptime's 42 idle passes before each clock jump change nothing and were half the demo's CPU.
     """
     import asyncio
 
-    import looptime  # it imports pytest: only for the commands that run in loop time
+    from chunktape._virtual_time import replay_loop
 
-    with asyncio.Runner(loop_factory=lambda: looptime.new_event_loop(start=0, noop_cycles=0)) as runner:
+    with asyncio.Runner(loop_factory=replay_loop) as runner:
         return runner.run(coro)

@@ -41,6 +41,7 @@ except ImportError as missing:  # pragma: no cover - depends on the environment
     raise ImportError("chunktape's fault search needs hypothesis: pip install 'chunktape[search]'") from missing
 
 from chunktape._playback import Playback
+from chunktape._virtual_time import replay_loop
 from chunktape.cassettes.codec import LazyCassette, as_lazy
 from chunktape.cassettes.model import Cassette
 from chunktape.errors import ErrorCode, LlmError
@@ -111,15 +112,9 @@ def run_virtual(agent: Agent, adapter: LlmAdapter, deadline_s: float) -> BaseExc
                 raise AgentHang(deadline_s) from None
             raise
 
-    def new_loop() -> asyncio.AbstractEventLoop:
-        # end= backs the timeout up should the agent swallow its cancellation. noop_cycles=0: looptime's default
-        # spins 42 idle loop passes before each jump of the clock, a grace of well under a millisecond for outside
-        # I/O; with no handle ready no coroutine can run, so for code on the replay they change nothing, yet they
-        # were most of each run's CPU.
-        return looptime.new_event_loop(start=0, end=2 * deadline_s + 1, noop_cycles=0)
-
     try:
-        with asyncio.Runner(loop_factory=new_loop) as runner:
+        # end= backs the timeout up should the agent swallow its cancellation.
+        with asyncio.Runner(loop_factory=lambda: replay_loop(end=2 * deadline_s + 1)) as runner:
             runner.run(main())
     except (KeyboardInterrupt, SystemExit):
         raise
