@@ -11,7 +11,7 @@ import socket
 import ssl
 import sys
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -39,26 +39,26 @@ def _share_default_tls() -> None:
     """One default TLS context per test process, whoever builds the client (a test, an SDK, chunktape).
 
     Every test speaks plain HTTP to 127.0.0.1, yet each httpx or httpx2 client or transport built with the default
-    ``verify=True`` reads the whole CA bundle (~25 ms of CPU; a few hundred per worker). The default context is
-    built once, by the library, and shared; any other ``verify`` or a client certificate is built as asked.
+    ``verify=True`` reads the whole CA bundle (~25 ms of CPU; a few hundred per worker). The clients and transports
+    the libraries build get the context chunktape's own already share (``_httpx.default_tls``); any other
+    ``verify``, a client certificate or ``trust_env=False`` is built as asked.
     """
     import httpx._transports.default as httpx_transports
     import httpx2._transports.default as httpx2_transports
 
-    for module in (httpx_transports, httpx2_transports):
-        _share_in(module)
+    _share_in(httpx_transports, "httpx")
+    _share_in(httpx2_transports, "httpx2")
 
 
-def _share_in(module: Any) -> None:
+def _share_in(module: Any, library: Literal["httpx", "httpx2"]) -> None:
+    from chunktape._httpx import default_tls
+
     build: Callable[..., ssl.SSLContext] = module.create_ssl_context
-    shared: dict[bool, ssl.SSLContext] = {}
 
     def create_ssl_context(verify: Any = True, cert: Any = None, trust_env: bool = True) -> ssl.SSLContext:
-        if verify is not True or cert is not None:
-            return build(verify=verify, cert=cert, trust_env=trust_env)
-        if trust_env not in shared:
-            shared[trust_env] = build(verify=True, cert=None, trust_env=trust_env)
-        return shared[trust_env]
+        if verify is True and cert is None and trust_env:
+            return default_tls(library)
+        return build(verify=verify, cert=cert, trust_env=trust_env)
 
     module.create_ssl_context = create_ssl_context
 

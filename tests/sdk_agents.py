@@ -303,7 +303,7 @@ def quiet_litellm(monkeypatch: pytest.MonkeyPatch) -> None:
 def network(sdk: Sdk, kind: Kind) -> Any:
     """The real transport a recording goes through, of the client's library and kind."""
     library: Any = httpx2 if kind == "httpx2" else httpx
-    return (library.HTTPTransport if sdk.sync else library.AsyncHTTPTransport)()
+    return library.HTTPTransport() if sdk.sync else library.AsyncHTTPTransport()
 
 
 async def record(sdk: Sdk, kind: Kind, fake_provider: FakeProvider, path: Path) -> None:
