@@ -109,20 +109,14 @@ def picks(options: Sequence[T], *, min_size: int = 0, max_size: int) -> st.Searc
     return _byte_strings(min_size, max_size).map(lambda raw: [options[byte % len(options)] for byte in raw])
 
 
-def _split(draw: st.DrawFn, text: str, min_pieces: int = 1) -> list[str]:
-    if not text:
-        return [""] * min_pieces
-    bounds = [0, *cut_points(draw, len(text), max_cuts=6, min_cuts=min_pieces - 1), len(text)]
+def _split(draw: st.DrawFn, text: str) -> list[str]:
+    """``text`` cut at arbitrary points into deltas (pieces may be empty strings)."""
+    bounds = [0, *cut_points(draw, len(text), max_cuts=6), len(text)]
     return [text[a:b] for a, b in itertools.pairwise(bounds)]
 
 
-@st.composite
-def split_text(draw: st.DrawFn, text: str, *, min_pieces: int = 1) -> list[str]:
-    """Split ``text`` at arbitrary points (pieces may be empty strings)."""
-    return _split(draw, text, min_pieces)
-
-
 def _block(draw: st.DrawFn, index: int) -> list[StreamChunk]:
+    """One whole block at ``index``: text, reasoning or a tool call, its deltas split anyhow."""
     kind = draw(_kinds)
     if kind == "tool-call":
         arguments = msgspec.json.encode(draw(json_values)).decode()
@@ -146,12 +140,6 @@ def _block(draw: st.DrawFn, index: int) -> list[StreamChunk]:
         *(ReasoningDelta(index=index, text=p) for p in pieces),
         BlockEnd(index=index, block=ReasoningBlock(text=text)),
     ]
-
-
-@st.composite
-def blocks(draw: st.DrawFn, index: int) -> list[StreamChunk]:
-    """One whole block at ``index``: text, reasoning or a tool call, its deltas split anyhow."""
-    return _block(draw, index)
 
 
 @st.composite
