@@ -260,9 +260,8 @@ text = []
 with urllib.request.urlopen(request, timeout=30) as response:
     assert response.headers["Content-Type"].startswith("text/event-stream"), response.headers["Content-Type"]
     for line in response:
-        data = line.decode().strip().removeprefix("data: ")
-        if line.startswith(b"data: ") and data != "[DONE]":
-            choices = json.loads(data)["choices"]
+        if line.startswith(b"data: ") and line.strip() != b"data: [DONE]":
+            choices = json.loads(line.removeprefix(b"data: "))["choices"]
             text.extend(choice["delta"].get("content") or "" for choice in choices)
 print("".join(text))
 '''
