@@ -161,6 +161,59 @@ async def test_client_closing_early_is_recorded_as_cut_short(fake_provider: Fake
     assert type(interaction.outcome) is Cancelled
 
 
+class _Open(httpx2.AsyncBaseTransport):
+    """A provider that sends ``body`` and then keeps the connection open (the next read waits forever)."""
+
+    def __init__(self, body: bytes) -> None:
+        self.body = body
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        return httpx2.Response(200, headers={"content-type": "text/event-stream"}, stream=_OpenBody(self.body))
+
+
+class _OpenBody(httpx2.AsyncByteStream):
+    def __init__(self, body: bytes) -> None:
+        self.body = body
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        yield self.body
+        await asyncio.Event().wait()
+        yield b""  # pragma: no cover - never reached
+
+
+@pytest.mark.parametrize(
+    ("body", "outcome"),
+    [
+        (sse(chunk({"content": "Hel"}), chunk({"content": "lo"}), chunk({}, finish_reason="stop")), Completed),
+        (sse(chunk({"content": "Hel"}), done=False), Cancelled),
+    ],
+    ids=["after-the-end", "mid-stream"],
+)
+async def test_a_body_read_cancelled_is_complete_only_after_the_end(
+    body: bytes, outcome: type[Completed | Cancelled], tmp_path: Path
+) -> None:
+    """A proxy's client that hangs up after ``[DONE]`` cancels the relay's next read: the stream was whole."""
+    path = tmp_path / "cancelled.json"
+    transport = RecordingTransport(_Open(body), path)
+    received = asyncio.Event()
+
+    async def read(client: httpx2.AsyncClient) -> None:
+        request = {"model": "m", "messages": MESSAGES, "stream": True}
+        async with client.stream("POST", "http://provider.test/v1/chat/completions", json=request) as reply:
+            async for _ in reply.aiter_bytes():
+                received.set()
+
+    async with httpx2.AsyncClient(transport=transport) as client:
+        reading = asyncio.create_task(read(client))
+        await received.wait()
+        reading.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await reading
+    (interaction,) = load_cassette(path).interactions
+    assert type(interaction.outcome) is outcome
+    assert "".join(getattr(c, "text", "") for c in interaction.chunks).startswith("Hel")
+
+
 class _Paced(httpx2.AsyncBaseTransport):
     """A provider on the test's loop: each event 0.5 s (of loop time) after the previous one."""
 

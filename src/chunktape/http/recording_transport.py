@@ -245,13 +245,18 @@ class _Exchange:
             outcome = Raised(
                 t_ns=t_ns, code=ErrorCode.STREAM_ABORTED.value, message=f"the connection broke mid-body: {error}"
             )
+        elif isinstance(error, asyncio.CancelledError | GeneratorExit) and not self.status:
+            outcome = Cancelled(t_ns=t_ns, reason="the request was cancelled before the answer came")
         elif isinstance(error, asyncio.CancelledError | GeneratorExit):
-            outcome = Cancelled(t_ns=t_ns, reason="the body read was cancelled")
+            # The task reading the body was cancelled, as a client closing it is (a proxy's client hanging up
+            # after ``[DONE]`` cancels the relay mid-read): complete if the stream had already finished.
+            self.closed(reason="the body read was cancelled")
+            return
         else:
             outcome = raised_from(error, t_ns=t_ns) if isinstance(error, Exception) else Cancelled(t_ns=t_ns)
         self._end(outcome)
 
-    def closed(self) -> None:
+    def closed(self, reason: str = "the client closed the response before its end") -> None:
         """The SDK closed the body: complete if the stream had already finished, else cut short."""
         if self.call.ended:
             return
@@ -269,7 +274,7 @@ class _Exchange:
             # are the provider's answer, and a replay must give them back for the SDK to retry again.
             self._end(Raised.from_error(http_error(self.status, b"".join(self.body), self.headers), t_ns=t_ns))
             return
-        self._end(Cancelled(t_ns=t_ns, reason="the client closed the response before its end"))
+        self._end(Cancelled(t_ns=t_ns, reason=reason))
 
     def _end(self, outcome: Raised | Completed | Cancelled) -> None:
         self.broken = True
