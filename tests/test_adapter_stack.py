@@ -21,8 +21,8 @@ from chunktape import (
     WrappingAdapter,
     use_cassette,
 )
-from helpers import PacedAdapter, collect, collect_until_error, options, paced, text_stream
-from test_pytest_plugin import project, run
+from helpers import PacedAdapter, collect, collect_until_error, options, paced, run_pytest, text_stream
+from test_pytest_plugin import project
 
 KEY = "sk-declared-by-assignment-0123456789"
 
@@ -159,5 +159,5 @@ FIXTURE_TEST = """
 
 def test_the_tape_fixture_yields_the_session(pytester: pytest.Pytester) -> None:
     project(pytester, test_stack=FIXTURE_TEST)
-    run(pytester, "--tape-mode", "once", "-k", "no-fault").assert_outcomes(passed=1, deselected=1)
-    run(pytester).assert_outcomes(passed=2)
+    run_pytest(pytester, "--tape-mode", "once", "-k", "no-fault").assert_outcomes(passed=1, deselected=1)
+    run_pytest(pytester).assert_outcomes(passed=2)

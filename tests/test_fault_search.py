@@ -30,7 +30,7 @@ from chunktape.faults import (
 )
 from chunktape.faults.search import AgentHang, Schedule, SearchResult, run_virtual, search_faults
 from chunktape.scenarios import parse_scenarios
-from helpers import PYTEST_PLUGINS
+from helpers import run_pytest
 
 
 @pytest.fixture(scope="module")
@@ -244,7 +244,7 @@ def test_the_marker_fails_a_planted_bug_with_the_shrunk_one_fault_marker_line(py
     pytester.makepyfile(test_search=textwrap.dedent(SEARCH_TESTS))
     samples.record(pytester.mkdir("cassettes") / "test_search" / "weather.msgpack")
 
-    result = pytester.runpytest(*PYTEST_PLUGINS)
+    result = run_pytest(pytester)
     result.assert_outcomes(passed=1, failed=4)
     output = result.stdout.str()
     expected = (
@@ -259,7 +259,7 @@ def test_the_marker_fails_a_planted_bug_with_the_shrunk_one_fault_marker_line(py
     assert "test_unknown_option: @pytest.mark.tape_fault_search: takes keyword arguments only" in output
 
     # The failure was saved in the example database: the next run tries it first.
-    again = pytester.runpytest(*PYTEST_PLUGINS, "-k", "test_duplicates")
+    again = run_pytest(pytester, "-k", "test_duplicates")
     again.assert_outcomes(failed=1)
     assert "(found after 1 example(s)" in again.stdout.str()
     assert expected in again.stdout.str()

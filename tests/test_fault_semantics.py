@@ -19,7 +19,7 @@ from chunktape.faults import (
 )
 from chunktape.faults.plan import FaultPlan
 from chunktape.protocol import GenerateOptions, Message
-from helpers import PYTEST_PLUGINS
+from helpers import run_pytest
 from matrix_project import make_project
 
 OPTIONS = GenerateOptions(model="m", messages=[Message(role="user", content="hi")])
@@ -71,16 +71,16 @@ def test_the_default_matrix_over_a_two_call_agent_records_then_passes_in_virtual
     pytester: pytest.Pytester,
 ) -> None:
     make_project(pytester)
-    result = pytester.runpytest(*PYTEST_PLUGINS, "--tape-mode", "once")
+    result = run_pytest(pytester, "--tape-mode", "once")
     result.assert_outcomes(passed=len(STANDARD_FAULTS) + 1)
     # Replayed offline afterwards: the same, with no live adapter needed.
-    result = pytester.runpytest(*PYTEST_PLUGINS)
+    result = run_pytest(pytester)
     result.assert_outcomes(passed=len(STANDARD_FAULTS) + 1)
 
 
 def test_calls_moves_the_fault_to_the_second_call(pytester: pytest.Pytester) -> None:
     make_project(pytester, matrix_args='(faults=["http-503", "http-401", "stall-30s"], calls=2)')
-    result = pytester.runpytest(*PYTEST_PLUGINS, "--tape-mode", "once")
+    result = run_pytest(pytester, "--tape-mode", "once")
     result.assert_outcomes(passed=4)
 
 
@@ -89,18 +89,18 @@ def test_virtual_time_can_be_turned_off_by_ini_and_by_marker(pytester: pytest.Py
     make_project(
         pytester, ini="tape_virtual_time = false", matrix_args='(faults=["http-500"])', virtual="False", policy=quick
     )
-    pytester.runpytest(*PYTEST_PLUGINS, "--tape-mode", "once").assert_outcomes(passed=2)
+    run_pytest(pytester, "--tape-mode", "once").assert_outcomes(passed=2)
     make_project(
         pytester,
         matrix_args='(faults=["http-500"])\n@pytest.mark.tape(virtual_time=False)',
         virtual="False",
         policy=quick,
     )
-    pytester.runpytest(*PYTEST_PLUGINS).assert_outcomes(passed=2)
+    run_pytest(pytester).assert_outcomes(passed=2)
 
 
 def test_a_bad_calls_argument_fails_that_test_only(pytester: pytest.Pytester) -> None:
     make_project(pytester, matrix_args="(calls=0)")
-    result = pytester.runpytest(*PYTEST_PLUGINS)
+    result = run_pytest(pytester)
     result.assert_outcomes(errors=1)
     result.stdout.fnmatch_lines(["*tape_fault_matrix(calls=...) takes a call number (1-based)*"])

@@ -38,8 +38,8 @@ from chunktape.http import ReplayServer
 from chunktape.providers.scripted import ScriptedAdapter, ScriptedTurn
 from chunktape.replayer import Timing
 from fake_provider import FakeProvider
-from helpers import collect, collect_until_error, text_stream
-from test_pytest_plugin import project, run
+from helpers import collect, collect_until_error, run_pytest, text_stream
+from test_pytest_plugin import project
 from test_record_cli_safety import PROMPT_KEY, _reply, record
 from test_record_cli_safety import runner as runner
 
@@ -178,7 +178,9 @@ def face_project(pytester: pytest.Pytester) -> pytest.Pytester:
         cassette.parent.mkdir(parents=True)
         cassette.write_bytes(_RECORDED["recorded"])
         return pytester
-    run(pytester, "test_face.py", "--tape-mode", "once", "-k", "test_record").assert_outcomes(passed=1, deselected=5)
+    run_pytest(pytester, "test_face.py", "--tape-mode", "once", "-k", "test_record").assert_outcomes(
+        passed=1, deselected=5
+    )
     assert sorted(path.name for path in cassette.parent.parent.rglob("*") if path.is_file()) == ["recorded.msgpack"]
     _RECORDED["recorded"] = cassette.read_bytes()
     return pytester
@@ -197,7 +199,7 @@ def face_project(pytester: pytest.Pytester) -> pytest.Pytester:
 def test_pytest_hints_name_the_plugins_options_and_marker(
     face_project: pytest.Pytester, test: str, args: tuple[str, ...], knobs: tuple[str, ...]
 ) -> None:
-    result = run(face_project, "test_face.py", "-k", test, *args)
+    result = run_pytest(face_project, "test_face.py", "-k", test, *args)
     outcomes = result.parseoutcomes()
     assert outcomes.get("failed", 0) + outcomes.get("errors", 0) == 1, result.stdout.str()
     assert_in_face("pytest", result.stdout.str(), *knobs)
@@ -219,7 +221,7 @@ def test_the_tape_marker_lets_calls_replay_again(face_project: pytest.Pytester) 
     (face_project.path / "cassettes" / "test_again").mkdir()
     recorded = face_project.path / "cassettes" / "test_face" / "recorded.msgpack"
     (face_project.path / "cassettes" / "test_again" / "recorded.msgpack").write_bytes(recorded.read_bytes())
-    run(face_project, "test_again.py").assert_outcomes(passed=1)
+    run_pytest(face_project, "test_again.py").assert_outcomes(passed=1)
 
 
 # -- CLI --------------------------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from chunktape import ErrorCode, LlmError, Timing, save_cassette
 from chunktape.cli.app import app
 from chunktape.http import ReplayServer
 from chunktape.scenarios import load_scenarios, scenario_schema
-from helpers import PYTEST_PLUGINS, cassette_of, interaction_of, text_stream
+from helpers import cassette_of, interaction_of, run_pytest, text_stream
 
 
 def _cassette(path: Path) -> Path:
@@ -106,18 +106,18 @@ def _project(pytester: pytest.Pytester, extra: str) -> None:
 
 def test_the_ini_sets_match_on_and_the_marker_wins(pytester: pytest.Pytester) -> None:
     _project(pytester, "tape_match_on = model")
-    result = pytester.runpytest(*PYTEST_PLUGINS, "-v")
+    result = run_pytest(pytester, "-v")
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines(["*test_ini PASSED*", "*test_marker_wins FAILED*", "*CASSETTE_MISMATCH*"])
 
 
 def test_without_the_ini_the_default_matchers_apply(pytester: pytest.Pytester) -> None:
     _project(pytester, "")
-    pytester.runpytest(*PYTEST_PLUGINS).assert_outcomes(failed=2)
+    run_pytest(pytester).assert_outcomes(failed=2)
 
 
 def test_a_bad_ini_match_on_is_a_usage_error(pytester: pytest.Pytester) -> None:
     _project(pytester, "tape_match_on = model, nonsense")
-    result = pytester.runpytest(*PYTEST_PLUGINS)
+    result = run_pytest(pytester)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*tape_match_on*unknown matcher 'nonsense'*"])

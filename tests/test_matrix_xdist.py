@@ -9,7 +9,7 @@ import pytest
 
 from chunktape import load_cassette
 from chunktape.faults import STANDARD_FAULTS
-from helpers import PYTEST_PLUGINS
+from helpers import run_pytest
 from matrix_project import make_project
 
 
@@ -17,7 +17,7 @@ from matrix_project import make_project
 def test_recording_a_new_matrix_test_under_two_workers(pytester: pytest.Pytester, dist: str) -> None:
     make_project(pytester)
     # xdist's controller in this interpreter (as in test_plugin_safety): the two workers are fresh processes.
-    result = pytester.runpytest(*PYTEST_PLUGINS, "--tape-mode", "once", "-n", "2", "--dist", dist)
+    result = run_pytest(pytester, "--tape-mode", "once", "-n", "2", "--dist", dist)
     result.assert_outcomes(passed=len(STANDARD_FAULTS) + 1)
     cassette = load_cassette(pytester.path / "cassettes" / "test_agent" / "test_agent.msgpack")
     assert len(cassette.interactions) == 2  # the baseline's two calls; no fault run recorded anything

@@ -13,7 +13,7 @@ import pytest
 
 from chunktape import load_cassette
 from fake_provider import FakeProvider, FakeResponse, chunk, sse
-from helpers import PYTEST_PLUGINS
+from helpers import run_pytest
 
 KEY = "sk-plugin-abcdefghijklmnopqrstuvwxyz0123"
 HELLO = sse(
@@ -76,10 +76,6 @@ def project(pytester: pytest.Pytester, **files: str) -> None:
     pytester.makepyfile(**{name: textwrap.dedent(text) for name, text in files.items()})
 
 
-def run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
-    return pytester.runpytest(*PYTEST_PLUGINS, *args)
-
-
 SDK_TESTS = """
 import asyncio
 import os
@@ -123,7 +119,7 @@ class pytest_no_loop:
 def test_sdk_tests_record_once_then_replay_offline(pytester: pytest.Pytester, provider: FakeProvider) -> None:
     project(pytester, test_sdk=SDK_TESTS)
     provider.enqueue(FakeResponse(body=HELLO), FakeResponse(body=HELLO))
-    run(pytester, "--tape-mode", "once").assert_outcomes(passed=2)
+    run_pytest(pytester, "--tape-mode", "once").assert_outcomes(passed=2)
     assert provider.requests[0].headers["authorization"] == f"Bearer {KEY}"
     folder = pytester.path / "cassettes" / "test_sdk"
     for name in ("test_sync_sdk", "test_async_httpx_client"):
@@ -131,13 +127,13 @@ def test_sdk_tests_record_once_then_replay_offline(pytester: pytest.Pytester, pr
         assert KEY.encode() not in path.read_bytes()
         assert len(load_cassette(path).interactions) == 1
     provider.stop()  # offline from here on
-    run(pytester, "--tape-strict").assert_outcomes(passed=2)
-    run(pytester, "--tape-mode", "once", "--tape-strict").assert_outcomes(passed=2)
+    run_pytest(pytester, "--tape-strict").assert_outcomes(passed=2)
+    run_pytest(pytester, "--tape-mode", "once", "--tape-strict").assert_outcomes(passed=2)
 
 
 def test_replay_only_without_a_cassette_fails_with_the_recording_hint(pytester: pytest.Pytester) -> None:
     project(pytester, test_sdk=SDK_TESTS)
-    result = run(pytester, "-k", "test_sync_sdk")
+    result = run_pytest(pytester, "-k", "test_sync_sdk")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*CASSETTE_NOT_FOUND*--tape-mode once*"])
 
@@ -163,7 +159,7 @@ def test_a_failed_sdk_test_keeps_its_recording_aside(pytester: pytest.Pytester, 
         """,
     )
     provider.enqueue(FakeResponse(body=HELLO))
-    run(pytester, "--tape-mode", "once").assert_outcomes(failed=1)
+    run_pytest(pytester, "--tape-mode", "once").assert_outcomes(failed=1)
     folder = pytester.path / "cassettes" / "test_fails"
     assert sorted(path.name for path in folder.iterdir()) == ["test_sdk.failed.msgpack"]
 
@@ -195,8 +191,8 @@ def test_strict_mode_fails_an_sdk_test_that_leaves_an_interaction_unplayed(
     provider.enqueue(FakeResponse(body=HELLO), FakeResponse(body=HELLO))
     with pytest.MonkeyPatch.context() as env:
         env.setenv("BOTH", "1")
-        run(pytester, "--tape-mode", "once").assert_outcomes(passed=1)
-    result = run(pytester, "--tape-strict")
+        run_pytest(pytester, "--tape-mode", "once").assert_outcomes(passed=1)
+    result = run_pytest(pytester, "--tape-strict")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*--tape-strict: 1 of 2 recorded interaction(s)*two*"])
 
@@ -232,7 +228,7 @@ def test_the_fault_matrix_runs_over_an_sdk_test(pytester: pytest.Pytester, provi
         """,
     )
     provider.enqueue(FakeResponse(body=HELLO))
-    result = run(pytester, "--tape-mode", "once", "-v")
+    result = run_pytest(pytester, "--tape-mode", "once", "-v")
     result.assert_outcomes(passed=5)
     result.stdout.fnmatch_lines(["*test_agent_survives?http-429? PASSED*", "*disconnect-after-first-chunk? PASSED*"])
     assert len(provider.requests) == 1  # only the fault-free run called the provider
@@ -291,10 +287,10 @@ def test_the_server_url_records_through_the_proxy_then_replays(
 ) -> None:
     project(pytester, test_served=SERVER_TESTS)
     provider.enqueue(FakeResponse(body=HELLO))
-    run(pytester, "--tape-mode", "once", "-k", "test_agent_in_a_subprocess").assert_outcomes(passed=1)
+    run_pytest(pytester, "--tape-mode", "once", "-k", "test_agent_in_a_subprocess").assert_outcomes(passed=1)
     path = pytester.path / "cassettes" / "test_served" / "test_agent_in_a_subprocess.msgpack"
     assert KEY.encode() not in path.read_bytes()
     assert provider.requests[0].headers["authorization"] == f"Bearer {KEY}"
     provider.stop()
-    run(pytester, "--tape-strict", "-k", "test_agent_in_a_subprocess").assert_outcomes(passed=1)
-    run(pytester, "-k", "test_faults_reach_a_client").assert_outcomes(passed=1)
+    run_pytest(pytester, "--tape-strict", "-k", "test_agent_in_a_subprocess").assert_outcomes(passed=1)
+    run_pytest(pytester, "-k", "test_faults_reach_a_client").assert_outcomes(passed=1)

@@ -9,7 +9,8 @@ import stat
 
 import pytest
 
-from test_pytest_plugin import project, questions, run
+from helpers import run_pytest
+from test_pytest_plugin import project, questions
 
 KEY = "sk-proj-abcdefghijklmnopqrstuvwxyz0123456789"
 
@@ -49,26 +50,26 @@ def _started(pytester: pytest.Pytester) -> None:
 def test_once_under_xdist_keeps_both_workers_recordings_of_a_shared_cassette(pytester: pytest.Pytester) -> None:
     project(pytester, test_shared=SHARED)
     (pytester.path / "prefix.txt").write_text("s")
-    result = run(pytester, "-n", "2", "--tape-mode", "once")
+    result = run_pytest(pytester, "-n", "2", "--tape-mode", "once")
     result.assert_outcomes(passed=2)
     cassette = pytester.path / "cassettes" / "test_shared" / "shared.msgpack"
     assert sorted(map(str, questions(cassette))) == ["s0", "s1"]
     result.stdout.fnmatch_lines(["chunktape: wrote 1 cassette(s), 2 interaction(s):"])
-    run(pytester, "--tape-mode", "none").assert_outcomes(passed=2)
+    run_pytest(pytester, "--tape-mode", "none").assert_outcomes(passed=2)
 
 
 def test_all_under_xdist_rewrites_a_shared_cassette_with_the_runs_union(pytester: pytest.Pytester) -> None:
     project(pytester, test_shared=SHARED)
     cassette = pytester.path / "cassettes" / "test_shared" / "shared.msgpack"
     (pytester.path / "prefix.txt").write_text("old")
-    run(pytester, "-p", "no:xdist", "--tape-mode", "all").assert_outcomes(passed=2)
+    run_pytest(pytester, "-p", "no:xdist", "--tape-mode", "all").assert_outcomes(passed=2)
     assert questions(cassette) == ["old0", "old1"]  # one process: the second test adds to the first's
 
     _started(pytester)
     (pytester.path / "prefix.txt").write_text("new")
-    run(pytester, "-n", "2", "--tape-mode", "all").assert_outcomes(passed=2)
+    run_pytest(pytester, "-n", "2", "--tape-mode", "all").assert_outcomes(passed=2)
     assert sorted(map(str, questions(cassette))) == ["new0", "new1"]  # the old run's went, none of this run's
-    run(pytester, "--tape-mode", "none").assert_outcomes(passed=2)
+    run_pytest(pytester, "--tape-mode", "none").assert_outcomes(passed=2)
 
 
 SECRET = f"""
@@ -88,7 +89,7 @@ async def test_allowed(tape):
 
 def test_a_secret_hit_keeps_the_recording_redacted_and_the_marker_accepts_it(pytester: pytest.Pytester) -> None:
     project(pytester, test_secret=SECRET)
-    result = run(pytester, "--tape-mode", "once")
+    result = run_pytest(pytester, "--tape-mode", "once")
     result.assert_outcomes(passed=2, errors=1)
     folder = pytester.path / "cassettes" / "test_secret"
     failed = folder / "test_leaks.failed.msgpack"
@@ -131,7 +132,7 @@ def test_names_that_cannot_name_a_file_fail_their_test_and_distinct_ids_never_sh
     pytester: pytest.Pytester,
 ) -> None:
     project(pytester, test_names=NAMES)
-    result = run(pytester, "--tape-mode", "once")
+    result = run_pytest(pytester, "--tape-mode", "once")
     result.assert_outcomes(passed=5, failed=8)
     result.stdout.fnmatch_lines(
         [
@@ -148,4 +149,4 @@ def test_names_that_cannot_name_a_file_fail_their_test_and_distinct_ids_never_sh
     for path in folder.iterdir():
         assert len(questions(path)) == 1
     assert sorted(str(questions(path)[0]) for path in folder.iterdir()) == sorted(["a/b", "a_b", ".x", "x", "%2Fx"])
-    run(pytester, "--tape-strict", "-k", "test_ids").assert_outcomes(passed=5, deselected=8)
+    run_pytest(pytester, "--tape-strict", "-k", "test_ids").assert_outcomes(passed=5, deselected=8)

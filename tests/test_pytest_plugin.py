@@ -14,7 +14,7 @@ import pytest
 
 from chunktape import load_cassette
 from chunktape.faults import STANDARD_FAULTS
-from helpers import PYTEST_PLUGINS
+from helpers import run_pytest
 
 INI = """
 [pytest]
@@ -84,11 +84,6 @@ def project(pytester: pytest.Pytester, asyncio_mode: str = "auto", ini: str = ""
     pytester.makepyfile(**{name: textwrap.dedent(text) for name, text in files.items()})
 
 
-def run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
-    """One pytest session over the project, in this interpreter (the suite itself runs with ``-p no:chunktape``)."""
-    return pytester.runpytest(*PYTEST_PLUGINS, *args)
-
-
 def questions(path: Path) -> list[str | None]:
     return [interaction.request.messages[-1].content for interaction in load_cassette(path).interactions]
 
@@ -115,7 +110,7 @@ def test_records_once_then_replays_offline_without_building_the_live_adapter(
                 assert await ask(tape, q) == f"echo: {q}"
         """,
     )
-    result = run(pytester, "--tape-mode", "once")
+    result = run_pytest(pytester, "--tape-mode", "once")
     result.assert_outcomes(passed=4)
     folder = pytester.path / "cassettes" / "test_agent"
     names = sorted(path.name for path in folder.iterdir())
@@ -133,7 +128,7 @@ def test_records_once_then_replays_offline_without_building_the_live_adapter(
     assert (pytester.path / "closed.log").read_text() == "closed\n" * 4  # closed at teardown, on a loop
 
     monkeypatch.setenv("LIVE", "raise")
-    offline = run(pytester, "--tape-strict")
+    offline = run_pytest(pytester, "--tape-strict")
     offline.assert_outcomes(passed=4)
     assert "chunktape: wrote" not in offline.stdout.str()
 
@@ -143,21 +138,21 @@ def test_new_episodes_appends_all_rewrites_and_a_failing_recording_is_kept_aside
     cassette = pytester.path / "cassettes" / "test_chat" / "test_chat.msgpack"
     (pytester.path / "fail.txt").write_text("no")
     (pytester.path / "questions.txt").write_text("a")
-    run(pytester, "--tape-mode", "once").assert_outcomes(passed=1)
+    run_pytest(pytester, "--tape-mode", "once").assert_outcomes(passed=1)
 
     (pytester.path / "questions.txt").write_text("a b")
-    appended = run(pytester, "--tape-mode", "new_episodes")
+    appended = run_pytest(pytester, "--tape-mode", "new_episodes")
     appended.assert_outcomes(passed=1)
     assert questions(cassette) == ["a", "b"]
     appended.stdout.fnmatch_lines(["  cassettes/test_chat/test_chat.msgpack (2 interaction(s))"])
 
     (pytester.path / "questions.txt").write_text("c")
-    run(pytester, "--tape-mode", "all").assert_outcomes(passed=1)
+    run_pytest(pytester, "--tape-mode", "all").assert_outcomes(passed=1)
     assert questions(cassette) == ["c"]
 
     (pytester.path / "questions.txt").write_text("d")
     (pytester.path / "fail.txt").write_text("yes")
-    failed = run(pytester, "--tape-mode", "all")
+    failed = run_pytest(pytester, "--tape-mode", "all")
     failed.assert_outcomes(failed=1)
     assert questions(cassette) == ["c"]  # the good cassette is untouched
     assert questions(cassette.with_name("test_chat.failed.msgpack")) == ["d"]
@@ -211,10 +206,12 @@ def test_replay_misses_fail_with_the_cassette_message_not_a_traceback(pytester: 
     other = pytester.mkdir("other")  # its own project: no conftest providing a live adapter
     (other / "pytest.ini").write_text("[pytest]\nasyncio_mode = auto\nasyncio_default_fixture_loop_scope = function\n")
     (other / "test_nolive.py").write_text(AGENT + "\n\nasync def test_needs_live(tape):\n    await ask(tape, 'x')\n")
-    run(pytester, "test_misses.py", "--tape-mode", "once", "-k", "test_record").assert_outcomes(passed=1, deselected=4)
+    run_pytest(pytester, "test_misses.py", "--tape-mode", "once", "-k", "test_record").assert_outcomes(
+        passed=1, deselected=4
+    )
     (pytester.path / "cassettes" / "test_misses" / "corrupt.msgpack").write_bytes(b"not a cassette")
 
-    result = run(pytester, "test_misses.py", "-k", "not test_record")
+    result = run_pytest(pytester, "test_misses.py", "-k", "not test_record")
     result.assert_outcomes(failed=3, errors=1)
     result.stdout.fnmatch_lines(["cassettes/test_misses/corrupt.msgpack: [[]CASSETTE_CORRUPT[]] *"])
     result.stdout.fnmatch_lines(
@@ -232,7 +229,7 @@ def test_replay_misses_fail_with_the_cassette_message_not_a_traceback(pytester: 
     assert "replaying.py" not in output  # no frames from inside chunktape
     assert "session.py" not in output
 
-    nolive = run(pytester, "other", "--tape-mode", "once")
+    nolive = run_pytest(pytester, "other", "--tape-mode", "once")
     nolive.assert_outcomes(failed=1)
     nolive.stdout.fnmatch_lines(["*recording needs a live adapter, and none is configured*", "*def tape_live_adapter*"])
 
@@ -273,7 +270,7 @@ def test_fault_matrix_runs_a_baseline_and_one_test_per_fault_on_one_cassette(pyt
             pass
         """,
     )
-    missing = run(pytester, "-k", "test_agent and http-429")
+    missing = run_pytest(pytester, "-k", "test_agent and http-429")
     missing.assert_outcomes(errors=1, deselected=len(STANDARD_FAULTS) + 8)
     missing.stdout.fnmatch_lines(
         [
@@ -283,7 +280,7 @@ def test_fault_matrix_runs_a_baseline_and_one_test_per_fault_on_one_cassette(pyt
         ]
     )
 
-    result = run(pytester, "--tape-mode", "once", "-v", "-k", "not test_default")
+    result = run_pytest(pytester, "--tape-mode", "once", "-v", "-k", "not test_default")
     result.assert_outcomes(passed=8)
     result.stdout.fnmatch_lines(
         [
@@ -304,7 +301,7 @@ def test_fault_matrix_runs_a_baseline_and_one_test_per_fault_on_one_cassette(pyt
     ]
     assert questions(folder / "test_agent.msgpack") == ["hello"]
 
-    collected = run(pytester, "--collect-only", "-q", "-k", "test_default")
+    collected = run_pytest(pytester, "--collect-only", "-q", "-k", "test_default")
     ids = re.findall(r"test_default\[(.+)\]", collected.stdout.str())
     assert ids == ["no-fault", *STANDARD_FAULTS]
 
@@ -313,11 +310,11 @@ def test_strict_fails_a_test_that_leaves_interactions_unplayed(pytester: pytest.
     project(pytester, test_chat=QUESTIONS_TEST)
     (pytester.path / "fail.txt").write_text("no")
     (pytester.path / "questions.txt").write_text("a b")
-    run(pytester, "--tape-mode", "once").assert_outcomes(passed=1)
+    run_pytest(pytester, "--tape-mode", "once").assert_outcomes(passed=1)
     (pytester.path / "questions.txt").write_text("a")
 
-    run(pytester).assert_outcomes(passed=1)
-    strict = run(pytester, "--tape-strict")
+    run_pytest(pytester).assert_outcomes(passed=1)
+    strict = run_pytest(pytester, "--tape-strict")
     strict.assert_outcomes(failed=1)
     strict.stdout.fnmatch_lines(
         [
@@ -327,7 +324,7 @@ def test_strict_fails_a_test_that_leaves_interactions_unplayed(pytester: pytest.
         ]
     )
     pytester.makefile(".ini", pytest=INI.format(asyncio_mode="auto", extra="tape_strict = true"))
-    run(pytester).assert_outcomes(failed=1)
+    run_pytest(pytester).assert_outcomes(failed=1)
 
 
 def test_recording_under_xdist_writes_every_cassette_and_appends_to_a_shared_one(pytester: pytest.Pytester) -> None:
@@ -350,14 +347,14 @@ def test_recording_under_xdist_writes_every_cassette_and_appends_to_a_shared_one
         """,
     )
     # xdist's controller in this interpreter, as in test_plugin_safety: the workers that record are fresh processes.
-    result = run(pytester, "-n", "2", "-k", "test_own", "--tape-mode", "once")
+    result = run_pytest(pytester, "-n", "2", "-k", "test_own", "--tape-mode", "once")
     result.assert_outcomes(passed=4)
     folder = pytester.path / "cassettes" / "test_parallel"
     for n in range(4):
         assert questions(folder / f"test_own[{n}].msgpack") == [f"q{n}"]
     result.stdout.fnmatch_lines(["chunktape: wrote 4 cassette(s), 4 interaction(s):"])
 
-    run(pytester, "-n", "2", "-k", "test_shared").assert_outcomes(passed=4)
+    run_pytest(pytester, "-n", "2", "-k", "test_shared").assert_outcomes(passed=4)
     assert sorted(map(str, questions(folder / "shared.msgpack"))) == ["s0", "s1", "s2", "s3"]
 
 
@@ -380,7 +377,7 @@ def test_precedence_is_command_line_then_marker_then_ini_then_default(pytester: 
     )
 
     def seen(*args: str) -> tuple[str, str]:
-        run(pytester, *args).assert_outcomes(passed=2)
+        run_pytest(pytester, *args).assert_outcomes(passed=2)
         return (pytester.path / "plain.txt").read_text(), (pytester.path / "marked.txt").read_text()
 
     default = seen()
@@ -391,9 +388,9 @@ def test_precedence_is_command_line_then_marker_then_ini_then_default(pytester: 
     assert cli == ("new_episodes cli-tapes/test_modes/test_plain.msgpack", "new_episodes custom%20name.msgpack")
 
     pytester.makefile(".ini", pytest=INI.format(asyncio_mode="auto", extra="tape_mode = sometimes"))
-    bad = run(pytester)
+    bad = run_pytest(pytester)
     bad.stderr.fnmatch_lines(["*tape_mode = 'sometimes' is not a record mode; valid: none, once, new_episodes, all"])
-    bad_cli = run(pytester, "--tape-mode", "sometimes")
+    bad_cli = run_pytest(pytester, "--tape-mode", "sometimes")
     bad_cli.stderr.fnmatch_lines(["*argument --tape-mode: invalid choice: 'sometimes'*"])
 
 
@@ -457,7 +454,7 @@ def test_async_tests_under_pytest_asyncio_strict_mode_and_anyio(
 def test_markers_are_registered_with_their_signature(pytester: pytest.Pytester) -> None:
     # The project's ini keeps pytest-asyncio's unset-loop-scope warning out of this interpreter.
     pytester.makefile(".ini", pytest=INI.format(asyncio_mode="auto", extra=""))
-    result = run(pytester, "--markers")
+    result = run_pytest(pytester, "--markers")
     result.stdout.fnmatch_lines(
         [
             "@pytest.mark.tape(name=None, mode=None, faults=(), timing=None, match_on=None, allow_repeats=False, "
@@ -465,7 +462,7 @@ def test_markers_are_registered_with_their_signature(pytester: pytest.Pytester) 
             "@pytest.mark.tape_fault_matrix(faults=STANDARD_FAULTS, calls=None):*",
         ]
     )
-    help_text = run(pytester, "--help").stdout.str()
+    help_text = run_pytest(pytester, "--help").stdout.str()
     assert "chunktape: record and replay LLM streams:" in help_text
     assert "--tape-mode={none,once,new_episodes,all}" in help_text
 
@@ -481,7 +478,7 @@ def test_the_readme_example_records_then_replays(pytester: pytest.Pytester) -> N
     for name, text in files.items():
         (pytester.path / name).write_text(text)
 
-    recorded = run(pytester, "--tape-mode", "once", "-v")
+    recorded = run_pytest(pytester, "--tape-mode", "once", "-v")
     recorded.assert_outcomes(passed=len(STANDARD_FAULTS) + 2)
     recorded.stdout.fnmatch_lines(
         [
@@ -494,7 +491,7 @@ def test_the_readme_example_records_then_replays(pytester: pytest.Pytester) -> N
     cassettes = {path.name: path.read_bytes() for path in folder.iterdir()}
     assert sorted(cassettes) == ["test_capital.msgpack", "test_capital_under_faults.msgpack"]
 
-    offline = run(pytester, "--tape-strict")
+    offline = run_pytest(pytester, "--tape-strict")
     offline.assert_outcomes(passed=len(STANDARD_FAULTS) + 2)
     assert {path.name: path.read_bytes() for path in folder.iterdir()} == cassettes
 
@@ -517,7 +514,7 @@ def test_unrelated():
     pass
 """,
     )
-    result = run(pytester, "-rN")  # no short summary: its width depends on the terminal
+    result = run_pytest(pytester, "-rN")  # no short summary: its width depends on the terminal
     result.assert_outcomes(passed=1, errors=2)
     output = result.stdout.str()
     assert "tape_fault_matrix(faults=...) takes a mapping or a sequence of faults" in output
@@ -545,7 +542,7 @@ def test_a_fault_matrix_given_as_a_mapping_names_its_runs_and_shares_one_cassett
                     await ask(tape, "hello")
         """,
     )
-    result = run(pytester, "--tape-mode", "once", "-v", "-p", "no:randomly")
+    result = run_pytest(pytester, "--tape-mode", "once", "-v", "-p", "no:randomly")
     result.assert_outcomes(passed=2)
     result.stdout.fnmatch_lines(["*test_agent[[]no-fault[]] PASSED*", "*test_agent[[]slow[]] PASSED*"])
     assert sorted(path.name for path in (pytester.path / "cassettes" / "test_map").iterdir()) == ["test_agent.msgpack"]

@@ -26,9 +26,9 @@ from chunktape import (
 )
 from chunktape.cassettes import find_secrets
 from chunktape.secrets import REDACTED, scanner
-from helpers import PacedAdapter, collect, options, paced, text_stream, tool_stream
+from helpers import PacedAdapter, collect, options, paced, run_pytest, text_stream, tool_stream
 from strategies import cut_points, picks
-from test_pytest_plugin import project, run
+from test_pytest_plugin import project
 
 BODY = "Qx7Lm2Np9Rt4Vw8Yz3Bc6Df1Gh5Jk0Ls"  # synthetic; 32 characters
 KEY = f"sk-proj-{BODY}"
@@ -346,7 +346,7 @@ def test_the_plugins_failure_messages_mask_credentials(pytester: pytest.Pytester
             pass
         """,
     )
-    result = run(pytester, "--tape-mode", "once")
+    result = run_pytest(pytester, "--tape-mode", "once")
     result.assert_outcomes(errors=1)
     output = result.stdout.str()
     assert "tape_live_adapter must return an LlmAdapter" in output

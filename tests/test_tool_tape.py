@@ -31,7 +31,7 @@ from chunktape.harness import (
 )
 from chunktape.protocol import GenerateOptions, LlmAdapter, Message, ToolSpec
 from chunktape.providers.scripted import ScriptedAdapter, ScriptedToolCall, ScriptedTurn
-from helpers import PYTEST_PLUGINS
+from helpers import run_pytest
 
 pytest_plugins = ["pytester"]
 
@@ -352,10 +352,10 @@ def test_the_tape_fixture_offers_tools(pytester: pytest.Pytester) -> None:
             print("CALLS", len(CALLS))
         """
     )
-    recorded = pytester.runpytest(*PYTEST_PLUGINS, "--tape-mode", "once", "-s")
+    recorded = run_pytest(pytester, "--tape-mode", "once", "-s")
     recorded.assert_outcomes(passed=1)
     recorded.stdout.fnmatch_lines(["*CALLS 1*"])
-    replayed = pytester.runpytest(*PYTEST_PLUGINS, "--tape-strict", "-s")
+    replayed = run_pytest(pytester, "--tape-strict", "-s")
     replayed.assert_outcomes(passed=1)
     replayed.stdout.fnmatch_lines(["*CALLS 0*"])
 
@@ -379,9 +379,9 @@ def test_the_tape_fixture_lists_tool_divergences_in_the_report(
             assert not tape.tool_divergences
         """
     )
-    pytester.runpytest(*PYTEST_PLUGINS, "--tape-mode", "once").assert_outcomes(passed=1)
+    run_pytest(pytester, "--tape-mode", "once").assert_outcomes(passed=1)
     monkeypatch.setenv("OFF_BY", "1")
-    replayed = pytester.runpytest(*PYTEST_PLUGINS, "-W", "default::chunktape.harness.ToolDivergenceWarning")
+    replayed = run_pytest(pytester, "-W", "default::chunktape.harness.ToolDivergenceWarning")
     replayed.assert_outcomes(failed=1)
     replayed.stdout.fnmatch_lines(
         [
