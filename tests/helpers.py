@@ -5,16 +5,14 @@ from __future__ import annotations
 import ast
 import asyncio
 import functools
-import importlib.metadata
 import itertools
 import signal
 import subprocess
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Coroutine, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgspec
-import pytest
 
 from chunktape import (
     BlockEnd,
@@ -44,6 +42,9 @@ from chunktape import (
     abort,
     save_cassette,
 )
+
+if TYPE_CHECKING:  # not at run time: the processes some tests start import these helpers, and not pytest
+    import pytest
 
 Step = tuple[float, StreamChunk]
 
@@ -272,6 +273,8 @@ PYTEST_PLUGINS = (
 
 @functools.cache
 def _named_plugins() -> dict[str, object]:
+    import importlib.metadata  # here: the processes some tests start import these helpers, and never need it
+
     found = {ep.name: ep for ep in importlib.metadata.entry_points(group="pytest11") if ep.name in _PLUGIN_NAMES}
     return {name: found[name].load() for name in _PLUGIN_NAMES}
 
