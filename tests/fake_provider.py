@@ -53,8 +53,8 @@ class FakeResponse:
     keepalive_interval: float = 0.01
     headers_delay: float = 0.0
     """Wait this long before answering at all (no status line yet)."""
-    piece_delay: float = 0.0
-    """Pause between pieces (server-side ``asyncio.sleep``)."""
+    release: threading.Event | None = None
+    """If given, the rest of the body waits after the first piece until the test sets this."""
 
 
 @dataclass
@@ -147,7 +147,7 @@ class FakeProvider:
         finished = False
         try:
             sent = 0
-            for piece in _pieces(spec):
+            for number, piece in enumerate(_pieces(spec)):
                 if spec.reset_after is not None and sent + len(piece) > spec.reset_after:
                     head = piece[: spec.reset_after - sent]
                     if head:
@@ -156,8 +156,10 @@ class FakeProvider:
                     raise ServerReset("fake provider: connection reset mid-body")
                 sent += len(piece)
                 yield piece
-                if spec.piece_delay or spec.piece_size is not None:
-                    await asyncio.sleep(spec.piece_delay)
+                if spec.release is not None and number == 0:
+                    await asyncio.to_thread(spec.release.wait, 30)
+                elif spec.piece_size is not None:
+                    await asyncio.sleep(0)
             while spec.stall:
                 await asyncio.sleep(spec.keepalive_interval)
                 yield b": keep-alive\n\n"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import httpx
@@ -54,16 +55,18 @@ def test_the_stream_passes_through_unbuffered(fake_provider: FakeProvider, tmp_p
     """The first event reaches the agent while the provider still holds the rest back."""
     pieces = [sse(chunk({"role": "assistant", "content": "a"}), done=False)]
     pieces += [sse(chunk({"content": "b"}), done=False), sse(chunk({}, finish_reason="stop"))]
-    fake_provider.enqueue(FakeResponse(body=pieces, piece_delay=0.3))
+    release = threading.Event()
+    fake_provider.enqueue(FakeResponse(body=pieces, release=release))
     path = tmp_path / "slow.msgpack"
     with RecordingProxy(fake_provider.url, path) as proxy:
         body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True}
         with httpx.stream("POST", proxy.url + "/v1/chat/completions", json=body, timeout=10) as reply:
             pieces_read = reply.iter_raw()
             first = next(pieces_read)
-            # Only the first piece has been sent: the provider sleeps before the next one.
+            # Only the first piece has been sent: the provider holds the rest until it is released.
             assert fake_provider.completed == 0
             assert b'"content": "a"' in first
+            release.set()
             rest = b"".join(pieces_read)
     assert b"[DONE]" in rest
     (interaction,) = load_cassette(path).interactions
