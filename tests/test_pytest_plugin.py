@@ -1,6 +1,6 @@
 """The pytest plugin, driven through ``pytester`` on small test projects, as a user would run it.
 
-Each ``run`` is an in-process pytest session (``pytester.runpytest``); only the xdist test spawns processes (its
+Each ``run_pytest`` is an in-process pytest session (``pytester.runpytest``); only the xdist test spawns processes (its
 workers).
 """
 
