@@ -31,6 +31,7 @@ from chunktape import (
     StreamChunk,
     StreamViolationWarning,
     TextDelta,
+    abort,
     load_cassette,
     recover,
     validate,
@@ -173,6 +174,42 @@ async def test_task_cancellation_is_cancelled(tmp_path: Path) -> None:
             await task
     assert len(received) == 2
     await _assert_cut_short(tmp_path / "c.msgpack", 2, "task cancelled")
+
+
+class _OpenAfterFinish(PacedAdapter):
+    """A provider that sends the whole stream, finish included, and then keeps the connection open."""
+
+    async def stream(self, options: GenerateOptions) -> AsyncGenerator[StreamChunk, None]:
+        async for chunk in super().stream(options):
+            yield chunk
+        await abort.sleep(3600, options.signal)
+
+
+@pytest.mark.looptime
+@pytest.mark.parametrize("stop", ["task cancelled", "abort signal"])
+async def test_a_stop_after_the_finish_chunk_is_complete(tmp_path: Path, stop: str) -> None:
+    """An agent cancelled (its timeout, its task group) or aborted once it has the finish chunk got the whole
+    stream: the recording is complete, as one that closes the stream there is."""
+    chunks = text_stream("a", "b")
+    controller = AbortController()
+    async with RecordingAdapter(_OpenAfterFinish(paced(chunks, gap=0.1)), tmp_path / "c.msgpack") as recorder:
+
+        async def consume() -> None:
+            async for _ in recorder.stream(options(signal=controller.signal)):
+                pass
+
+        task = asyncio.create_task(consume())
+        await asyncio.sleep(1.0)
+        if stop == "task cancelled":
+            task.cancel()
+        else:
+            controller.abort("user pressed stop")
+        with pytest.raises((asyncio.CancelledError, LlmError)):
+            await task
+    (interaction,) = load_cassette(tmp_path / "c.msgpack").interactions
+    assert type(interaction.outcome) is Completed
+    assert [event.chunk for event in interaction.events] == chunks
+    assert await collect(ReplayAdapter(tmp_path / "c.msgpack").stream(options())) == chunks
 
 
 @pytest.mark.looptime

@@ -167,6 +167,14 @@ class ProviderClock:
         return round(self.elapsed * 1e9)
 
 
+def _stopped(events: list[Event], t_ns: int, reason: str) -> Completed | Cancelled:
+    """How a stream the consumer stopped (closed, cancelled, aborted) ended: complete if the finish chunk was
+    already out (nothing was cut), else cut short for ``reason``."""
+    if events and type(events[-1].chunk) is Finish:
+        return Completed(t_ns=t_ns)
+    return Cancelled(t_ns=t_ns, reason=reason)
+
+
 def _close_validator(slot: _Slot, validator: StreamValidator | None) -> None:
     if validator is None:
         return
@@ -402,20 +410,16 @@ class RecordingAdapter(WrappingAdapter):
         except LlmError as error:
             signal = options.signal
             if error.code is ErrorCode.CANCELLED and signal is not None and signal.aborted:
-                outcome = Cancelled(t_ns=clock.arrived(), reason="abort signal")
+                outcome = _stopped(events, clock.arrived(), "abort signal")
             else:
                 outcome = Raised.from_error(error, t_ns=clock.arrived())
             call.warn()
             raise
         except GeneratorExit:
-            if events and type(events[-1].chunk) is Finish:
-                # The consumer stopped at the finish chunk: the stream was complete, nothing was cut.
-                outcome = Completed(t_ns=clock.arrived())
-            else:
-                outcome = Cancelled(t_ns=clock.arrived(), reason="consumer closed the stream")
+            outcome = _stopped(events, clock.arrived(), "consumer closed the stream")
             raise
         except asyncio.CancelledError:
-            outcome = Cancelled(t_ns=clock.arrived(), reason="task cancelled")
+            outcome = _stopped(events, clock.arrived(), "task cancelled")
             raise
         except Exception as error:
             outcome = raised_from(error, t_ns=clock.arrived())
