@@ -245,13 +245,13 @@ class _Exchange:
             outcome = Raised(
                 t_ns=t_ns, code=ErrorCode.STREAM_ABORTED.value, message=f"the connection broke mid-body: {error}"
             )
-        elif isinstance(error, asyncio.CancelledError | GeneratorExit) and not self.status:
-            outcome = Cancelled(t_ns=t_ns, reason="the request was cancelled before the answer came")
         elif isinstance(error, asyncio.CancelledError | GeneratorExit):
-            # The task reading the body was cancelled, as a client closing it is (a proxy's client hanging up
-            # after ``[DONE]`` cancels the relay mid-read): complete if the stream had already finished.
-            self.closed(reason="the body read was cancelled")
-            return
+            if self.status:
+                # The body read was cancelled, as a client closing the body is (a proxy's client hanging up
+                # after ``[DONE]`` cancels the relay mid-read): complete if the stream had already finished.
+                self.closed(reason="the body read was cancelled")
+                return
+            outcome = Cancelled(t_ns=t_ns, reason="the request was cancelled before the answer came")
         else:
             outcome = raised_from(error, t_ns=t_ns) if isinstance(error, Exception) else Cancelled(t_ns=t_ns)
         self._end(outcome)
