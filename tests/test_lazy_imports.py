@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -41,6 +42,20 @@ def test_http_and_providers_packages_load_their_stack_on_first_use(statement: st
 def test_the_cli_starts_without_the_http_and_server_stack_or_pytest() -> None:
     """Each command's module loads when it runs (``serve`` the server, ``record`` httpx, ...), none at the start."""
     assert _loaded("import chunktape.cli") == []
+
+
+def test_a_command_with_options_runs_without_pydantic() -> None:
+    """typer 0.29 coerces each option through a pydantic ``TypeAdapter``: every command imported pydantic and built
+    them, about half of its start (pyproject excludes that release). ``--debug check PATH``: an option, an argument."""
+    cassette = Path(__file__).resolve().parents[1] / "cassettes" / "demo-session.msgpack"
+    code = (
+        "import sys\nfrom chunktape.cli import app\n"
+        f"try:\n    app(['--debug', 'check', {str(cassette)!r}])\n"
+        "except SystemExit as exit:\n    assert exit.code == 0, exit\n"
+        "print('pydantic' in sys.modules)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.split()[-1] == "False"
 
 
 def test_lazy_names_are_the_defining_modules_objects() -> None:
