@@ -548,7 +548,7 @@ def test_record_messages_in_openai_format_with_a_tool_call_and_its_reply(
     ("content", "message"),
     [
         ('[{"role": "wizard", "content": "hi"}]', "unknown role 'wizard'"),
-        ('[{"role": "user", "content": [{"type": "image_url"}]}]', "content part 'image_url'"),
+        ('[{"role": "user", "content": [{"image_url": {"url": "x.png"}}]}]', "content part 0 must be an object"),
         ('[{"role": "tool", "content": "sunny"}]', "tool_call_id"),
         ('{"messages": 3}', "expected a JSON list"),
     ],

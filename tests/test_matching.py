@@ -31,3 +31,19 @@ def test_the_diff_names_each_difference_by_path() -> None:
         "messages[0].content: recorded 'hello', requested 'hello!'",
         'messages[1]: recorded {"role":"assistant","content":"hi"}, requested (absent)',
     ]
+
+
+def test_content_parts_match_as_json_values_and_another_image_misses() -> None:
+    def request(*parts: dict[str, object]) -> RecordedRequest:
+        message = Message(role="user", content_parts=[{"type": "text", "text": "what is this?"}, *parts])
+        return RecordedRequest.from_options(GenerateOptions(model="m", messages=[message]))
+
+    matcher = RequestMatcher(DEFAULT_MATCH)
+    cat = request({"type": "image_url", "image_url": {"url": "https://img.test/cat.png", "detail": "low"}})
+    assert matcher(
+        request({"image_url": {"detail": "low", "url": "https://img.test/cat.png"}, "type": "image_url"}), cat
+    )
+    dog = request({"type": "image_url", "image_url": {"url": "https://img.test/dog.png", "detail": "low"}})
+    assert matcher.failing(dog, cat) == ["messages"]
+    assert not matcher(request(), cat)  # the text alone is not the question with its picture
+    assert any("contentParts[1]" in line for line in diff_requests(cat, dog))

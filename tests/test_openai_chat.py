@@ -470,6 +470,30 @@ def test_request_decoder_accepts_what_sdks_send() -> None:
     assert (options.max_tokens, options.temperature, options.extra) == (5, 1.0, {})
 
 
+PARTS: list[dict[str, Any]] = [
+    {"type": "text", "text": "compare ", "cache_control": {"type": "ephemeral"}},
+    {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo=", "detail": "high"}},
+    {"type": "input_audio", "input_audio": {"data": "UklGRg==", "format": "wav"}},
+    {"type": "file", "file": {"file_id": "file-1"}},
+    {"type": "text", "text": "these"},
+]
+
+
+def test_content_parts_beyond_text_are_kept_as_sent_and_sent_back_the_same() -> None:
+    body = {"model": "gpt-4o", "messages": [{"role": "user", "content": PARTS}]}
+    message = options_from_openai_request(json.loads(json.dumps(body))).messages[0]
+    assert (message.content, message.content_parts, message.text) == (None, PARTS, "compare these")
+    assert options_to_openai_request(options_from_openai_request(body))["messages"] == body["messages"]
+    # Text parts alone stay one string, as before: a text-only request matches its recordings of any version.
+    texts = {"model": "m", "messages": [{"role": "user", "content": [PARTS[0], PARTS[4]]}]}
+    assert options_from_openai_request(texts).messages[0] == Message(role="user", content="compare these")
+
+
+def test_a_message_has_content_or_content_parts_not_both() -> None:
+    with pytest.raises(ValueError, match="not both"):
+        Message(role="user", content="x", content_parts=PARTS)
+
+
 @pytest.mark.parametrize(
     "body",
     [
@@ -477,7 +501,9 @@ def test_request_decoder_accepts_what_sdks_send() -> None:
         {"messages": []},
         {"model": "m"},
         {"model": "m", "messages": [{"role": "robot", "content": "x"}]},
-        {"model": "m", "messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]},
+        {"model": "m", "messages": [{"role": "user", "content": [{"image_url": {}}]}]},
+        {"model": "m", "messages": [{"role": "user", "content": [{"type": "text", "text": 3}]}]},
+        {"model": "m", "messages": [{"role": "user", "content": 3}]},
         {"model": "m", "messages": [], "tools": [{"type": "function"}]},
     ],
 )

@@ -235,3 +235,58 @@ def test_faults_with_no_wire_form_are_refused(tmp_path: Path) -> None:
     with pytest.raises(LlmError) as refused:
         ReplayTransport(_cassette(tmp_path, _interaction(GROQ_BODY)), faults=[Corrupt(kind="bad-index")])
     assert refused.value.code is ErrorCode.INVALID_CONFIG
+
+
+def _vision(url: str) -> list[ChatCompletionMessageParam]:
+    return [
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "what is in "},
+                {"type": "image_url", "image_url": {"url": url, "detail": "low"}},
+                {"type": "text", "text": "this picture?"},
+            ],
+        }
+    ]
+
+
+async def test_a_request_with_an_image_is_recorded_and_replayed_and_another_image_misses(tmp_path: Path) -> None:
+    """Content parts beyond text (images, audio, files) are kept as sent: before, such a request could not be
+    represented and went by unrecorded. A key in a part (a signed image URL) is redacted like any other."""
+    key = "sk-live-abcdefghijklmnopqrstuvwxyz0123"
+    sent: list[bytes] = []
+
+    def provider(request: httpx2.Request) -> httpx2.Response:
+        sent.append(request.content)
+        body = sse(chunk({"content": "A cat."}, finish_reason="stop"))
+        return httpx2.Response(200, headers={"content-type": "text/event-stream"}, content=body)
+
+    path = tmp_path / "vision.msgpack"
+    picture = "https://img.test/cat.png?sig=" + key
+    recording = RecordingTransport(httpx2.MockTransport(provider), path, redact=[key])
+    async with openai.AsyncOpenAI(
+        base_url="http://127.0.0.1/v1", api_key="test", http_client=httpx2.AsyncClient(transport=recording)
+    ) as sdk:
+        stream = await sdk.chat.completions.create(model="gpt-4o-mini", messages=_vision(picture), stream=True)
+        assert "".join([event.choices[0].delta.content or "" async for event in stream if event.choices]) == "A cat."
+    recording.close()
+    assert key.encode() in sent[0]  # the provider got the picture's URL as sent
+    assert key.encode() not in path.read_bytes()
+
+    message = load_cassette(path).interactions[0].request.messages[0]
+    assert message.content is None
+    assert message.text == "what is in this picture?"
+    assert message.content_parts is not None
+    assert message.content_parts[1]["image_url"] == {"url": "https://img.test/cat.png?sig=[REDACTED]", "detail": "low"}
+
+    replaying = ReplayTransport(path, redact=[key])
+    async with openai.AsyncOpenAI(
+        base_url="http://127.0.0.1/v1", api_key="test", http_client=httpx2.AsyncClient(transport=replaying)
+    ) as sdk:
+        stream = await sdk.chat.completions.create(model="gpt-4o-mini", messages=_vision(picture), stream=True)
+        assert "".join([event.choices[0].delta.content or "" async for event in stream if event.choices]) == "A cat."
+        with pytest.raises(LlmError) as miss:
+            await sdk.chat.completions.create(
+                model="gpt-4o-mini", messages=_vision("https://img.test/dog.png"), stream=True
+            )
+    assert miss.value.code is ErrorCode.CASSETTE_MISMATCH

@@ -96,6 +96,7 @@ NOT_A_REPLY = {
     "validation.py",  # checks that a block-end equals its deltas
     "cassettes/redaction.py",  # screens deltas for secrets split across them
     "cli/demo_loop.py",  # the demo's one line per turn, from the transcript's events
+    "faults/plan.py",  # joins the text of a request's messages (Message.text), not of a stream
 }
 
 

@@ -323,5 +323,5 @@ def _raised(outcome: Raised) -> LlmError:
 
 def _describe(request: RecordedRequest) -> str:
     last = request.messages[-1] if request.messages else None
-    text = "" if last is None else f", last {last.role} message {(last.content or '')[:40]!r}"
+    text = "" if last is None else f", last {last.role} message {last.text[:40]!r}"
     return f"(model {request.model!r}{text})"

@@ -157,6 +157,22 @@ class Message(_Wire, frozen=True, kw_only=True):
     name: str | None = None
     reasoning_content: str | None = None
     """Sent back on assistant tool-call turns (DeepSeek's thinking-mode rule)."""
+    content_parts: list[dict[str, Any]] | None = None
+    """The content as the provider's list of parts, for a message that holds more than text (an image, audio, a
+    file: OpenAI's ``image_url``, ``input_audio`` and ``file`` parts), instead of ``content``. Sent as given,
+    matched as JSON values, scanned for credentials like every request field."""
+
+    def __post_init__(self) -> None:
+        if self.content_parts is not None and self.content is not None:
+            raise ValueError("a message has content or content_parts, not both")
+
+    @property
+    def text(self) -> str:
+        """The message's text: ``content``, or the text parts of ``content_parts`` joined."""
+        if self.content_parts is None:
+            return self.content or ""
+        texts = (part.get("text") for part in self.content_parts if part.get("type") == "text")
+        return "".join(text for text in texts if isinstance(text, str))
 
 
 class ToolSpec(_Wire, frozen=True, kw_only=True):

@@ -84,7 +84,7 @@ def describe_outcome(interaction: Interaction) -> str:
 def summarize(interaction: Interaction, index: int = 0) -> InteractionSummary:
     """The summary of ``interaction`` (``index`` is its position in the cassette)."""
     request = interaction.request
-    last_user = next((m.content or "" for m in reversed(request.messages) if m.role == "user"), "")
+    last_user = next((m.text for m in reversed(request.messages) if m.role == "user"), "")
     fold = ReplyBuilder(interaction.chunks)
     events = interaction.events
     return InteractionSummary(

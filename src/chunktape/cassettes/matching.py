@@ -27,7 +27,8 @@ documented defaults and no-ops as absent; nothing recorded is rewritten, only th
 - ``stop: "x"`` equals ``stop: ["x"]``.
 
 Everything else stays in the default match, so a request that could get a different answer misses:
-``model``, the messages (roles, text, tool calls and their ids, tool results), the tools, ``max_tokens``,
+``model``, the messages (roles, text, content parts such as images as JSON values, tool calls and their ids,
+tool results), the tools, ``max_tokens``,
 ``temperature``, ``top_p`` and the penalties when not their defaults, ``seed``, ``stop`` with values,
 ``response_format`` (``json_object``, ``json_schema``), ``tool_choice`` other than its default,
 ``parallel_tool_calls: false``, ``reasoning`` (``reasoning_effort``, DeepSeek's ``thinking``), and any other
@@ -126,6 +127,7 @@ def _message_key(message: Message) -> tuple[Any, ...]:
     return (
         message.role,
         message.content or None,
+        message.content_parts,
         calls,
         message.tool_call_id,
         message.name,

@@ -65,7 +65,7 @@ def _read_json(path: Path, what: str) -> Any:
 def load_messages(path: Path) -> list[Message]:
     """A JSON list of messages in OpenAI's chat format, or an object with a ``messages`` list.
 
-    Assistant ``tool_calls``, ``tool_call_id``, role ``developer`` and lists of text parts are understood (the
+    Assistant ``tool_calls``, ``tool_call_id``, role ``developer`` and lists of content parts are understood (the
     library's ``message_from_openai``); anything else is a ``CliError`` naming the file and the message.
     """
     data = _read_json(path, "messages")

@@ -210,7 +210,7 @@ class _Selector:
 
 
 def _request_text(options: GenerateOptions) -> str:
-    return "\n".join(message.content for message in options.messages if message.content)
+    return "\n".join(message.text for message in options.messages if message.text)
 
 
 class FaultPlan:

@@ -55,7 +55,8 @@ REASONING_FIELDS: Mapping[str, Mapping[str, Any]] = {**DEEPSEEK_REASONING, **OPE
 
 def message_to_openai(message: Message) -> dict[str, Any]:
     """One message; ``reasoning_content`` goes back only on assistant tool-call turns (DeepSeek's rule)."""
-    wire: dict[str, Any] = {"role": message.role, "content": message.content}
+    content = message.content if message.content_parts is None else message.content_parts
+    wire: dict[str, Any] = {"role": message.role, "content": content}
     if message.name is not None:
         wire["name"] = message.name
     if message.role == "tool":
@@ -133,20 +134,26 @@ def _typed(value: Any, kind: Any, field: str) -> Any:
         raise _bad_request(f"`{field}`: {exc} (got {value!r:.80})") from None
 
 
-def _content_text(content: Any, where: str) -> str | None:
-    """``content`` as a string: a list of ``{"type": "text"}`` parts is joined; other parts are refused."""
+def _content(content: Any, where: str) -> tuple[str | None, list[dict[str, Any]] | None]:
+    """``content`` as a message's ``(content, content_parts)``.
+
+    A string or null is the text. A list of text parts only is joined into the text, as it always was (their other
+    keys, such as ``cache_control``, are not kept); a list with any other part (an image, audio, a file) is kept
+    as given. Each part must be an object with a string ``type``, a text part with a string ``text``.
+    """
     if content is None or isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        texts: list[str] = []
-        for part in content:
-            if isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str):
-                texts.append(part["text"])
-            else:
-                kind = part.get("type") if isinstance(part, dict) else type(part).__name__
-                raise _bad_request(f"{where}: content part {kind!r} cannot be represented (only text parts)")
-        return "".join(texts)
-    raise _bad_request(f"{where}: content must be a string, a list of text parts or null")
+        return content, None
+    if not isinstance(content, list):
+        raise _bad_request(f"{where}: content must be a string, a list of content parts or null")
+    for position, part in enumerate(content):
+        kind = part.get("type") if isinstance(part, dict) else None
+        if not isinstance(kind, str):
+            raise _bad_request(f"{where}: content part {position} must be an object with a string `type`")
+        if kind == "text" and not isinstance(part.get("text"), str):
+            raise _bad_request(f"{where}: text part {position} needs a string `text`")
+    if all(part["type"] == "text" for part in content):
+        return "".join(part["text"] for part in content), None
+    return None, content
 
 
 def message_from_openai(wire: Any, where: str = "messages[0]") -> Message:
@@ -172,9 +179,11 @@ def message_from_openai(wire: Any, where: str = "messages[0]") -> Message:
                 arguments=arguments if isinstance(arguments, str) else _encoder.encode(arguments or {}).decode(),
             )
         )
+    content, parts = _content(wire.get("content"), where)
     return Message(
         role=role,
-        content=_content_text(wire.get("content"), where),
+        content=content,
+        content_parts=parts,
         tool_calls=calls,
         tool_call_id=_typed(wire.get("tool_call_id"), str | None, f"{where}.tool_call_id"),
         name=_typed(wire.get("name"), str | None, f"{where}.name"),
