@@ -28,11 +28,10 @@ documented defaults and no-ops as absent; nothing recorded is rewritten, only th
 
 Everything else stays in the default match, so a request that could get a different answer misses:
 ``model``, the messages (roles, text, content parts such as images as JSON values, tool calls and their ids,
-tool results), the tools, ``max_tokens``,
-``temperature``, ``top_p`` and the penalties when not their defaults, ``seed``, ``stop`` with values,
-``response_format`` (``json_object``, ``json_schema``), ``tool_choice`` other than its default,
-``parallel_tool_calls: false``, ``reasoning`` (``reasoning_effort``, DeepSeek's ``thinking``), and any other
-provider field. ``fingerprint`` is the exact match (every field, byte for byte).
+tool results), the tools, ``max_tokens``, ``temperature``, ``top_p`` and the penalties when not their defaults,
+``seed``, ``stop`` with values, ``response_format`` (``json_object``, ``json_schema``), ``tool_choice`` other
+than its default, ``parallel_tool_calls: false``, ``reasoning`` (``reasoning_effort``, DeepSeek's ``thinking``),
+and any other provider field. ``fingerprint`` is the exact match (every field, byte for byte).
 """
 
 from __future__ import annotations
