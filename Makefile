@@ -1,6 +1,6 @@
 # Every target creates the virtualenv and installs what it needs on a fresh machine.
 PYTHON ?= $(shell for p in python3.13 python3.12 python3.11 python3; do \
-            command -v $$p >/dev/null 2>&1 && $$p -c 'import sys; sys.exit(sys.version_info < (3, 11))' && { echo $$p; break; }; \
+            command -v $$p >/dev/null 2>&1 && $$p -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null && { echo $$p; break; }; \
           done)
 VENV   := .venv
 BIN    := $(VENV)/bin
