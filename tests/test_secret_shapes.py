@@ -40,6 +40,7 @@ from chunktape import (
 )
 from chunktape.cassettes import env_secrets, find_secrets
 from chunktape.protocol import ReasoningDelta
+from chunktape.secrets import REDACTED, scanner
 from helpers import PacedAdapter, collect, options, paced, text_stream, tool_stream
 from strategies import cut_points, picks
 
@@ -406,3 +407,27 @@ def test_any_credential_anywhere_split_anyhow_is_found_and_redacted(case: tuple[
     assert find_secrets(cleaned) == [], what
     for text in _strings(cleaned):
         assert not any(tell in text for tell in tells), what
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    secret=st.text(st.characters(codec="utf-8", exclude_categories=["Cs", "Cc", "Zs"]), min_size=8, max_size=40),
+    before=st.binary(max_size=60),
+    after=st.binary(max_size=60),
+    glued=st.sampled_from(["", "x", "ab", "key=", "Zm9v"]),
+    urlsafe=st.booleans(),
+    wrap=st.sampled_from([0, 64, 76]),  # PEM's and base64's columns
+)
+def test_a_literal_in_base64_is_found_at_any_alignment_without_decoding_the_run(
+    secret: str, before: bytes, after: bytes, glued: str, urlsafe: bool, wrap: int
+) -> None:
+    """A scanner of literals only (a replay's redaction) finds their base64 by the characters the literal
+    determines, not by decoding every run: the same finds, in any alignment, glued to a word, URL-safe, wrapped."""
+    data = before + secret.encode() + after
+    encoded = (base64.urlsafe_b64encode if urlsafe else base64.b64encode)(data).decode()
+    if wrap:
+        encoded = "\n".join(encoded[i : i + wrap] for i in range(0, len(encoded), wrap))
+    text = "data " + glued + encoded + " end"
+    scan = scanner([secret], patterns=False)
+    assert scan.may_hold(text)
+    assert REDACTED in scan.redact(text)

@@ -336,6 +336,7 @@ _MIN_RUN = 11
 _SCREEN_RUN = 24
 """The screen decodes runs this long for key shapes: a key needs 20 characters, which base64 makes 28."""
 _URLSAFE = str.maketrans("-_", "+/")
+_TO_URLSAFE = str.maketrans("+/", "-_")
 _LINE_BREAKS = (b"\n", b"\r\n", b"\\n", b"\\r\\n")
 """What may end a line of wrapped base64: a newline, or its JSON escape (inside tool arguments)."""
 
@@ -429,13 +430,26 @@ def _trie(needles: Iterable[str]) -> str:
     return "|".join(parts)
 
 
+def _base64_cores(secret: str) -> list[str]:
+    """The base64 characters that ``secret`` alone determines, at each of the three byte alignments it can have
+    in encoded data: any base64 of a text holding ``secret`` holds one of them (the groups it only partly fills
+    are left out), whatever comes before or after it and wherever the encoding starts."""
+    data = secret.encode("utf-8")
+    cores = []
+    for shift in range(3):
+        encoded = base64.b64encode(b"\0" * shift + data).decode("ascii")
+        first, end = -(-shift // 3), (shift + len(data)) // 3  # the groups of three bytes all of secret
+        cores.append(encoded[4 * first : 4 * end])
+    return cores
+
+
 class Scanner:
     """A credential search set up once: the literal secrets given, and (``patterns``) the key shapes in force.
 
     Get one with ``scanner(secrets, patterns=...)``; it is cached, so building one per call is cheap.
     """
 
-    __slots__ = ("_always", "_run", "_screen", "_shapes", "literals")
+    __slots__ = ("_always", "_encoded", "_run", "_screen", "_shapes", "literals")
 
     def __init__(self, secrets: Iterable[str] = (), *, patterns: bool = True) -> None:
         self.literals = usable(secrets)
@@ -447,6 +461,11 @@ class Scanner:
         self._screen = re.compile(_trie(needles) or "(?!)")
         # base64 of a literal at any alignment keeps 4/3 of its length, less up to 2 characters at each end
         self._run = min([_SCREEN_RUN, *(len(secret) * 4 // 3 - 4 for secret in self.literals)])
+        # Literals alone (no key shapes to look for in decoded data): their base64 is found without decoding, a
+        # search for the characters each determines (an image's megabytes of base64 are then not decoded 4 times).
+        cores = [core for secret in self.literals for core in _base64_cores(secret)]
+        both = dict.fromkeys([*cores, *(core.translate(_TO_URLSAFE) for core in cores)])  # standard, URL-safe
+        self._encoded = re.compile(_trie(both)) if not shapes and cores and all(cores) else None
 
     def may_hold(self, text: str) -> bool:
         """A cheap screen at C speed: can ``text`` hold a credential at all, plain, escaped or in base64?"""
@@ -455,7 +474,10 @@ class Scanner:
             return True
         if "\\u" in text and screen(_unescaped(text)[0]):
             return True
-        return any(screen(decoded) for _, _, run in _runs(text, self._run) for decoded in _base64_texts(run))
+        runs = (run for _, _, run in _runs(text, self._run))
+        if self._encoded is not None:
+            return any(self._encoded.search(run) for run in runs)
+        return any(screen(decoded) for run in runs for decoded in _base64_texts(run))
 
     def matches(self, text: str, *, decode: bool = True) -> Iterator[Found]:
         """Every credential in ``text``.
