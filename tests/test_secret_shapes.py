@@ -431,3 +431,18 @@ def test_a_literal_in_base64_is_found_at_any_alignment_without_decoding_the_run(
     scan = scanner([secret], patterns=False)
     assert scan.may_hold(text)
     assert REDACTED in scan.redact(text)
+
+
+def test_a_secret_that_is_not_utf8_text_is_still_found_plain_and_breaks_no_scanner() -> None:
+    """An environment value with a byte that is not UTF-8 (a Latin-1 password) reaches Python as a lone surrogate."""
+    secret = "\udcffabcdefghijk"
+    for patterns in (False, True):
+        assert scanner([secret], patterns=patterns).redact(f"pw {secret} end") == f"pw {REDACTED} end"
+
+
+def test_a_run_mixing_both_base64_alphabets_is_read_as_decoding_reads_it() -> None:
+    secret = "k~>?k~>?k~>?"
+    mixed = base64.b64encode(b"x" + secret.encode()).decode().replace("/", "_", 1)
+    assert "+" in mixed
+    assert "_" in mixed
+    assert scanner([secret], patterns=False).may_hold(f"a {mixed} b")

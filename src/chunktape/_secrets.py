@@ -433,14 +433,23 @@ def _trie(needles: Iterable[str]) -> str:
 def _base64_cores(secret: str) -> list[str]:
     """The base64 characters that ``secret`` alone determines, at each of the three byte alignments it can have
     in encoded data: any base64 of a text holding ``secret`` holds one of them (the groups it only partly fills
-    are left out), whatever comes before or after it and wherever the encoding starts."""
-    data = secret.encode("utf-8")
+    are left out), whatever comes before or after it and wherever the encoding starts. No cores for a secret that
+    is not UTF-8 text (no decoded base64 spells it)."""
+    try:
+        data = secret.encode("utf-8")
+    except UnicodeEncodeError:  # an environment value with a byte that is not UTF-8: no base64 spells it
+        return []
     cores = []
     for shift in range(3):
         encoded = base64.b64encode(b"\0" * shift + data).decode("ascii")
         first, end = -(-shift // 3), (shift + len(data)) // 3  # the groups of three bytes all of secret
         cores.append(encoded[4 * first : 4 * end])
     return cores
+
+
+def _one_alphabet(run: str) -> bool:
+    """A run of base64 in one alphabet, standard or URL-safe (not both, which decoding reads as one)."""
+    return not (("-" in run or "_" in run) and ("+" in run or "/" in run))
 
 
 class Scanner:
@@ -465,7 +474,7 @@ class Scanner:
         # search for the characters each determines (an image's megabytes of base64 are then not decoded 4 times).
         cores = [core for secret in self.literals for core in _base64_cores(secret)]
         both = dict.fromkeys([*cores, *(core.translate(_TO_URLSAFE) for core in cores)])  # standard, URL-safe
-        self._encoded = re.compile(_trie(both)) if not shapes and cores and all(cores) else None
+        self._encoded = re.compile(_trie(both)) if not shapes and cores else None
 
     def may_hold(self, text: str) -> bool:
         """A cheap screen at C speed: can ``text`` hold a credential at all, plain, escaped or in base64?"""
@@ -476,7 +485,7 @@ class Scanner:
             return True
         runs = (run for _, _, run in _runs(text, self._run))
         if self._encoded is not None:
-            return any(self._encoded.search(run) for run in runs)
+            return any(self._encoded.search(run if _one_alphabet(run) else run.translate(_URLSAFE)) for run in runs)
         return any(screen(decoded) for run in runs for decoded in _base64_texts(run))
 
     def matches(self, text: str, *, decode: bool = True) -> Iterator[Found]:

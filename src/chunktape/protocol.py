@@ -163,7 +163,7 @@ class Message(_Wire, frozen=True, kw_only=True):
     matched as JSON values, scanned for credentials like every request field."""
 
     def __post_init__(self) -> None:
-        if self.content_parts is not None and self.content is not None:
+        if self.content_parts is not None and self.content:  # "" is no content, as matching has it
             raise ValueError("a message has content or content_parts, not both")
 
     @property

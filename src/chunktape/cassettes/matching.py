@@ -328,7 +328,13 @@ def _diff(old: Any, new: Any, path: str, out: list[str]) -> None:
     out.append(f"{path or 'request'}: recorded {_short(old)}, requested {_short(new)}")
 
 
+_MASK_MARGIN = 8192
+"""More than any credential is long, in base64 too (a 4096-bit PEM key is some 3.2 KB): what is masked past the
+shown part, so a key that starts in it is whole when masked, while a megabyte image is not scanned at all."""
+
+
 def _short(value: Any, limit: int = 80) -> str:
     """``value`` for a diff line: credentials masked first, so that cutting it short cannot leave half a key."""
-    text = redact_text(msgspec.json.encode(value).decode() if not isinstance(value, str) else repr(value))
+    text = msgspec.json.encode(value).decode() if not isinstance(value, str) else repr(value)
+    text = redact_text(text[: limit + _MASK_MARGIN])
     return text if len(text) <= limit else text[: limit - 3] + "..."
