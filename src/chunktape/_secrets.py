@@ -472,9 +472,9 @@ class Scanner:
         self._run = min([_SCREEN_RUN, *(len(secret) * 4 // 3 - 4 for secret in self.literals)])
         # Literals alone (no key shapes to look for in decoded data): their base64 is found without decoding, a
         # search for the characters each determines (an image's megabytes of base64 are then not decoded 4 times).
-        cores = [core for secret in self.literals for core in _base64_cores(secret)]
+        cores = [] if shapes else [core for secret in self.literals for core in _base64_cores(secret)]
         both = dict.fromkeys([*cores, *(core.translate(_TO_URLSAFE) for core in cores)])  # standard, URL-safe
-        self._encoded = re.compile(_trie(both)) if not shapes and cores else None
+        self._encoded = re.compile(_trie(both)) if both else None
 
     def may_hold(self, text: str) -> bool:
         """A cheap screen at C speed: can ``text`` hold a credential at all, plain, escaped or in base64?"""
