@@ -47,3 +47,19 @@ def test_content_parts_match_as_json_values_and_another_image_misses() -> None:
     assert matcher.failing(dog, cat) == ["messages"]
     assert not matcher(request(), cat)  # the text alone is not the question with its picture
     assert any("contentParts[1]" in line for line in diff_requests(cat, dog))
+
+
+def test_a_messages_other_fields_match_as_json_values_except_those_that_say_nothing() -> None:
+    def request(**extra: object) -> RecordedRequest:
+        messages = [Message(role="user", content="haiku"), Message(role="assistant", content="Autumn", extra=extra)]
+        return RecordedRequest.from_options(GenerateOptions(model="m", messages=messages))
+
+    matcher = RequestMatcher(DEFAULT_MATCH)
+    plain = request()
+    # An SDK's echo of the reply it got (openai's ``model_dump``) carries empty fields the recording never had.
+    assert matcher(request(refusal=None, audio=None, annotations=[], function_call=None), plain)
+    assert matcher(request(audio={"id": "a1", "format": "wav"}), request(audio={"format": "wav", "id": "a1"}))
+    prefix = request(prefix=True)  # DeepSeek completes the turn instead of answering it: another question
+    assert matcher.failing(prefix, plain) == ["messages"]
+    assert not matcher(request(prefix=False), prefix)
+    assert any("prefix" in line for line in diff_requests(plain, prefix))

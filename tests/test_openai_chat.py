@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import msgspec
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -492,6 +493,28 @@ def test_content_parts_beyond_text_are_kept_as_sent_and_sent_back_the_same() -> 
 def test_a_message_has_content_or_content_parts_not_both() -> None:
     with pytest.raises(ValueError, match="not both"):
         Message(role="user", content="x", content_parts=PARTS)
+
+
+def test_a_messages_other_fields_are_kept_as_sent_and_sent_back_after_the_named_ones() -> None:
+    """Fields this library has no name for (DeepSeek's chat-prefix flag, an assistant turn's audio reference, a
+    field a provider adds next year) were dropped as the request was decoded: recorded without them, and two
+    requests that differ only there matched the same recording."""
+    body = {
+        "model": "deepseek-chat",
+        "messages": [
+            {"role": "user", "content": "write a haiku"},
+            {"role": "assistant", "content": "Autumn", "prefix": True, "audio": {"id": "audio_1"}},
+        ],
+    }
+    message = options_from_openai_request(json.loads(json.dumps(body))).messages[1]
+    assert (message.content, message.extra) == ("Autumn", {"prefix": True, "audio": {"id": "audio_1"}})
+    assert options_to_openai_request(options_from_openai_request(body))["messages"] == body["messages"]
+    assert msgspec.json.decode(msgspec.json.encode(message), type=Message) == message
+
+
+def test_extra_cannot_hold_a_field_a_message_has_by_name() -> None:
+    with pytest.raises(ValueError, match="content, name"):
+        Message(role="user", extra={"name": "x", "content": "y", "prefix": True})
 
 
 @pytest.mark.parametrize(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import httpx
 import httpx2
@@ -289,4 +289,48 @@ async def test_a_request_with_an_image_is_recorded_and_replayed_and_another_imag
             await sdk.chat.completions.create(
                 model="gpt-4o-mini", messages=_vision("https://img.test/dog.png"), stream=True
             )
+    assert miss.value.code is ErrorCode.CASSETTE_MISMATCH
+
+
+def _prefix_completion(prefix: bool) -> Any:
+    """DeepSeek's chat prefix completion: the last (assistant) turn is continued, not answered."""
+    return [{"role": "user", "content": "a haiku"}, {"role": "assistant", "content": "Autumn", "prefix": prefix}]
+
+
+async def test_a_message_field_this_library_does_not_name_is_recorded_and_matched(tmp_path: Path) -> None:
+    """A request's message fields beyond chunktape's names (here DeepSeek's ``prefix``, sent through the openai SDK
+    as its users do) reach the cassette and take part in matching: before, they were dropped as the request was
+    decoded, so the recording lost them and a request without them replayed it."""
+    sent: list[bytes] = []
+
+    def provider(request: httpx2.Request) -> httpx2.Response:
+        sent.append(request.content)
+        body = sse(chunk({"content": " leaves fall"}, finish_reason="stop"))
+        return httpx2.Response(200, headers={"content-type": "text/event-stream"}, content=body)
+
+    path = tmp_path / "prefix.msgpack"
+    recording = RecordingTransport(httpx2.MockTransport(provider), path)
+    async with openai.AsyncOpenAI(
+        base_url="http://127.0.0.1/v1", api_key="test", http_client=httpx2.AsyncClient(transport=recording)
+    ) as sdk:
+        stream = await sdk.chat.completions.create(
+            model="deepseek-chat", messages=_prefix_completion(True), stream=True
+        )
+        assert [event async for event in stream]
+    recording.close()
+    assert b'"prefix":true' in sent[0].replace(b" ", b"")
+    assert load_cassette(path).interactions[0].request.messages[1].extra == {"prefix": True}
+
+    replaying = ReplayTransport(path)
+    async with openai.AsyncOpenAI(
+        base_url="http://127.0.0.1/v1", api_key="test", http_client=httpx2.AsyncClient(transport=replaying)
+    ) as sdk:
+        stream = await sdk.chat.completions.create(
+            model="deepseek-chat", messages=_prefix_completion(True), stream=True
+        )
+        assert "".join([event.choices[0].delta.content or "" async for event in stream if event.choices]) == (
+            " leaves fall"
+        )
+        with pytest.raises(LlmError) as miss:
+            await sdk.chat.completions.create(model="deepseek-chat", messages=_prefix_completion(False), stream=True)
     assert miss.value.code is ErrorCode.CASSETTE_MISMATCH

@@ -161,10 +161,17 @@ class Message(_Wire, frozen=True, kw_only=True):
     """The content as the provider's list of parts, for a message that holds more than text (an image, audio, a
     file: OpenAI's ``image_url``, ``input_audio`` and ``file`` parts), instead of ``content``. Sent as given,
     matched as JSON values, scanned for credentials like every request field."""
+    extra: dict[str, Any] = {}
+    """The message's other fields, as the request carried them (DeepSeek's ``prefix``, an assistant turn's
+    ``audio`` reference): recorded, sent as given after the fields above, matched as JSON values except those
+    that say nothing (null, ``[]``, ``{}``: what an SDK's echo of a reply adds, such as ``"refusal": null``)."""
 
     def __post_init__(self) -> None:
         if self.content_parts is not None and self.content:  # "" is no content, as matching has it
             raise ValueError("a message has content or content_parts, not both")
+        named = set(self.__struct_fields__).intersection(self.extra)
+        if named:
+            raise ValueError(f"extra holds fields a message has by name: {', '.join(sorted(named))}")
 
     @property
     def text(self) -> str:

@@ -121,6 +121,11 @@ def _json_value(text: str) -> Any:
         return ("text", text)
 
 
+_SAYS_NOTHING: tuple[Any, ...] = (None, [], {})
+"""Extra message fields that carry nothing: an SDK's echo of a reply adds them (``"refusal": null``), a framework's
+own message omits them."""
+
+
 def _message_key(message: Message) -> tuple[Any, ...]:
     calls = tuple((call.id, call.name, _json_value(call.arguments)) for call in message.tool_calls)
     return (
@@ -131,6 +136,7 @@ def _message_key(message: Message) -> tuple[Any, ...]:
         message.tool_call_id,
         message.name,
         message.reasoning_content,
+        {key: value for key, value in message.extra.items() if value not in _SAYS_NOTHING},
     )
 
 

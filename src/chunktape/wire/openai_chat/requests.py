@@ -69,6 +69,7 @@ def message_to_openai(message: Message) -> dict[str, Any]:
         wire["tool_calls"] = [tool_call_to_wire(call) for call in message.tool_calls]
         if message.reasoning_content is not None:
             wire["reasoning_content"] = message.reasoning_content
+    wire.update(message.extra)
     return wire
 
 
@@ -156,6 +157,10 @@ def _content(content: Any, where: str) -> tuple[str | None, list[dict[str, Any]]
     return None, content
 
 
+_MESSAGE_FIELDS = frozenset({"role", "content", "tool_calls", "tool_call_id", "name", "reasoning_content"})
+"""The message fields ``message_from_openai`` reads; any other goes to ``Message.extra`` as it came."""
+
+
 def message_from_openai(wire: Any, where: str = "messages[0]") -> Message:
     """The inverse of ``message_to_openai``."""
     if not isinstance(wire, dict):
@@ -190,6 +195,7 @@ def message_from_openai(wire: Any, where: str = "messages[0]") -> Message:
         reasoning_content=_typed(wire.get("reasoning_content"), str | None, f"{where}.reasoning_content")
         if calls
         else None,
+        extra={key: value for key, value in wire.items() if key not in _MESSAGE_FIELDS},
     )
 
 
