@@ -58,6 +58,8 @@ def test_a_messages_other_fields_match_as_json_values_except_those_that_say_noth
     plain = request()
     # An SDK's echo of the reply it got (openai's ``model_dump``) carries empty fields the recording never had.
     assert matcher(request(refusal=None, audio=None, annotations=[], function_call=None), plain)
+    assert matcher(request(provider_specific_fields={"refusal": None, "citations": []}), plain)  # litellm's
+    assert not matcher(request(provider_specific_fields={"refusal": "no"}), plain)
     assert matcher(request(audio={"id": "a1", "format": "wav"}), request(audio={"format": "wav", "id": "a1"}))
     prefix = request(prefix=True)  # DeepSeek completes the turn instead of answering it: another question
     assert matcher.failing(prefix, plain) == ["messages"]

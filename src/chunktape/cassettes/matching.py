@@ -122,8 +122,16 @@ def _json_value(text: str) -> Any:
 
 
 _SAYS_NOTHING: tuple[Any, ...] = (None, [], {})
-"""Extra message fields that carry nothing: an SDK's echo of a reply adds them (``"refusal": null``), a framework's
-own message omits them."""
+"""Values that carry nothing: an SDK's echo of a reply adds fields holding them (``"refusal": null``, litellm's
+``"provider_specific_fields": {"refusal": null}``), a framework's own message omits those fields."""
+
+
+def _said(value: Any) -> Any:
+    """``value`` without the object fields, at any depth, that hold nothing (``_SAYS_NOTHING``)."""
+    if not isinstance(value, dict):
+        return value
+    kept = ((key, _said(item)) for key, item in value.items())
+    return {key: item for key, item in kept if item not in _SAYS_NOTHING}
 
 
 def _message_key(message: Message) -> tuple[Any, ...]:
@@ -136,7 +144,7 @@ def _message_key(message: Message) -> tuple[Any, ...]:
         message.tool_call_id,
         message.name,
         message.reasoning_content,
-        {key: value for key, value in message.extra.items() if value not in _SAYS_NOTHING},
+        _said(message.extra),
     )
 
 
