@@ -504,10 +504,12 @@ def test_a_messages_other_fields_are_kept_as_sent_and_sent_back_after_the_named_
         "messages": [
             {"role": "user", "content": "write a haiku"},
             {"role": "assistant", "content": "Autumn", "prefix": True, "audio": {"id": "audio_1"}},
+            {"role": "user", "content": "", "extra": 1, "content_parts": 2},  # chunktape's own names, as fields
         ],
     }
     message = options_from_openai_request(json.loads(json.dumps(body))).messages[1]
     assert (message.content, message.extra) == ("Autumn", {"prefix": True, "audio": {"id": "audio_1"}})
+    assert options_from_openai_request(body).messages[2].extra == {"extra": 1, "content_parts": 2}
     assert options_to_openai_request(options_from_openai_request(body))["messages"] == body["messages"]
     assert msgspec.json.decode(msgspec.json.encode(message), type=Message) == message
 

@@ -169,7 +169,7 @@ class Message(_Wire, frozen=True, kw_only=True):
     def __post_init__(self) -> None:
         if self.content_parts is not None and self.content:  # "" is no content, as matching has it
             raise ValueError("a message has content or content_parts, not both")
-        named = set(self.__struct_fields__).intersection(self.extra)
+        named = _NAMED_ON_THE_WIRE.intersection(self.extra)
         if named:
             raise ValueError(f"extra holds fields a message has by name: {', '.join(sorted(named))}")
 
@@ -180,6 +180,11 @@ class Message(_Wire, frozen=True, kw_only=True):
             return self.content or ""
         texts = (part.get("text") for part in self.content_parts if part.get("type") == "text")
         return "".join(text for text in texts if isinstance(text, str))
+
+
+_NAMED_ON_THE_WIRE = frozenset(Message.__struct_fields__) - {"content_parts", "extra"}
+"""The fields a message is sent with under their own names: ``extra`` may not hold them. (``content_parts`` goes
+as ``content``, ``extra``'s fields go as themselves, so a field named either can be sent as one of ``extra``'s.)"""
 
 
 class ToolSpec(_Wire, frozen=True, kw_only=True):
