@@ -183,8 +183,9 @@ class Message(_Wire, frozen=True, kw_only=True):
 
 
 _NAMED_ON_THE_WIRE = frozenset(Message.__struct_fields__) - {"content_parts", "extra"}
-"""The fields a message is sent with under their own names: ``extra`` may not hold them. (``content_parts`` goes
-as ``content``, ``extra``'s fields go as themselves, so a field named either can be sent as one of ``extra``'s.)"""
+"""The fields a message is sent with under their own names: ``extra`` may not hold them, and a request decoder
+puts every other field there. (``content_parts`` goes as ``content`` and ``extra``'s fields as themselves, so a
+field named like either is one of ``extra``'s.)"""
 
 
 class ToolSpec(_Wire, frozen=True, kw_only=True):

@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 import msgspec
 
 from chunktape.errors import ErrorCode, LlmError
-from chunktape.protocol import CallId, GenerateOptions, Message, Role, ToolCallBlock, ToolSpec
+from chunktape.protocol import _NAMED_ON_THE_WIRE, CallId, GenerateOptions, Message, Role, ToolCallBlock, ToolSpec
 from chunktape.wire.openai_chat._fields import tool_call_to_wire
 
 __all__ = [
@@ -157,10 +157,6 @@ def _content(content: Any, where: str) -> tuple[str | None, list[dict[str, Any]]
     return None, content
 
 
-_MESSAGE_FIELDS = frozenset({"role", "content", "tool_calls", "tool_call_id", "name", "reasoning_content"})
-"""The message fields ``message_from_openai`` reads; any other goes to ``Message.extra`` as it came."""
-
-
 def message_from_openai(wire: Any, where: str = "messages[0]") -> Message:
     """The inverse of ``message_to_openai``."""
     if not isinstance(wire, dict):
@@ -195,7 +191,7 @@ def message_from_openai(wire: Any, where: str = "messages[0]") -> Message:
         reasoning_content=_typed(wire.get("reasoning_content"), str | None, f"{where}.reasoning_content")
         if calls
         else None,
-        extra={key: value for key, value in wire.items() if key not in _MESSAGE_FIELDS},
+        extra={key: value for key, value in wire.items() if key not in _NAMED_ON_THE_WIRE},  # the rest as it came
     )
 
 
