@@ -69,7 +69,7 @@ def _cassette(tmp_path: Path, *interactions: Interaction) -> Path:
     return path
 
 
-def _sdk(transport: ReplayTransport, *, max_retries: int = 2) -> openai.AsyncOpenAI:
+def _sdk(transport: httpx2.AsyncBaseTransport, *, max_retries: int = 2) -> openai.AsyncOpenAI:
     client = httpx2.AsyncClient(transport=transport)
     return openai.AsyncOpenAI(
         base_url="http://127.0.0.1/v1", api_key="test", http_client=client, max_retries=max_retries
@@ -237,6 +237,22 @@ def test_faults_with_no_wire_form_are_refused(tmp_path: Path) -> None:
     assert refused.value.code is ErrorCode.INVALID_CONFIG
 
 
+def _provider(text: str, sent: list[bytes]) -> httpx2.MockTransport:
+    """A provider that streams ``text`` to every request and keeps the bodies it was sent."""
+
+    def reply(request: httpx2.Request) -> httpx2.Response:
+        sent.append(request.content)
+        body = sse(chunk({"content": text}, finish_reason="stop"))
+        return httpx2.Response(200, headers={"content-type": "text/event-stream"}, content=body)
+
+    return httpx2.MockTransport(reply)
+
+
+async def _reply(sdk: openai.AsyncOpenAI, model: str, messages: Any) -> str:
+    stream = await sdk.chat.completions.create(model=model, messages=messages, stream=True)
+    return "".join([event.choices[0].delta.content or "" async for event in stream if event.choices])
+
+
 def _vision(url: str) -> list[ChatCompletionMessageParam]:
     return [
         {
@@ -255,20 +271,11 @@ async def test_a_request_with_an_image_is_recorded_and_replayed_and_another_imag
     represented and went by unrecorded. A key in a part (a signed image URL) is redacted like any other."""
     key = "sk-live-abcdefghijklmnopqrstuvwxyz0123"
     sent: list[bytes] = []
-
-    def provider(request: httpx2.Request) -> httpx2.Response:
-        sent.append(request.content)
-        body = sse(chunk({"content": "A cat."}, finish_reason="stop"))
-        return httpx2.Response(200, headers={"content-type": "text/event-stream"}, content=body)
-
     path = tmp_path / "vision.msgpack"
     picture = "https://img.test/cat.png?sig=" + key
-    recording = RecordingTransport(httpx2.MockTransport(provider), path, redact=[key])
-    async with openai.AsyncOpenAI(
-        base_url="http://127.0.0.1/v1", api_key="test", http_client=httpx2.AsyncClient(transport=recording)
-    ) as sdk:
-        stream = await sdk.chat.completions.create(model="gpt-4o-mini", messages=_vision(picture), stream=True)
-        assert "".join([event.choices[0].delta.content or "" async for event in stream if event.choices]) == "A cat."
+    recording = RecordingTransport(_provider("A cat.", sent), path, redact=[key])
+    async with _sdk(recording) as sdk:
+        assert await _reply(sdk, "gpt-4o-mini", _vision(picture)) == "A cat."
     recording.close()
     assert key.encode() in sent[0]  # the provider got the picture's URL as sent
     assert key.encode() not in path.read_bytes()
@@ -279,16 +286,10 @@ async def test_a_request_with_an_image_is_recorded_and_replayed_and_another_imag
     assert message.content_parts is not None
     assert message.content_parts[1]["image_url"] == {"url": "https://img.test/cat.png?sig=[REDACTED]", "detail": "low"}
 
-    replaying = ReplayTransport(path, redact=[key])
-    async with openai.AsyncOpenAI(
-        base_url="http://127.0.0.1/v1", api_key="test", http_client=httpx2.AsyncClient(transport=replaying)
-    ) as sdk:
-        stream = await sdk.chat.completions.create(model="gpt-4o-mini", messages=_vision(picture), stream=True)
-        assert "".join([event.choices[0].delta.content or "" async for event in stream if event.choices]) == "A cat."
+    async with _sdk(ReplayTransport(path, redact=[key])) as sdk:
+        assert await _reply(sdk, "gpt-4o-mini", _vision(picture)) == "A cat."
         with pytest.raises(LlmError) as miss:
-            await sdk.chat.completions.create(
-                model="gpt-4o-mini", messages=_vision("https://img.test/dog.png"), stream=True
-            )
+            await _reply(sdk, "gpt-4o-mini", _vision("https://img.test/dog.png"))
     assert miss.value.code is ErrorCode.CASSETTE_MISMATCH
 
 
@@ -302,35 +303,16 @@ async def test_a_message_field_this_library_does_not_name_is_recorded_and_matche
     as its users do) reach the cassette and take part in matching: before, they were dropped as the request was
     decoded, so the recording lost them and a request without them replayed it."""
     sent: list[bytes] = []
-
-    def provider(request: httpx2.Request) -> httpx2.Response:
-        sent.append(request.content)
-        body = sse(chunk({"content": " leaves fall"}, finish_reason="stop"))
-        return httpx2.Response(200, headers={"content-type": "text/event-stream"}, content=body)
-
     path = tmp_path / "prefix.msgpack"
-    recording = RecordingTransport(httpx2.MockTransport(provider), path)
-    async with openai.AsyncOpenAI(
-        base_url="http://127.0.0.1/v1", api_key="test", http_client=httpx2.AsyncClient(transport=recording)
-    ) as sdk:
-        stream = await sdk.chat.completions.create(
-            model="deepseek-chat", messages=_prefix_completion(True), stream=True
-        )
-        assert [event async for event in stream]
+    recording = RecordingTransport(_provider(" leaves fall", sent), path)
+    async with _sdk(recording) as sdk:
+        assert await _reply(sdk, "deepseek-chat", _prefix_completion(True)) == " leaves fall"
     recording.close()
     assert b'"prefix":true' in sent[0].replace(b" ", b"")
     assert load_cassette(path).interactions[0].request.messages[1].extra == {"prefix": True}
 
-    replaying = ReplayTransport(path)
-    async with openai.AsyncOpenAI(
-        base_url="http://127.0.0.1/v1", api_key="test", http_client=httpx2.AsyncClient(transport=replaying)
-    ) as sdk:
-        stream = await sdk.chat.completions.create(
-            model="deepseek-chat", messages=_prefix_completion(True), stream=True
-        )
-        assert "".join([event.choices[0].delta.content or "" async for event in stream if event.choices]) == (
-            " leaves fall"
-        )
+    async with _sdk(ReplayTransport(path)) as sdk:
+        assert await _reply(sdk, "deepseek-chat", _prefix_completion(True)) == " leaves fall"
         with pytest.raises(LlmError) as miss:
-            await sdk.chat.completions.create(model="deepseek-chat", messages=_prefix_completion(False), stream=True)
+            await _reply(sdk, "deepseek-chat", _prefix_completion(False))
     assert miss.value.code is ErrorCode.CASSETTE_MISMATCH
