@@ -119,7 +119,10 @@ def run_sync(coroutine: Coroutine[Any, Any, T]) -> T:
     try:
         return loop.run_until_complete(coroutine)
     finally:
-        loop.close()
+        try:
+            loop.run_until_complete(loop.shutdown_asyncgens())  # as asyncio.run does: none outlives the loop
+        finally:
+            loop.close()
 
 
 class PacedAdapter(LlmAdapter):

@@ -174,7 +174,10 @@ class LoopBody(SyncBody):
             self._loop.close()
 
     async def _async_close_coroutine(self) -> None:
-        await self._async_close()
+        try:
+            await self._async_close()
+        finally:
+            await self._loop.shutdown_asyncgens()  # as asyncio.run does: no generator outlives its loop
 
 
 def _loop_running() -> bool:

@@ -446,7 +446,10 @@ class CassetteSession(LlmAdapter):
                 try:
                     loop.run_until_complete(live.aclose())
                 finally:
-                    loop.close()
+                    try:
+                        loop.run_until_complete(loop.shutdown_asyncgens())  # as asyncio.run does
+                    finally:
+                        loop.close()
 
 
 def use_cassette(

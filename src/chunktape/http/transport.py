@@ -183,5 +183,9 @@ async def _raw(upstream: AnyResponse) -> AsyncIterator[bytes]:
     stream = upstream.stream
     if not isinstance(stream, httpx2.AsyncByteStream | httpx.AsyncByteStream):
         raise TypeError("FaultTransport needs an async response stream from its inner transport")
-    async for piece in stream:
-        yield piece
+    pieces = aiter(stream)  # closed here when a fault ends the body early, not left to the garbage collector
+    try:
+        async for piece in pieces:
+            yield piece
+    finally:
+        await aclose_stream(pieces)

@@ -17,7 +17,6 @@ Error mapping (every failure is an ``LlmError``):
 from __future__ import annotations
 
 import asyncio
-import inspect
 import os
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
@@ -155,19 +154,20 @@ class OpenAICompatAdapter(LlmAdapter):
         response: AnyResponse | None = None
         raw: AsyncIterator[bytes] | None = None
         try:
-            response = await guard.run(
-                post_streaming(client, url, body, self._headers_for_request()), "no response headers"
-            )
+            headers = self._headers_for_request()
+            response = await guard.run(lambda: post_streaming(client, url, body, headers), "no response headers")
             if response.status_code >= 300:
                 raise await self._http_error(response, guard)
             parser = SseParser()
             decoder = OpenAIChatDecoder()
             if self.idle_timeout is not None:
                 guard.set_deadline(loop.time() + self.idle_timeout)
-            raw = response.aiter_bytes()
+            raw = pieces = response.aiter_bytes()
             unparsed: bytearray | None = bytearray()  # the body's head, until it shows it is an event stream
             while not decoder.done:
-                piece = await guard.run(anext(raw, None), f"no data event for {self.idle_timeout}s", timed=True)
+                piece = await guard.run(
+                    lambda: anext(pieces, None), f"no data event for {self.idle_timeout}s", timed=True
+                )
                 items = parser.feed(piece) if piece is not None else parser.close()
                 if unparsed is not None:
                     if any(isinstance(item, SseComment) or item.data is not None for item in items):
@@ -277,17 +277,21 @@ class _Guard:
             self._reason = reason
             task.cancel()
 
-    async def run(self, awaitable: Awaitable[_T], doing: str, *, timed: bool = False) -> _T:
-        """Await ``awaitable``; ``timed``: bounded by ``deadline``."""
+    async def run(self, start: Callable[[], Awaitable[_T]], doing: str, *, timed: bool = False) -> _T:
+        """Await what ``start()`` returns; ``timed``: bounded by ``deadline``.
+
+        ``start`` is called only once the signal and the deadline allow the wait: an awaitable made and then
+        dropped unawaited (``anext()``'s) is reported by Python 3.13, and closing it unawaited breaks its
+        generator there.
+        """
         signal = self.signal
         if signal is not None and signal.aborted:
-            _discard(awaitable)
             raise signal.error()
         deadline = self.deadline if timed else None
         if deadline is not None and self._loop.time() >= deadline:
-            _discard(awaitable)
             raise LlmError(f"timed out: {doing}", ErrorCode.TIMEOUT)
         timed = deadline is not None
+        awaitable = start()
         if signal is None and not timed:
             return await awaitable
         task = self._waiting = asyncio.current_task()
@@ -315,11 +319,6 @@ class _Guard:
             self._timer = None
 
 
-def _discard(awaitable: Awaitable[Any]) -> None:
-    if inspect.iscoroutine(awaitable):
-        awaitable.close()
-
-
 async def _aiter_guarded(iterator: AsyncIterator[bytes], guard: _Guard) -> AsyncIterator[bytes]:
-    while (piece := await guard.run(anext(iterator, None), "no error body")) is not None:
+    while (piece := await guard.run(lambda: anext(iterator, None), "no error body")) is not None:
         yield piece
