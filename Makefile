@@ -1,6 +1,11 @@
 # Every target creates the virtualenv and installs what it needs on a fresh machine.
-PYTHON ?= $(shell for p in python3.13 python3.12 python3.11 python3; do \
-            command -v $$p >/dev/null 2>&1 && $$p -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null && { echo $$p; break; }; \
+# Its Python: the system's own build first, then the newest on PATH; each must be >= 3.11 and able to make a
+# venv with pip. Distributions build CPython with profile-guided optimisation and LTO; pyenv's default build has
+# neither, and this CPU-bound suite needs a third more CPU on it (README, Development). PYTHON=... picks another.
+PYTHON ?= $(shell for p in /usr/bin/python3.13 /usr/bin/python3.12 /usr/bin/python3.11 /usr/bin/python3 \
+                           python3.13 python3.12 python3.11 python3; do \
+            command -v $$p >/dev/null 2>&1 && $$p -c 'import sys, ensurepip; sys.exit(sys.version_info < (3, 11))' \
+              2>/dev/null && { echo $$p; break; }; \
           done)
 VENV   := .venv
 BIN    := $(VENV)/bin
