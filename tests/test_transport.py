@@ -370,6 +370,29 @@ async def test_disconnect_after_bytes_delivers_exactly_that_many_bytes(
     assert deepseek_parallel_tools().startswith(received)
 
 
+async def test_a_fault_that_ends_the_body_early_closes_the_inner_body_at_once() -> None:
+    """Not at garbage collection: an event loop closed before then drops the close (Python 3.13 warns)."""
+    closed: list[str] = []
+
+    class Body(httpx.AsyncByteStream):
+        async def __aiter__(self) -> AsyncIterator[bytes]:
+            try:
+                for line in deepseek_parallel_tools().splitlines(keepends=True):
+                    yield line
+            finally:
+                closed.append("closed")
+
+    provider = httpx.MockTransport(
+        lambda request: httpx.Response(200, headers={"content-type": "text/event-stream"}, stream=Body())
+    )
+    transport = FaultTransport(provider, [Disconnect(after_bytes=100)])
+    async with httpx.AsyncClient(transport=transport) as client:
+        with pytest.raises(httpx.ReadError):
+            async with client.stream("POST", "http://127.0.0.1:9/v1/chat/completions", json={}) as response:
+                await response.aread()
+        assert closed == ["closed"]
+
+
 # -- what a "chunk" is at the HTTP layer -------------------------------------------------------------
 
 
