@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import msgspec
+
 from chunktape import GenerateOptions, Message, RecordedRequest, ToolSpec
 from chunktape.cassettes.matching import DEFAULT_MATCH, RequestMatcher, diff_requests
 from helpers import options, recorded_request
@@ -65,3 +67,10 @@ def test_a_messages_other_fields_match_as_json_values_except_those_that_say_noth
     assert matcher.failing(prefix, plain) == ["messages"]
     assert not matcher(request(prefix=False), prefix)
     assert any("prefix" in line for line in diff_requests(plain, prefix))
+    # A miss for another reason lists that reason alone, not the empty fields matching ignored.
+    echoed = request(refusal=None, annotations=[], provider_specific_fields={"refusal": None})
+    retold = msgspec.structs.replace(plain, model="other")
+    assert diff_requests(retold, echoed) == ["model: recorded 'other', requested 'm'"]
+    assert diff_requests(plain, request(audio={"id": "a1"})) == [
+        'messages[1].extra: recorded (absent), requested {"audio":{"id":"a1"}}'
+    ]

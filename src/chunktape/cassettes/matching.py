@@ -309,11 +309,20 @@ class RequestMatcher:
 
 def diff_requests(recorded: RecordedRequest, live: RecordedRequest) -> list[str]:
     """Readable differences ``path: recorded X, requested Y`` between two requests (fingerprints ignored)."""
-    old = msgspec.to_builtins(msgspec.structs.replace(recorded, fingerprint=""))
-    new = msgspec.to_builtins(msgspec.structs.replace(live, fingerprint=""))
     lines: list[str] = []
-    _diff(old, new, "", lines)
+    _diff(_shown(recorded), _shown(live), "", lines)
     return lines
+
+
+def _shown(request: RecordedRequest) -> Any:
+    """The request as its diff shows it: no fingerprint, and no message field that says nothing (matching ignores
+    those, so a request that misses for another reason does not list an SDK's empty echo fields as well)."""
+    shown = msgspec.to_builtins(msgspec.structs.replace(request, fingerprint=""))
+    for message in shown["messages"]:
+        extra = _said(message.pop("extra", {}))
+        if extra:
+            message["extra"] = extra
+    return shown
 
 
 def _diff(old: Any, new: Any, path: str, out: list[str]) -> None:
