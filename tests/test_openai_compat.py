@@ -283,6 +283,31 @@ async def test_error_body_served_as_octet_stream_and_plain_text(fake_provider: F
     assert info.value.status == 502
 
 
+async def test_a_huge_error_body_is_read_up_to_a_cap_and_the_response_closed_at_once() -> None:
+    read: list[int] = []
+    closed: list[str] = []
+
+    class Huge(httpx.AsyncByteStream):
+        async def __aiter__(self) -> AsyncIterator[bytes]:
+            for _ in range(256):  # 1 MiB, as good as endless here, and a broken cap fails rather than hangs
+                read.append(4096)
+                yield b"x" * 4096
+
+        async def aclose(self) -> None:
+            closed.append("closed")
+
+    provider = httpx.MockTransport(
+        lambda request: httpx.Response(503, headers={"content-type": "text/plain"}, stream=Huge())
+    )
+    async with httpx.AsyncClient(transport=provider) as client:
+        adapter = OpenAICompatAdapter("http://127.0.0.1:9", api_key="sk-test", client=client)
+        with pytest.raises(LlmError) as info:
+            await stream_chunks(adapter, OPTIONS)
+        assert closed == ["closed"]  # the response, when the error is raised
+    assert info.value.status == 503
+    assert 64 * 1024 <= sum(read) < 64 * 1024 + 2 * 4096
+
+
 async def test_a_json_body_instead_of_a_stream(fake_provider: FakeProvider) -> None:
     fake_provider.enqueue(
         FakeResponse(body=b'{"error": {"message": "quota exceeded", "code": 429}}', content_type="application/json"),

@@ -17,6 +17,7 @@ Error mapping (every failure is an ``LlmError``):
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
@@ -211,10 +212,11 @@ class OpenAICompatAdapter(LlmAdapter):
 
     async def _read_capped(self, response: AnyResponse, guard: _Guard) -> bytes:
         body = bytearray()
-        async for piece in _aiter_guarded(response.aiter_bytes(), guard):
-            body += piece
-            if len(body) >= _MAX_ERROR_BODY:
-                break
+        async with contextlib.aclosing(_aiter_guarded(response.aiter_bytes(), guard)) as pieces:
+            async for piece in pieces:
+                body += piece
+                if len(body) >= _MAX_ERROR_BODY:
+                    break  # the rest is not read; aclosing closes the generators now, not at collection
         return bytes(body)
 
     async def _http_error(self, response: AnyResponse, guard: _Guard) -> LlmError:
@@ -319,6 +321,9 @@ class _Guard:
             self._timer = None
 
 
-async def _aiter_guarded(iterator: AsyncIterator[bytes], guard: _Guard) -> AsyncIterator[bytes]:
-    while (piece := await guard.run(lambda: anext(iterator, None), "no error body")) is not None:
-        yield piece
+async def _aiter_guarded(iterator: AsyncIterator[bytes], guard: _Guard) -> AsyncGenerator[bytes, None]:
+    try:
+        while (piece := await guard.run(lambda: anext(iterator, None), "no error body")) is not None:
+            yield piece
+    finally:
+        await aclose_stream(iterator)
