@@ -1,6 +1,6 @@
 # Every target creates the virtualenv and installs what it needs on a fresh machine.
-# Its Python: the system's own build first, then the newest on PATH; each must be >= 3.11 and able to make a
-# venv with pip. Distributions build CPython with profile-guided optimisation and LTO; pyenv's default build has
+# Its Python: the system's own build first, then python3.13 ... python3 on PATH; each must be >= 3.11 and able to
+# make a venv with pip. Distributions build CPython with profile-guided optimisation and LTO; pyenv's default build has
 # neither, and this CPU-bound suite needs a third more CPU on it (README, Development). PYTHON=... picks another.
 PYTHON ?= $(shell for p in /usr/bin/python3.13 /usr/bin/python3.12 /usr/bin/python3.11 /usr/bin/python3 \
                            python3.13 python3.12 python3.11 python3; do \
@@ -14,7 +14,7 @@ STAMP  := $(VENV)/.installed
 .PHONY: install test check demo bench bench-smoke fuzz clean
 
 $(STAMP): pyproject.toml
-	@test -n "$(PYTHON)" || { echo "chunktape needs Python >= 3.11 on PATH"; exit 1; }
+	@test -n "$(PYTHON)" || { echo "chunktape needs Python >= 3.11 with venv and pip (ensurepip; Debian and Ubuntu: apt install python3-venv); or give PYTHON=/path/to/python"; exit 1; }
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'

@@ -114,15 +114,10 @@ T = TypeVar("T")
 
 
 def run_sync(coroutine: Coroutine[Any, Any, T]) -> T:
-    """Run ``coroutine`` on a fresh event loop of its own, closed afterwards (for sync tests and hypothesis)."""
-    loop = asyncio.new_event_loop()
-    try:
-        return loop.run_until_complete(coroutine)
-    finally:
-        try:
-            loop.run_until_complete(loop.shutdown_asyncgens())  # as asyncio.run does: none outlives the loop
-        finally:
-            loop.close()
+    """Run ``coroutine`` on a fresh event loop of its own, ended as ``asyncio.run`` ends one (for sync tests and
+    hypothesis); unlike ``asyncio.run``, the thread's current loop, which the conftest owns, is left alone."""
+    with asyncio.Runner(loop_factory=asyncio.new_event_loop) as runner:
+        return runner.run(coroutine)
 
 
 class PacedAdapter(LlmAdapter):

@@ -283,7 +283,7 @@ async def test_error_body_served_as_octet_stream_and_plain_text(fake_provider: F
     assert info.value.status == 502
 
 
-async def test_a_huge_error_body_is_read_up_to_a_cap_and_the_response_closed_at_once() -> None:
+async def test_a_huge_error_body_is_read_up_to_a_cap_and_closed_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
     read: list[int] = []
     closed: list[str] = []
 
@@ -294,8 +294,21 @@ async def test_a_huge_error_body_is_read_up_to_a_cap_and_the_response_closed_at_
                 yield b"x" * 4096
 
         async def aclose(self) -> None:
-            closed.append("closed")
+            closed.append("response")
 
+    reading = httpx.Response.aiter_bytes
+
+    def logged(response: httpx.Response, chunk_size: int | None = None) -> AsyncIterator[bytes]:
+        async def pieces() -> AsyncIterator[bytes]:
+            try:
+                async for piece in reading(response, chunk_size):
+                    yield piece
+            finally:
+                closed.append("body read")
+
+        return pieces()
+
+    monkeypatch.setattr(httpx.Response, "aiter_bytes", logged)
     provider = httpx.MockTransport(
         lambda request: httpx.Response(503, headers={"content-type": "text/plain"}, stream=Huge())
     )
@@ -303,7 +316,7 @@ async def test_a_huge_error_body_is_read_up_to_a_cap_and_the_response_closed_at_
         adapter = OpenAICompatAdapter("http://127.0.0.1:9", api_key="sk-test", client=client)
         with pytest.raises(LlmError) as info:
             await stream_chunks(adapter, OPTIONS)
-        assert closed == ["closed"]  # the response, when the error is raised
+        assert closed == ["body read", "response"]  # the read stopped at the cap is closed first, not collected
     assert info.value.status == 503
     assert 64 * 1024 <= sum(read) < 64 * 1024 + 2 * 4096
 

@@ -161,6 +161,35 @@ async def test_client_closing_early_is_recorded_as_cut_short(fake_provider: Fake
     assert type(interaction.outcome) is Cancelled
 
 
+async def test_a_body_closed_early_closes_the_upstream_body_at_once(tmp_path: Path) -> None:
+    """Not at garbage collection: an event loop closed before then drops the close (Python 3.13 warns)."""
+    closed: list[str] = []
+
+    class Body(httpx2.AsyncByteStream):
+        async def __aiter__(self) -> AsyncIterator[bytes]:
+            try:
+                yield sse(chunk({"content": "Hel"}), done=False)
+                yield sse(chunk({"content": "lo"}), chunk({}, finish_reason="stop"))
+            finally:
+                closed.append("closed")
+
+    provider = httpx2.MockTransport(
+        lambda request: httpx2.Response(200, headers={"content-type": "text/event-stream"}, stream=Body())
+    )
+    path = tmp_path / "early.json"
+    async with (
+        httpx2.AsyncClient(transport=RecordingTransport(provider, path)) as client,
+        client.stream(
+            "POST", "http://127.0.0.1/v1/chat/completions", json={"model": "m", "messages": MESSAGES, "stream": True}
+        ) as reply,
+    ):
+        async for _ in reply.aiter_bytes():
+            break
+    assert closed == ["closed"]
+    (interaction,) = load_cassette(path).interactions
+    assert type(interaction.outcome) is Cancelled
+
+
 class _Open(httpx2.AsyncBaseTransport):
     """A provider that sends ``body`` and then keeps the connection open (the next read waits forever)."""
 

@@ -442,14 +442,9 @@ class CassetteSession(LlmAdapter):
             self._close_http()
             live, self._live = self._live, None
             if live is not None:
-                loop = asyncio.new_event_loop()
-                try:
-                    loop.run_until_complete(live.aclose())
-                finally:
-                    try:
-                        loop.run_until_complete(loop.shutdown_asyncgens())  # as asyncio.run does
-                    finally:
-                        loop.close()
+                # A loop of its own, ended as asyncio.run ends one, that leaves the thread's current loop alone.
+                with asyncio.Runner(loop_factory=asyncio.new_event_loop) as runner:
+                    runner.run(live.aclose())
 
 
 def use_cassette(

@@ -174,7 +174,8 @@ class RecordingProxy:
 async def _pieces(reply: httpx2.Response) -> AsyncIterator[bytes]:
     """The upstream body as it arrives; closing it (the agent left) tells the recording it was cut short."""
     try:
-        async for piece in reply.aiter_raw():
-            yield piece
+        async with contextlib.aclosing(reply.aiter_raw()) as pieces:
+            async for piece in pieces:
+                yield piece
     finally:
         await reply.aclose()

@@ -34,7 +34,7 @@ import asyncio
 import os
 import time
 import warnings
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -62,7 +62,7 @@ from chunktape.cassettes.model import Cancelled, Completed, Raised, ResponseMeta
 from chunktape.cassettes.redaction import env_secrets, redact_text
 from chunktape.errors import ErrorCode, LlmError
 from chunktape.http.vcr import SECRET_HEADERS
-from chunktape.protocol import GenerateOptions, LlmAdapter, StreamChunk
+from chunktape.protocol import GenerateOptions, LlmAdapter, StreamChunk, aclose_stream
 from chunktape.recorder.recording import ProviderClock, RecordingAdapter, RecordingCall, raised_from
 from chunktape.wire.http_errors import http_error
 from chunktape.wire.openai_chat import (
@@ -330,7 +330,7 @@ def _tee(reply: AnyResponse, exchange: _Exchange) -> Iterator[bytes]:
     exchange.done()
 
 
-async def _atee(reply: AnyResponse, exchange: _Exchange) -> AsyncIterator[bytes]:
+async def _atee(reply: AnyResponse, exchange: _Exchange) -> AsyncGenerator[bytes, None]:
     pieces = araw_pieces(reply)
     try:
         while True:
@@ -347,6 +347,8 @@ async def _atee(reply: AnyResponse, exchange: _Exchange) -> AsyncIterator[bytes]
     except BaseException as error:
         exchange.failed(error)
         raise
+    finally:
+        await aclose_stream(pieces)
     exchange.done()
 
 
@@ -432,7 +434,8 @@ class RecordingTransport(DualTransport):
             exchange.failed(error)
             raise
         exchange.answered(reply)
-        body = AsyncBody(_atee(reply, exchange), lambda: _aclose(reply, exchange))
+        tee = _atee(reply, exchange)
+        body = AsyncBody(tee, lambda: _aclose(tee, reply, exchange))
         return response(request, reply.status_code, headers=_passed_on(reply), stream=body, extensions=reply.extensions)
 
     def save(self) -> None:
@@ -462,6 +465,10 @@ def _close(reply: AnyResponse, exchange: _Exchange) -> None:
     reply.close()
 
 
-async def _aclose(reply: AnyResponse, exchange: _Exchange) -> None:
-    exchange.closed()
-    await reply.aclose()
+async def _aclose(tee: AsyncGenerator[bytes, None], reply: AnyResponse, exchange: _Exchange) -> None:
+    """The SDK closed the body: the tee first, so it and the upstream body it reads end now, not at collection."""
+    try:
+        await tee.aclose()
+    finally:
+        exchange.closed()
+        await reply.aclose()

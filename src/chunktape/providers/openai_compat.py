@@ -163,7 +163,7 @@ class OpenAICompatAdapter(LlmAdapter):
             decoder = OpenAIChatDecoder()
             if self.idle_timeout is not None:
                 guard.set_deadline(loop.time() + self.idle_timeout)
-            raw = pieces = response.aiter_bytes()
+            raw = pieces = response.aiter_bytes()  # ``pieces``: the same, never None, for the read's lambda
             unparsed: bytearray | None = bytearray()  # the body's head, until it shows it is an event stream
             while not decoder.done:
                 piece = await guard.run(
@@ -216,7 +216,7 @@ class OpenAICompatAdapter(LlmAdapter):
             async for piece in pieces:
                 body += piece
                 if len(body) >= _MAX_ERROR_BODY:
-                    break  # the rest is not read; aclosing closes the generators now, not at collection
+                    break  # the rest is not read: ours and aiter_bytes are closed now, not at collection
         return bytes(body)
 
     async def _http_error(self, response: AnyResponse, guard: _Guard) -> LlmError:
