@@ -18,6 +18,7 @@ import pytest
 
 from chunktape import (
     AbortController,
+    BlockStart,
     ErrorCode,
     Finish,
     FinishReason,
@@ -484,6 +485,50 @@ async def test_real_data_moves_the_idle_deadline() -> None:
     assert loop.time() - started == pytest.approx(1.75)
     validate(chunks)
     assert blocks(chunks) == [TextBlock(text="0 1 2 3 4 5 ")]
+
+
+@pytest.mark.looptime
+async def test_a_consumer_slower_than_the_idle_timeout_is_not_the_providers_silence() -> None:
+    """An agent may work between chunks (run a tool, wait for a person); only waiting on the provider counts."""
+    events = [sse(chunk({"content": f"{n} "}), done=False) for n in range(3)]
+    events.append(sse(chunk({}, finish_reason="stop")))
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, headers={"content-type": "text/event-stream"}, stream=_Paced(events, 0.5))
+
+    async with httpx.AsyncClient(transport=httpx.MockTransport(answer)) as client:
+        adapter = OpenAICompatAdapter("http://127.0.0.1:9", api_key="k", client=client, idle_timeout=1.0)
+        chunks = []
+        async for item in adapter.stream(OPTIONS):
+            chunks.append(item)
+            await asyncio.sleep(5)  # five times the idle timeout, after every chunk
+    validate(chunks)
+    assert blocks(chunks) == [TextBlock(text="0 1 2 ")]
+
+
+@pytest.mark.looptime
+async def test_after_a_slow_consumer_a_silent_provider_times_out_an_idle_timeout_after_the_next_read() -> None:
+    class Silent(httpx.AsyncByteStream):
+        async def __aiter__(self) -> AsyncIterator[bytes]:
+            yield sse(chunk({"content": "Hel"}), done=False)
+            await asyncio.sleep(3600)  # then nothing for an hour
+            yield sse(chunk({}, finish_reason="stop"))
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, headers={"content-type": "text/event-stream"}, stream=Silent())
+
+    async with httpx.AsyncClient(transport=httpx.MockTransport(answer)) as client:
+        adapter = OpenAICompatAdapter("http://127.0.0.1:9", api_key="k", client=client, idle_timeout=10.0)
+        loop = asyncio.get_running_loop()
+        stream = adapter.stream(OPTIONS)
+        assert await anext(stream) == BlockStart(index=0, block_type="text")
+        await asyncio.sleep(20)  # the consumer's own 20 s: not the provider's silence
+        asked = loop.time()
+        with pytest.raises(LlmError) as info:
+            async for _ in stream:
+                pass
+    assert info.value.code is ErrorCode.TIMEOUT
+    assert loop.time() - asked == pytest.approx(10.0)  # virtual time: exact
 
 
 class _Pieces(httpx.AsyncByteStream):

@@ -8,7 +8,7 @@ Error mapping (every failure is an ``LlmError``):
 - a 2xx body with no SSE in it at all (an HTML page, a proxy's login form) -> ``INVALID_RESPONSE`` with the
   content type and a snippet;
 - no response within ``timeout``, or no *data* event within ``idle_timeout`` (keep-alive comments do not
-  count) -> ``TIMEOUT``;
+  count; nor does the time the consumer takes between chunks: that is not the provider's silence) -> ``TIMEOUT``;
 - unparseable data -> ``INVALID_RESPONSE``; in-band error objects and ``event: error`` -> see
   ``chunktape.wire.openai_chat`` (``PROVIDER_HTTP_ERROR`` if they carry a status, else ``STREAM_ABORTED``);
 - the abort signal -> ``CANCELLED``, with the HTTP response closed at once.
@@ -184,7 +184,9 @@ class OpenAICompatAdapter(LlmAdapter):
                         # Only real data moves the idle deadline; keep-alive comments and blank data do not.
                         guard.deadline = loop.time() + self.idle_timeout
                     for chunk in chunks:
+                        handed = loop.time()
                         yield chunk
+                        guard.held(loop.time() - handed)
                 if piece is None:
                     break
             for chunk in decoder.close():
@@ -258,6 +260,12 @@ class _Guard:
         self.deadline = deadline
         if deadline is not None and self._timer is None:
             self._timer = self._loop.call_at(deadline, self._on_timer)
+
+    def held(self, seconds: float) -> None:
+        """The consumer took ``seconds`` with a chunk before asking for the next: that was not the provider's
+        silence, so the idle deadline moves on by as much (its timer re-armed if it fired meanwhile)."""
+        if self.deadline is not None and seconds > 0:
+            self.set_deadline(self.deadline + seconds)
 
     def _on_timer(self) -> None:
         self._timer = None
