@@ -9,6 +9,7 @@ import os
 import socket
 import time
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -468,16 +469,25 @@ class _Paced(httpx.AsyncByteStream):
             yield piece
 
 
-@pytest.mark.looptime
-async def test_real_data_moves_the_idle_deadline() -> None:
-    events = [sse(chunk({"content": f"{n} "}), done=False) for n in range(6)]
-    events.append(sse(chunk({}, finish_reason="stop")))
+def _counting(words: int) -> list[bytes]:
+    """Data events "0 ", "1 ", ... (``words`` of them), then the finish."""
+    return [sse(chunk({"content": f"{n} "}), done=False) for n in range(words)] + [sse(chunk({}, finish_reason="stop"))]
+
+
+@asynccontextmanager
+async def _answering(body: httpx.AsyncByteStream, idle_timeout: float) -> AsyncIterator[OpenAICompatAdapter]:
+    """An adapter whose one request is answered in process with ``body`` (virtual time works under looptime)."""
 
     def answer(request: httpx.Request) -> httpx.Response:
-        return httpx.Response(200, headers={"content-type": "text/event-stream"}, stream=_Paced(events, 0.25))
+        return httpx.Response(200, headers={"content-type": "text/event-stream"}, stream=body)
 
     async with httpx.AsyncClient(transport=httpx.MockTransport(answer)) as client:
-        adapter = OpenAICompatAdapter("http://127.0.0.1:9", api_key="k", client=client, idle_timeout=1.0)
+        yield OpenAICompatAdapter("http://127.0.0.1:9", api_key="k", client=client, idle_timeout=idle_timeout)
+
+
+@pytest.mark.looptime
+async def test_real_data_moves_the_idle_deadline() -> None:
+    async with _answering(_Paced(_counting(6), 0.25), idle_timeout=1.0) as adapter:
         loop = asyncio.get_running_loop()
         started = loop.time()
         chunks = await stream_chunks(adapter, OPTIONS)
@@ -490,14 +500,7 @@ async def test_real_data_moves_the_idle_deadline() -> None:
 @pytest.mark.looptime
 async def test_a_consumer_slower_than_the_idle_timeout_is_not_the_providers_silence() -> None:
     """An agent may work between chunks (run a tool, wait for a person); only waiting on the provider counts."""
-    events = [sse(chunk({"content": f"{n} "}), done=False) for n in range(3)]
-    events.append(sse(chunk({}, finish_reason="stop")))
-
-    def answer(request: httpx.Request) -> httpx.Response:
-        return httpx.Response(200, headers={"content-type": "text/event-stream"}, stream=_Paced(events, 0.5))
-
-    async with httpx.AsyncClient(transport=httpx.MockTransport(answer)) as client:
-        adapter = OpenAICompatAdapter("http://127.0.0.1:9", api_key="k", client=client, idle_timeout=1.0)
+    async with _answering(_Paced(_counting(3), 0.5), idle_timeout=1.0) as adapter:
         chunks = []
         async for item in adapter.stream(OPTIONS):
             chunks.append(item)
@@ -514,11 +517,7 @@ async def test_after_a_slow_consumer_a_silent_provider_times_out_an_idle_timeout
             await asyncio.sleep(3600)  # then nothing for an hour
             yield sse(chunk({}, finish_reason="stop"))
 
-    def answer(request: httpx.Request) -> httpx.Response:
-        return httpx.Response(200, headers={"content-type": "text/event-stream"}, stream=Silent())
-
-    async with httpx.AsyncClient(transport=httpx.MockTransport(answer)) as client:
-        adapter = OpenAICompatAdapter("http://127.0.0.1:9", api_key="k", client=client, idle_timeout=10.0)
+    async with _answering(Silent(), idle_timeout=10.0) as adapter:
         loop = asyncio.get_running_loop()
         stream = adapter.stream(OPTIONS)
         assert await anext(stream) == BlockStart(index=0, block_type="text")
