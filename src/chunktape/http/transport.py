@@ -54,8 +54,6 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Iterable, Mapping
 from typing import Any
 
-import httpx
-import httpx2
 import msgspec
 
 from chunktape._httpx import (
@@ -65,6 +63,7 @@ from chunktape._httpx import (
     AsyncBody,
     DualTransport,
     aclose_inner,
+    araw_pieces,
     response,
     send_async,
 )
@@ -135,8 +134,7 @@ class FaultTransport(DualTransport):
             for name, value in upstream.headers.multi_items()
             if name.lower() not in ("content-length", "content-encoding")
         ]
-        decoded = "content-encoding" in upstream.headers
-        pieces = _faulty(upstream, active, request, decoded=decoded, dribble=self.dribble)
+        pieces = _faulty(upstream, active, request, dribble=self.dribble)
 
         async def close() -> None:
             try:
@@ -162,11 +160,10 @@ def _error_response(item: FiredFault, fault: HttpError, request: AnyRequest) -> 
 
 
 async def _faulty(
-    upstream: AnyResponse, active: ActiveFault, request: AnyRequest, *, decoded: bool, dribble: int | None
+    upstream: AnyResponse, active: ActiveFault, request: AnyRequest, *, dribble: int | None
 ) -> AsyncIterator[bytes]:
     """The upstream body through the fault's transforms, re-cut into ``dribble``-byte pieces if asked."""
-    source = upstream.aiter_bytes() if decoded else _raw(upstream)
-    frames = faulted(source, active, request)
+    frames = faulted(araw_pieces(upstream), active, request)  # which closes the body's iterator when it ends
     try:
         async for frame in frames:
             if dribble is None:
@@ -176,16 +173,3 @@ async def _faulty(
                     yield frame.data[start : start + dribble]
     finally:
         await aclose_stream(frames)
-
-
-async def _raw(upstream: AnyResponse) -> AsyncIterator[bytes]:
-    """The body as sent; also for responses built with ``content=`` (``MockTransport``), already marked read."""
-    stream = upstream.stream
-    if not isinstance(stream, httpx2.AsyncByteStream | httpx.AsyncByteStream):
-        raise TypeError("FaultTransport needs an async response stream from its inner transport")
-    pieces = aiter(stream)  # closed here when a fault ends the body early, not left to the garbage collector
-    try:
-        async for piece in pieces:
-            yield piece
-    finally:
-        await aclose_stream(pieces)
