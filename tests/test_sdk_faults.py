@@ -122,6 +122,10 @@ MESSAGE_EVENTS: list[dict[str, Any]] = [
 MESSAGE_STREAM = b"".join(f"event: {event['type']}\ndata: {json.dumps(event)}\n\n".encode() for event in MESSAGE_EVENTS)
 
 
+CONNECTION_BROKEN = "connection broken"
+"""What the anthropic agent reports for a stream broken mid-way, whichever class the SDK release raises for it."""
+
+
 async def anthropic_agent(base_url: str, client: httpx2.AsyncClient, max_retries: int = 2) -> Outcome:
     import anthropic
 
@@ -131,7 +135,11 @@ async def anthropic_agent(base_url: str, client: httpx2.AsyncClient, max_retries
             model="claude-x", max_tokens=10, messages=[{"role": "user", "content": "hi"}]
         ) as stream:
             return Outcome(text="".join([text async for text in stream.text_stream]))
-    except Exception as error:  # a broken stream is httpx2's own error: anthropic passes it on as it is
+    except (anthropic.APIConnectionError, httpx2.TransportError):
+        # A broken stream: anthropic 2.x wraps the transport's error in its own connection error, earlier releases
+        # passed it on as it was. What the agent relies on is the family: a connection failure, not an API answer.
+        return Outcome(error=CONNECTION_BROKEN)
+    except Exception as error:
         return Outcome(error=type(error).__name__)
     finally:
         await client.aclose()
@@ -162,7 +170,7 @@ async def test_anthropic_traffic_retries_and_errors_pass_through_the_recorder(
     transport = RecordingTransport(httpx2.AsyncHTTPTransport(), path)
     outcome = await anthropic_agent(fake_provider.url, anthropic_client(how, transport))
     assert outcome == (
-        Outcome(error="RemoteProtocolError") if fault == "disconnect-mid-stream" else Outcome(text="Bonjour")
+        Outcome(error=CONNECTION_BROKEN) if fault == "disconnect-mid-stream" else Outcome(text="Bonjour")
     )
     assert [seen.path for seen in fake_provider.requests] == ["/v1/messages"] * len(responses)
     assert not path.exists()  # the Messages protocol is not recorded yet: nothing to write
