@@ -38,6 +38,7 @@ import asyncio
 import pytest
 
 from chunktape import GenerateOptions, Message, ToolCallBlock
+from chunktape._virtual_time import VirtualTimeLoop
 from chunktape.errors import ErrorCode
 from chunktape.faults import Corrupt
 from chunktape.harness import DoneEvent, RetryPolicy, TextEvent, ToolCallEvent, stream_with_retry
@@ -70,7 +71,7 @@ async def agent(tape):
 
 @pytest.mark.tape_fault_matrix{matrix_args}
 async def test_agent(tape):
-    assert getattr(asyncio.get_running_loop(), "looptime_on", False) is {virtual}
+    assert isinstance(asyncio.get_running_loop(), VirtualTimeLoop) is {virtual}
     text, done = await agent(tape)
     if tape.fault is None or (tape.fault.transient and not isinstance(tape.fault, Corrupt)):
         assert (text, done.reason) == ("it is sunny in Oslo", "stop")
@@ -85,12 +86,12 @@ async def test_agent(tape):
 def make_project(
     pytester: pytest.Pytester, *, ini: str = "", matrix_args: str = "", virtual: str = "", policy: str = "RetryPolicy()"
 ) -> None:
-    """Write the project; ``matrix_args`` follow the marker, ``virtual`` is what looptime_on must be, ``policy`` is
-    the agent's ``RetryPolicy`` (its delays are real seconds when virtual time is off)."""
+    """Write the project; ``matrix_args`` follow the marker, ``virtual`` is whether each run must be on chunktape's
+    virtual clock, ``policy`` is the agent's ``RetryPolicy`` (its delays are real seconds when virtual time is off)."""
     pytester.makefile(".ini", pytest=INI.format(extra=ini))
     pytester.makepyfile(conftest=CONFTEST)
     pytester.makepyfile(
         test_agent=AGENT_TEST.replace("{matrix_args}", matrix_args)
-        .replace("{virtual}", virtual or "(tape.fault is not None)")
+        .replace("{virtual}", virtual or "True")
         .replace("{policy}", policy)
     )

@@ -1,7 +1,7 @@
 """The fault search finds and shrinks the fault schedule that breaks an agent (``chunktape.faults.search``).
 
 The sample agents (``sample_agents``) each carry one planted bug; the search must find each and shrink it to one
-fault, and let the correct agent pass. Every run is in virtual time (looptime), so stalls and Retry-After waits
+fault, and let the correct agent pass. Every run is in virtual time, so stalls and Retry-After waits
 cost no wall time.
 """
 
@@ -86,7 +86,7 @@ def test_finds_a_hang_on_a_stall_without_an_idle_timeout_as_a_timeout(cassette: 
     assert isinstance(result.error, AgentHang)
     assert result.error.code is ErrorCode.TIMEOUT
     assert result.hang
-    assert "@pytest.mark.looptime(end=100)" in result.report()
+    assert "asyncio.timeout(100) (virtual seconds)" in result.report()
     assert result.failure is not None
     assert reproduce(samples.CORRECT, cassette, result.failure) is None
 

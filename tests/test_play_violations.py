@@ -6,10 +6,10 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-import looptime
 import pytest
 from typer.testing import CliRunner
 
+from chunktape import _virtual_time as virtual_time
 from chunktape import save_cassette
 from chunktape.cassettes.model import Cassette, Completed, Event, Interaction, RecordedRequest
 from chunktape.cli.app import app
@@ -88,14 +88,14 @@ def test_play_instant_runs_a_stall_in_virtual_time(
     runner: CliRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     loops: list[asyncio.AbstractEventLoop] = []
-    original = looptime.new_event_loop
+    original = virtual_time.replay_loop
 
-    def spy(**kwargs: Any) -> looptime.LoopTimeEventLoop:
+    def spy(**kwargs: Any) -> virtual_time.VirtualTimeLoop:
         loop = original(**kwargs)
         loops.append(loop)
         return loop
 
-    monkeypatch.setattr(looptime, "new_event_loop", spy)
+    monkeypatch.setattr(virtual_time, "replay_loop", spy)
     path = _cassette(tmp_path / "ok.msgpack", TOOL_CALL)
     result = runner.invoke(app, ["play", str(path), "--instant", "--fault", "stall-30s"])
     assert result.exit_code == 0, result.output

@@ -1,20 +1,214 @@
-"""The looptime event loop that chunktape's own virtual-time runs use: the fault search, ``demo``, ``play --instant``.
+"""Virtual time: an event loop whose clock jumps over the waits that nothing outside the loop can end sooner.
 
-Every sleep and timeout passes at once in loop time. ``noop_cycles=0``: looptime's default spins 42 idle loop
-passes before each jump of the clock, a grace of well under a millisecond for outside I/O to arrive. Code on a
-replay does no outside I/O, so with no handle ready no coroutine can run: the passes change nothing (the same
-schedules, outputs and virtual times, checked), yet they were most of a fault-search run's CPU and half the demo's.
+chunktape runs the fault matrix, the fault search, ``demo`` and ``play --instant`` on it, so a 30 s stall or a 60 s
+Retry-After costs no wall time while every timeout still fires in the order it would. The clock jumps to the next
+timer only when nothing else can happen first: no callback is ready, no executor job is running, and no socket is
+waited on. While a socket is waited on (a reply on its way from a server thread, a live provider) the clock runs at
+the real pace, so a client's read timeout never fires before a reply that is coming. looptime, which jumps whenever
+the loop is idle, fires it; its pytest plugin also breaks suites that run without pytest-asyncio, which is why
+chunktape keeps its own clock rather than depending on it.
+
+A server in this process that holds a connection silent on purpose (a replay server playing a stall) says so with
+``silent_for()``: a socket whose peer is silent that way no longer holds the clock, which then jumps to the earlier of
+the silence's end and the loop's next timer, as a real client would see it in real time.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import math
+import selectors
+import socket
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
-__all__ = ["replay_loop"]
+__all__ = ["VirtualTimeLoop", "replay_loop", "silent_for"]
+
+Address = tuple[str, int]
+_T = TypeVar("_T")
+
+_REAL_SLICE = 0.005
+"""The longest real wait on outside I/O before the loop looks again whether it may jump (seconds)."""
 
 
-def replay_loop(*, end: float | None = None) -> asyncio.AbstractEventLoop:
-    """A fresh looptime loop at loop time 0 (``end``: the loop time at which it stops any run still going)."""
-    import looptime  # it imports pytest: only for the runs in loop time
+class Silence:
+    """A server's declared silence towards one client, ``seconds`` long; a virtual-time client may end it sooner."""
 
-    return looptime.new_event_loop(start=0, end=end, noop_cycles=0)
+    def __init__(self, client: Address, seconds: float, wake: Callable[[], None]) -> None:
+        self.client = client
+        self.seconds = seconds
+        self._wake = wake
+        self.ends_at: float | None = None
+        """The end on the clock of the loop that waits on it, pinned when that loop first sees it."""
+        self.ended = False
+        """Whether that loop's clock reached the end: the server goes on, and its client waits on real I/O again."""
+
+    def end(self) -> None:
+        if not self.ended:
+            self.ended = True
+            self._wake()
+
+
+_LOCK = threading.Lock()
+_SILENCES: dict[Address, Silence] = {}
+"""The connections servers of this process hold silent, by the client's address (at most one each)."""
+
+
+async def silent_for(seconds: float, client: Address | None) -> None:
+    """A server's wait of ``seconds`` towards ``client`` (its address as the server sees it; None: unknown), which a
+    virtual-time client in this process ends as soon as its own clock has passed them."""
+    if client is None or seconds <= 0:
+        await asyncio.sleep(max(seconds, 0))
+        return
+    loop = asyncio.get_running_loop()
+    woken: asyncio.Future[None] = loop.create_future()
+
+    def settle() -> None:
+        if not woken.done():
+            woken.set_result(None)
+
+    def wake() -> None:
+        loop.call_soon_threadsafe(settle)
+
+    declared = Silence(client, seconds, wake)
+    with _LOCK:
+        _SILENCES[client] = declared
+    try:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(woken, seconds)
+    finally:
+        with _LOCK:
+            if _SILENCES.get(client) is declared:
+                del _SILENCES[client]
+
+
+class _Selector(selectors.BaseSelector):
+    """The loop's selector: polls first; when nothing is ready, lets the loop decide how long to really wait."""
+
+    def __init__(self) -> None:
+        self._inner = selectors.DefaultSelector()
+        self._idle: Callable[[selectors.BaseSelector, float | None], list[Any]] | None = None
+
+    def register(self, fileobj: Any, events: int, data: Any = None) -> selectors.SelectorKey:
+        return self._inner.register(fileobj, events, data)
+
+    def unregister(self, fileobj: Any) -> selectors.SelectorKey:
+        return self._inner.unregister(fileobj)
+
+    def modify(self, fileobj: Any, events: int, data: Any = None) -> selectors.SelectorKey:
+        return self._inner.modify(fileobj, events, data)
+
+    def get_map(self) -> Mapping[Any, selectors.SelectorKey]:
+        return self._inner.get_map()
+
+    def close(self) -> None:
+        self._inner.close()
+
+    def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
+        ready = self._inner.select(0)
+        if ready or timeout == 0 or self._idle is None:
+            return ready if ready or timeout == 0 else self._inner.select(timeout)
+        return self._idle(self._inner, timeout)
+
+
+class VirtualTimeLoop(asyncio.SelectorEventLoop):
+    """An asyncio loop on a virtual clock starting at ``start``; ``end``: the loop time at which every task still
+    running is cancelled (``deadline_reached`` then says so), so a run that hangs ends."""
+
+    def __init__(self, *, start: float = 0.0, end: float | None = None) -> None:
+        self._now = float(start)
+        self._end = end
+        self._jobs: set[asyncio.Future[Any]] = set()
+        self.deadline_reached = False
+        """Whether the clock reached ``end`` (the tasks still running then were cancelled)."""
+        selector = _Selector()
+        super().__init__(selector)
+        # What the loop registered for itself (the self-pipe that wakes it from other threads) is no outside I/O.
+        self._own = frozenset(key.fd for key in selector.get_map().values())
+        selector._idle = self._idle
+
+    def time(self) -> float:
+        return self._now
+
+    def run_in_executor(  # type: ignore[override]  # the same call, typed loosely: it only watches the job
+        self, executor: Any, func: Callable[..., _T], *args: Any
+    ) -> asyncio.Future[_T]:
+        job = super().run_in_executor(executor, func, *args)
+        self._jobs.add(job)
+        job.add_done_callback(self._jobs.discard)
+        return job
+
+    def _idle(self, inner: selectors.BaseSelector, timeout: float | None) -> list[Any]:
+        """Nothing is ready: wait in real time for what only the outside can bring, jump over the rest."""
+        silences: list[Silence] = []
+        if self._jobs or self._waits_on_io(inner, silences):
+            # In slices: a server may declare a silence meanwhile, and from then on the clock need not wait.
+            wait = _REAL_SLICE if timeout is None else min(timeout, _REAL_SLICE)
+            started = time.monotonic()
+            ready = inner.select(wait)
+            self._now += min(time.monotonic() - started, wait) if ready else wait
+            return ready
+        step = math.inf if timeout is None else timeout
+        for held in silences:
+            if held.ends_at is None:
+                held.ends_at = self._now + held.seconds
+            step = min(step, max(0.0, held.ends_at - self._now))
+        if step == math.inf:  # no timer and nobody silent: only another thread can wake the loop
+            return inner.select(None)
+        self._advance(step)
+        for held in silences:
+            if held.ends_at is not None and held.ends_at <= self._now:
+                held.end()
+        return inner.select(0) if silences else []
+
+    def _waits_on_io(self, inner: selectors.BaseSelector, silences: list[Silence]) -> bool:
+        """Whether a socket or pipe is waited on whose peer is not silent on purpose (those go in ``silences``)."""
+        for key in inner.get_map().values():
+            if key.fd in self._own:
+                continue
+            held = _silence_of(key.fileobj)
+            if held is None or held.ended:
+                return True
+            silences.append(held)
+        return False
+
+    def _advance(self, step: float) -> None:
+        if self._end is None or self._now + step < self._end:
+            self._now += step
+        else:  # the clock stops at its end; what still runs there is cancelled (again, should it go on)
+            self._now = max(self._now, self._end)
+            self.deadline_reached = True
+            for task in asyncio.all_tasks(self):
+                task.cancel(f"the virtual clock reached its end ({self._end:g} s)")
+
+
+def _silence_of(fileobj: object) -> Silence | None:
+    """The declared silence of the connection ``fileobj`` (a socket or the fd asyncio registers for one) is of."""
+    if isinstance(fileobj, socket.socket):
+        sock, borrowed = fileobj, False
+    elif isinstance(fileobj, int):
+        try:
+            sock, borrowed = socket.socket(fileno=fileobj), True  # the family is read off the descriptor
+        except OSError:  # a pipe, not a socket
+            return None
+    else:
+        return None
+    try:
+        local = sock.getsockname() if sock.family in (socket.AF_INET, socket.AF_INET6) else None
+    except OSError:
+        local = None
+    finally:
+        if borrowed:
+            sock.detach()  # the descriptor stays the loop's
+    if local is None:
+        return None
+    with _LOCK:
+        return _SILENCES.get((local[0], local[1]))
+
+
+def replay_loop(*, end: float | None = None) -> VirtualTimeLoop:
+    """A fresh virtual-time loop at loop time 0 (``end``: the loop time at which it cancels any run still going)."""
+    return VirtualTimeLoop(end=end)

@@ -23,11 +23,12 @@ HTTP code uses the same cassette: ``tape.transport()`` / ``tape.http_client()`` 
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import re
 import urllib.parse
 import uuid
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable, Generator, Iterator, Mapping
 from pathlib import Path
 from typing import Any, TypeAlias
 
@@ -37,14 +38,17 @@ from chunktape._matrix import (
     BASELINE_ID,
     BASELINE_SELECTED,
     MATRIX_SIGNATURE,
+    REAL_TIME_ITEMS,
     BadMatrix,
     BaselineGate,
     MatrixRun,
     baseline_nodeid,
     mark_items,
     matrix_runs,
+    wants_virtual_time,
 )
 from chunktape._secrets import redact_text
+from chunktape._virtual_time import VirtualTimeLoop
 from chunktape.errors import Advice, AdviceWords, ErrorCode, LlmError
 from chunktape.protocol import LlmAdapter, WrappingAdapter
 from chunktape.replay_options import ReplayOptions
@@ -124,7 +128,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addini("tape_strict", "fail tests that leave recorded interactions unplayed", type="bool", default=False)
     parser.addini(
         "tape_virtual_time",
-        "run fault-matrix runs and replays with recorded timing or time faults in virtual time (looptime)",
+        "run fault-matrix runs and replays with recorded timing or time faults in virtual time "
+        "(needs pytest-asyncio >= 1.4)",
         type="bool",
         default=True,
     )
@@ -137,7 +142,7 @@ def pytest_configure(config: pytest.Config) -> None:
         "virtual_time=None): the tape fixture's cassette: its file name, record mode (--tape-mode wins), faults "
         "injected on replay, replay Timing, request matchers, whether played interactions may play again, values "
         "that may stay in the cassette although they look like credentials, and "
-        "whether fault runs and timed replays run in virtual time (looptime; default: the tape_virtual_time ini).",
+        "whether fault runs and timed replays run in virtual time (default: the tape_virtual_time ini).",
     )
     config.addinivalue_line(
         "markers",
@@ -229,16 +234,18 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist's loadgroup reads the xdist_group markers
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    mark_items(items, replay_only=_replays_only)
+    mark_items(items)
 
 
-def _replays_only(item: pytest.Item) -> bool:
-    """Whether the record mode of ``item`` only replays (a bad marker mode fails the test later, in ``tape``)."""
-    marker = item.get_closest_marker("tape")
-    try:
-        return _record_mode(item.config, None if marker is None else marker.kwargs.get("mode")) is RecordMode.NONE
-    except pytest.fail.Exception:
-        return False
+@pytest.hookimpl(optionalhook=True, trylast=True)
+def pytest_asyncio_loop_factories(
+    config: pytest.Config, item: pytest.Item
+) -> Mapping[str, Callable[[], asyncio.AbstractEventLoop]]:
+    """pytest-asyncio (1.4 or later) asks which loop an async test runs on: chunktape's virtual clock for the tests
+    that want it, the usual loop for every other (a conftest's own answer comes first and wins)."""
+    if wants_virtual_time(item):
+        return {"chunktape-virtual-time": VirtualTimeLoop}
+    return {"asyncio": asyncio.new_event_loop}
 
 
 @pytest.fixture
@@ -587,9 +594,15 @@ class _Summary:
                     self.written[value["path"]] = max(value["interactions"], self.written.get(value["path"], 0))
 
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
-        if not self.written and not self.failed:
+        real_time = self.config.stash.get(REAL_TIME_ITEMS, 0)
+        if not self.written and not self.failed and not real_time:
             return
         terminalreporter.write_sep("-", "chunktape")
+        if real_time:
+            terminalreporter.write_line(
+                f"chunktape: {real_time} test(s) wanted virtual time and waited in real time: it needs "
+                "pytest-asyncio >= 1.4 (pip install 'chunktape[pytest]')"
+            )
         if self.written:
             total = sum(self.written.values())
             terminalreporter.write_line(f"chunktape: wrote {len(self.written)} cassette(s), {total} interaction(s):")

@@ -56,7 +56,7 @@ def run_fault_search(item: pytest.Function) -> None:
         raise _fail(item, f"takes keyword arguments only, of {', '.join(_OPTIONS)}; got {unknown or marker.args}")
     test = _coroutine_function(item.obj)
     if test is None:
-        raise _fail(item, "the test must be an async function (each run gets its own looptime event loop)")
+        raise _fail(item, "the test must be an async function (each run gets its own virtual-time event loop)")
     session = item.funcargs.get("tape")
     if not isinstance(session, CassetteSession):
         raise _fail(item, "the test must use the tape fixture")

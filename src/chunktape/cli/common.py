@@ -211,7 +211,7 @@ _T = TypeVar("_T")
 
 
 def run_virtual(coro: Coroutine[Any, Any, _T]) -> _T:
-    """Run ``coro`` on a looptime event loop: every sleep and timeout passes at once in loop time.
+    """Run ``coro`` on a virtual-time event loop: every sleep and timeout passes at once in loop time.
 
     The faults read the loop's clock only, so a stall or a latency runs the same schedule, without the wait.
     """

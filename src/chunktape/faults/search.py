@@ -8,7 +8,7 @@ call it selects (permanent).
 ``search_faults(agent, cassette)`` runs ``agent`` once fault-free (to count its calls), then under up to
 ``max_examples`` drawn schedules: which call, which fault of the catalogue, at which chunk, with which parameters
 (a stall that outlasts the deadline, a 429 without its Retry-After). Each run replays the cassette with
-``Timing.recorded()`` on its own looptime event loop, so a 30 s stall or a 60 s Retry-After costs no wall time, and
+``Timing.recorded()`` on its own virtual-time event loop, so a 30 s stall or a 60 s Retry-After costs no wall time, and
 an agent still running after ``deadline_s`` virtual seconds has hung: a failure (``TIMEOUT``). Any exception the
 agent raises is a failure; hypothesis then shrinks the schedule to the smallest that still fails. The search is
 deterministic for a seed, and a failure found is saved in hypothesis's example database and tried first next time.
@@ -29,7 +29,6 @@ from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Mappi
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeAlias, get_args
 
-import looptime
 import msgspec
 
 try:
@@ -91,7 +90,7 @@ class AgentHang(LlmError):
 
 
 def run_virtual(agent: Agent, adapter: LlmAdapter, deadline_s: float) -> BaseException | None:
-    """Run ``agent(adapter)`` on a fresh looptime loop; return what it raised (a hang: ``TIMEOUT``), or None.
+    """Run ``agent(adapter)`` on a fresh virtual-time loop; return what it raised (a hang: ``TIMEOUT``), or None.
 
     Every sleep and timeout passes at once in loop time; a run still going after ``deadline_s`` loop seconds
     is stopped and reported as a hang.
@@ -112,16 +111,14 @@ def run_virtual(agent: Agent, adapter: LlmAdapter, deadline_s: float) -> BaseExc
                 raise AgentHang(deadline_s) from None
             raise
 
+    loop = replay_loop(end=2 * deadline_s + 1)  # end= backs the timeout up should the agent swallow its cancellation
     try:
-        # end= backs the timeout up should the agent swallow its cancellation.
-        with asyncio.Runner(loop_factory=lambda: replay_loop(end=2 * deadline_s + 1)) as runner:
+        with asyncio.Runner(loop_factory=lambda: loop) as runner:
             runner.run(main())
     except (KeyboardInterrupt, SystemExit):
         raise
-    except looptime.LoopTimeoutError:
-        return AgentHang(deadline_s)
     except BaseException as error:  # pytest.fail and friends are BaseExceptions too
-        return error
+        return AgentHang(deadline_s) if loop.deadline_reached else error
     return None
 
 
@@ -291,7 +288,7 @@ class SearchResult:
             *(f"    {line}" for line in self.failure.imports().splitlines()),
         ]
         if self.hang:
-            lines.append(f"    @pytest.mark.looptime(end={self.deadline_s:g})  # a hang: end the test in loop time")
+            lines.append(f"    # a hang: run the agent under asyncio.timeout({self.deadline_s:g}) (virtual seconds)")
         lines += [
             f"    {self.failure.marker()}",
             "or as a scenario (chunktape serve --scenarios FILE):",
