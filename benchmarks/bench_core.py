@@ -6,7 +6,7 @@
   ratio to encoding each chunk twice plus a buffered append;
 - opening a 200 x 500 cassette until the first request is matched, vs vcrpy's ``FilesystemPersister`` on the
   same stream content stored as SSE bodies in its YAML cassette, and vs cassetter's loader on the same bodies
-  (cassetter installed at bench time by ``bench_sdk.install_peer``);
+  (cassetter installed at bench time by ``install_cassetter``);
 - decoding every chunk vs vcrpy (and cassetter) load + SSE split + ``json.loads`` per data line;
 - recorded-timing replay: per-gap error in real time.
 
@@ -145,6 +145,17 @@ def pip_peer(package: str, module: str, folder: Path, install: bool = True) -> s
         last = (done.stderr.strip().splitlines() or ["no output"])[-1]
         return f"pip install {package} failed: {last}"
     return None
+
+
+CASSETTER = "cassetter"
+CASSETTER_DIR = Path(__file__).parent / ".work" / CASSETTER
+"""Where cassetter, the peer of the cassette and SDK rows, is installed at bench time (``pip --target``)."""
+
+
+def install_cassetter(install: bool = True) -> str | None:
+    """Installs cassetter into ``CASSETTER_DIR`` once (``install=False``: only finds it there) and puts it on
+    ``sys.path``; returns why it is unavailable, or None."""
+    return pip_peer(CASSETTER, CASSETTER, CASSETTER_DIR, install)
 
 
 def median_times(runs: dict[str, Callable[[], object]], repeat: int) -> dict[str, float]:
@@ -429,7 +440,7 @@ def vcr_decode(path: Path) -> int:
 
 
 def cassetter_load(path: Path) -> Any:
-    """cassetter's loader, replay only (the module comes from ``bench_sdk.install_peer``)."""
+    """cassetter's loader, replay only (the module comes from ``install_cassetter``)."""
     cassetter: Any = importlib.import_module("cassetter")
     loaded = cassetter.Cassette(path, record_mode=cassetter.RecordMode.NONE)
     loaded.load()
@@ -477,7 +488,7 @@ def open_times(
         for key in times:
             env = dict(os.environ)
             if key == "cassetter" and peer_dir is not None:
-                env["PYTHONPATH"] = str(peer_dir)  # where ``bench_sdk.install_peer`` put it
+                env["PYTHONPATH"] = str(peer_dir)  # where ``install_cassetter`` put it
             done = subprocess.run(
                 [sys.executable, __file__, "--open-child", key, str(paths[key]), str(repeat)],
                 capture_output=True,
@@ -724,10 +735,8 @@ def main(quick: bool = False) -> list[Row]:
                 f"{recording['direct µs/chunk']:.2f} µs",
             )
         )
-        import bench_sdk  # where cassetter is installed at bench time
-
-        peer_missing = bench_sdk.install_peer(install=not quick)
-        peer_dir = bench_sdk.PEER_DIR if peer_missing is None else None
+        peer_missing = install_cassetter(install=not quick)
+        peer_dir = CASSETTER_DIR if peer_missing is None else None
         files = bench_files(size.repeat, folder, size.interactions, size.chunks, size.open_rounds, peer_dir)
         shape = f"{size.interactions} x {size.chunks}"
         for key in ("msgpack", "json"):

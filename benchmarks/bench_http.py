@@ -19,10 +19,10 @@ from chunktape import (
     GenerateOptions,
     Message,
 )
+from chunktape._replayer import Timing
 from chunktape.http import ReplayServer
 from chunktape.providers import OpenAICompatAdapter
-from chunktape.replayer import Timing
-from chunktape.wire.openai_chat import options_to_openai_request
+from chunktape.wire._openai_chat import options_to_openai_request
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_core import Row, print_table, recorded, text_stream

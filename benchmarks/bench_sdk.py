@@ -24,14 +24,13 @@ from typing import Any
 
 import httpx2
 import openai
-from bench_core import Row, pip_peer, print_table, recorded, text_stream
+from bench_core import CASSETTER, Row, install_cassetter, print_table, recorded, text_stream
 
 from chunktape import Cassette, GenerateOptions, Message
 from chunktape.http import ReplayServer, ReplayTransport
 
 NAME = "SDK replay in process: 1,000 short streams through openai, ReplayTransport vs cassetter"
-PEER = "cassetter"
-PEER_DIR = Path(__file__).parent / ".work" / PEER
+PEER = CASSETTER
 _TEXT = ["Hello", ", ", "wor", "ld", "!"]
 
 
@@ -61,12 +60,6 @@ def _sdk(transport: httpx2.BaseTransport | None = None) -> openai.OpenAI:
     return openai.OpenAI(base_url="http://127.0.0.1:9/v1", api_key="test", max_retries=0, http_client=http)
 
 
-def install_peer(install: bool = True) -> str | None:
-    """Installs cassetter into ``PEER_DIR`` once (``install=False``: only finds it there) and puts it on
-    ``sys.path``; returns why it is unavailable, or None."""
-    return pip_peer(PEER, PEER, PEER_DIR, install)
-
-
 def _best(run: Callable[[], float], repeat: int) -> float:
     return min(run() for _ in range(repeat))
 
@@ -92,7 +85,7 @@ def _measure(source: Cassette, streams: int, repeat: int, quick: bool) -> tuple[
         with _sdk(ReplayTransport(source)) as client:
             return _drive(client, streams)
 
-    missing = "not measured with --quick (no network)" if quick else install_peer()
+    missing = "not measured with --quick (no network)" if quick else install_cassetter()
     if missing is not None:
         figures["chunktape_streams_per_s"] = streams / _best(ours, repeat)
         return figures, missing

@@ -37,16 +37,16 @@ with atheris.instrument_imports():
         recover,
         validate,
     )
-    from chunktape.cassettes.codec import encode_cassette
-    from chunktape.cassettes.journal import Journal
-    from chunktape.cassettes.model import RecordedRequest
-    from chunktape.wire.openai_chat import (
+    from chunktape._cassettes.codec import encode_cassette
+    from chunktape._cassettes.journal import Journal
+    from chunktape._cassettes.model import RecordedRequest
+    from chunktape.wire._openai_chat import (
         OpenAIChatDecoder,
         chunks_to_openai_events,
         decode_chat_request,
         options_to_openai_request,
     )
-    from chunktape.wire.sse import SseParser
+    from chunktape.wire._sse import SseParser
 
 ROOT = Path(__file__).resolve().parent.parent
 ALLOWED = {

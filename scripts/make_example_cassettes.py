@@ -30,7 +30,7 @@ from chunktape import (
     save_cassette,
 )
 from chunktape.providers import ScriptedAdapter, ScriptedError, ScriptedToolCall, ScriptedTurn
-from chunktape.providers.demo import DEMO_PROMPT, DEMO_TOOL_RESULTS, DEMO_TOOLS, DEMO_TURNS, demo_adapter
+from chunktape.providers._demo import DEMO_PROMPT, DEMO_TOOL_RESULTS, DEMO_TOOLS, DEMO_TURNS, demo_adapter
 
 PINNED = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
 ROOT = Path(__file__).resolve().parent.parent

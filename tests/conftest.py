@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 # through a table filled once) and the SDKs would then no longer recognise. Our plugin (registered only by the runs,
 # never here: ``-p no:chunktape``) is kept too, so each run does not import it again. Imported by a fixture, not
 # here: an xdist controller, which runs no test, then starts its workers without importing them first.
-PRELOADED = ("httpcore", "httpcore2", "httpx", "httpx2", "openai", "chunktape.pytest_plugin")
+PRELOADED = ("httpcore", "httpcore2", "httpx", "httpx2", "openai", "chunktape.pytest._plugin")
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -28,7 +28,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from chunktape.http.serving import PromptServer
+from chunktape.http._server.running import StoppableServer
 
 
 class ServerReset(Exception):
@@ -94,7 +94,7 @@ class FakeProvider:
             app, log_config=None, log_level="critical", access_log=False, lifespan="off", ws="none", http="h11"
         )
         # A stream a test left stalled is cancelled at the end of the session, not waited on for a second.
-        self._server = PromptServer(config, grace=0.1)
+        self._server = StoppableServer(config, grace=0.1)
         self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [self._sock]}, daemon=True)
 
     def start(self) -> None:

@@ -6,11 +6,11 @@ import asyncio
 from collections.abc import AsyncIterator, Iterable, Sequence
 
 from chunktape import Cassette, Completed, RecordedRequest, ReplayAdapter, Timing
+from chunktape._protocol import GenerateOptions, LlmAdapter, Message, StreamChunk, ToolCallBlock
 from chunktape.faults import Fault
 from chunktape.harness import RetryPolicy, StreamObserver, Transcript, collect, stream_with_retry
-from chunktape.protocol import GenerateOptions, LlmAdapter, Message, StreamChunk, ToolCallBlock
-from chunktape.providers.demo import DEMO_TURNS
-from chunktape.providers.scripted import ScriptedTurn, script_chunks
+from chunktape.providers._demo import DEMO_TURNS
+from chunktape.providers._scripted import ScriptedTurn, script_chunks
 from helpers import interaction_of
 
 

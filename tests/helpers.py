@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ast
 import asyncio
 import functools
 import itertools
@@ -39,9 +38,9 @@ from chunktape import (
     ToolCallBlock,
     ToolCallDelta,
     UsageChunk,
-    abort,
     save_cassette,
 )
+from chunktape import _abort as abort
 
 if TYPE_CHECKING:  # not at run time: the processes some tests start import these helpers, and not pytest
     import pytest
@@ -291,27 +290,6 @@ class _Preregistered:
 def run_pytest(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
     """One pytest session over a pytester project, in this interpreter, with the plugins of ``PYTEST_PLUGINS``."""
     return pytester.runpytest(*PYTEST_PLUGINS, *args, plugins=[_Preregistered()])
-
-
-# -- chunktape's own source, for the tests that prove where a concept is defined or what a room imports ---------------
-SRC = Path(__file__).resolve().parents[1] / "src" / "chunktape"
-
-
-@functools.cache
-def source_tree(path: Path) -> ast.Module:
-    """The parsed module at ``path``: once per test process, though several layout tests walk all of src/."""
-    return ast.parse(path.read_text(encoding="utf-8"))
-
-
-def imports_of(path: Path) -> list[tuple[str, list[str]]]:
-    """Each ``from X import a, b`` (and ``import X``, with no names) of the module at ``path``, wherever it sits."""
-    found: list[tuple[str, list[str]]] = []
-    for node in ast.walk(source_tree(path)):
-        if isinstance(node, ast.ImportFrom) and node.module is not None:
-            found.append((node.module, [alias.name for alias in node.names]))
-        elif isinstance(node, ast.Import):
-            found.extend((alias.name, []) for alias in node.names)
-    return found
 
 
 def interrupt(process: subprocess.Popen[str], timeout: float = 30) -> tuple[str, str]:

@@ -18,7 +18,7 @@ addopts = --strict-markers -p no:cacheprovider -p no:hypothesispytest
 CONFTEST = """
 import pytest
 
-from chunktape.providers.scripted import ScriptedAdapter, ScriptedToolCall, ScriptedTurn
+from chunktape.providers._scripted import ScriptedAdapter, ScriptedToolCall, ScriptedTurn
 
 TURNS = [
     ScriptedTurn(text="let me look", tool_calls=[ScriptedToolCall(name="weather", arguments={"city": "Oslo"})]),
@@ -39,7 +39,7 @@ import pytest
 
 from chunktape import GenerateOptions, Message, ToolCallBlock
 from chunktape._virtual_time import VirtualTimeLoop
-from chunktape.errors import ErrorCode
+from chunktape._errors import ErrorCode
 from chunktape.faults import Corrupt
 from chunktape.harness import DoneEvent, RetryPolicy, TextEvent, ToolCallEvent, stream_with_retry
 

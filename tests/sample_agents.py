@@ -38,7 +38,7 @@ from chunktape import (
     ToolCallDelta,
     ToolSpec,
 )
-from chunktape.providers.scripted import ScriptedAdapter, ScriptedToolCall, ScriptedTurn
+from chunktape.providers._scripted import ScriptedAdapter, ScriptedToolCall, ScriptedTurn
 
 QUESTION = "What is the weather in Paris?"
 LOOKING = "Let me look that up for you. "

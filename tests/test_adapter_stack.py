@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-import chunktape.cassettes.model as model
+import chunktape._cassettes.model as model
 from chunktape import (
     ErrorCode,
     FinishReason,
@@ -138,7 +138,7 @@ async def test_a_session_its_owner_closes_ignores_aclose(tmp_path: Path) -> None
 FIXTURE_TEST = """
     import pytest
     from chunktape import CassetteSession
-    from chunktape.pytest_plugin import Tape
+    from chunktape.pytest._plugin import Tape
     from agent import ask
 
 

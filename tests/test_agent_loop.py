@@ -11,9 +11,20 @@ import msgspec
 import pytest
 
 from chunktape import RecordingAdapter, ReplayAdapter, Timing
-from chunktape.abort import AbortController
-from chunktape.cli.demo_loop import demo_agent
-from chunktape.errors import ErrorCode, LlmError
+from chunktape._abort import AbortController
+from chunktape._errors import ErrorCode, LlmError
+from chunktape._protocol import (
+    Finish,
+    FinishReason,
+    GenerateOptions,
+    LlmAdapter,
+    Message,
+    ReasoningOption,
+    StreamChunk,
+    TokenUsage,
+    ToolSpec,
+)
+from chunktape.cli._demo_loop import demo_agent
 from chunktape.harness import (
     DoneEvent,
     ErrorEvent,
@@ -29,19 +40,8 @@ from chunktape.harness import (
     collect,
     run_agent,
 )
-from chunktape.protocol import (
-    Finish,
-    FinishReason,
-    GenerateOptions,
-    LlmAdapter,
-    Message,
-    ReasoningOption,
-    StreamChunk,
-    TokenUsage,
-    ToolSpec,
-)
-from chunktape.providers.demo import DEMO_AGENT_TURNS, DEMO_FILES, demo_adapter
-from chunktape.providers.scripted import ScriptedAdapter, ScriptedError, ScriptedToolCall, ScriptedTurn
+from chunktape.providers._demo import DEMO_AGENT_TURNS, DEMO_FILES, demo_adapter
+from chunktape.providers._scripted import ScriptedAdapter, ScriptedError, ScriptedToolCall, ScriptedTurn
 
 SPECS = [ToolSpec(name="read_file"), ToolSpec(name="list_files")]
 OPTIONS = GenerateOptions(model="m", messages=[Message(role="user", content="What is in src/?")], tools=SPECS)

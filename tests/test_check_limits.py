@@ -23,9 +23,9 @@ from chunktape import (
     load_cassette,
     save_cassette,
 )
-from chunktape.cassettes import MAX_GAP_NS
-from chunktape.cassettes.analysis import check_cassette
-from chunktape.replayer import SleepCappedWarning
+from chunktape._cassettes import MAX_GAP_NS
+from chunktape._replayer import SleepCappedWarning
+from chunktape._report.analysis import check_cassette
 from helpers import PacedAdapter, cassette_with_raised_status, collect, collect_until_error, options, text_stream
 
 BAD_STATUSES = [1, 99, 100, 101, 200, 302, 600, 999, 1000, -1, 2**31]

@@ -26,12 +26,12 @@ from chunktape import (
     load_cassette,
     save_cassette,
 )
-from chunktape.cassettes.analysis import check_cassette, diff_cassettes
+from chunktape._protocol import Finish
+from chunktape._report.analysis import check_cassette, diff_cassettes
 from chunktape.cli import app
 from chunktape.faults import STANDARD_FAULTS
-from chunktape.protocol import Finish
 from chunktape.providers import ScriptedAdapter, ScriptedTurn
-from chunktape.wire.openai_chat import options_to_openai_request
+from chunktape.wire._openai_chat import options_to_openai_request
 from fake_provider import FakeProvider, FakeResponse, chunk, deepseek_reasoning_then_text, sse
 from helpers import interaction_of, interrupt, options, text_stream
 

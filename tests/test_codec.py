@@ -30,10 +30,10 @@ from chunktape import (
     recover,
     save_cassette,
 )
-from chunktape.cassettes.codec import MIGRATIONS, encode_cassette
-from chunktape.cassettes.journal import CrashedJournalWarning, Journal, journal_path
-from chunktape.cassettes.store import append_interactions
-from chunktape.replayer import ReplayAdapter
+from chunktape._cassettes.codec import MIGRATIONS, encode_cassette
+from chunktape._cassettes.journal import CrashedJournalWarning, Journal, journal_path
+from chunktape._cassettes.store import append_interactions
+from chunktape._replayer import ReplayAdapter
 from helpers import interaction_of, options, text_stream, tool_stream
 
 ENCODINGS = ["c.msgpack", "c.json"]
@@ -457,7 +457,7 @@ def test_a_journal_larger_than_its_mapped_window_recovers_whole(tmp_path: Path) 
 _APPENDER = """
 import sys
 from chunktape import CassetteMeta, load_cassette
-from chunktape.cassettes.store import append_interactions
+from chunktape._cassettes.store import append_interactions
 source = load_cassette(sys.argv[1])
 for _ in range(10):
     append_interactions(sys.argv[2], source.interactions, CassetteMeta())

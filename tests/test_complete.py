@@ -9,10 +9,9 @@ import msgspec
 import pytest
 
 from chunktape import RecordingAdapter, ReplayAdapter, Reply, check_reasoning
-from chunktape.abort import AbortController
-from chunktape.errors import ErrorCode, LlmError
-from chunktape.faults import HttpError, Truncate
-from chunktape.protocol import (
+from chunktape._abort import AbortController
+from chunktape._errors import ErrorCode, LlmError
+from chunktape._protocol import (
     CallId,
     FinishReason,
     GenerateOptions,
@@ -24,7 +23,8 @@ from chunktape.protocol import (
     TokenUsage,
     ToolCallBlock,
 )
-from chunktape.providers.scripted import ScriptedAdapter, ScriptedToolCall, ScriptedTurn, script_chunks
+from chunktape.faults import HttpError, Truncate
+from chunktape.providers._scripted import ScriptedAdapter, ScriptedToolCall, ScriptedTurn, script_chunks
 
 OPTIONS = GenerateOptions(model="m", messages=[Message(role="user", content="hi")])
 TURN = ScriptedTurn(

@@ -20,7 +20,7 @@ import textwrap
 from pathlib import Path
 
 from chunktape import Cancelled, Cassette, Completed, load_cassette, recover, validate
-from chunktape.cassettes import journal_path
+from chunktape._cassettes import journal_path
 
 TRIALS = 20
 SEED = 20260108

@@ -2,39 +2,21 @@
 
 from __future__ import annotations
 
-import ast
 import contextlib
 from collections.abc import Callable
 
 import pytest
 
-from chunktape.errors import ErrorCode, LlmError
+from chunktape._errors import ErrorCode, LlmError
+from chunktape._protocol import StreamChunk
 from chunktape.faults import Disconnect, HttpError, Latency, Stall, StreamFault, Targeted
-from chunktape.faults.plan import FaultPlan, reservation
-from chunktape.protocol import StreamChunk
-from chunktape.providers.demo import DEMO_TURNS
-from chunktape.providers.scripted import script_chunks
+from chunktape.faults._plan import FaultPlan, reservation
+from chunktape.providers._demo import DEMO_TURNS
+from chunktape.providers._scripted import script_chunks
 from fault_support import first_request, from_list
-from helpers import SRC, imports_of, source_tree
 
 OPTIONS = first_request()
 CHUNKS = script_chunks(DEMO_TURNS[0])
-
-
-def test_the_fault_transport_imports_nothing_from_the_replayer() -> None:
-    # The HTTP fault layer stands on the faults package alone (the server, which replays, uses ReplayAdapter).
-    upward = {name for name, _ in imports_of(SRC / "http" / "transport.py") if name.startswith("chunktape.replayer")}
-    assert not upward
-
-
-def test_the_fault_transforms_are_defined_once() -> None:
-    transforms = {"_disconnect", "_stall", "_latency", "_truncate", "_malformed"}
-    where: dict[str, list[str]] = {}
-    for path in SRC.rglob("*.py"):
-        for node in ast.walk(source_tree(path)):
-            if isinstance(node, ast.AsyncFunctionDef | ast.FunctionDef) and node.name in transforms:
-                where.setdefault(node.name, []).append(str(path.relative_to(SRC)))
-    assert where == {name: ["faults/transforms.py"] for name in transforms}
 
 
 class Ledger:

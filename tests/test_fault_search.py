@@ -1,4 +1,4 @@
-"""The fault search finds and shrinks the fault schedule that breaks an agent (``chunktape.faults.search``).
+"""The fault search finds and shrinks the fault schedule that breaks an agent (``chunktape.pytest._search``).
 
 The sample agents (``sample_agents``) each carry one planted bug; the search must find each and shrink it to one
 fault, and let the correct agent pass. Every run is in virtual time, so stalls and Retry-After waits
@@ -28,8 +28,8 @@ from chunktape.faults import (
     Targeted,
     Truncate,
 )
-from chunktape.faults.search import AgentHang, Schedule, SearchResult, run_virtual, search_faults
-from chunktape.scenarios import parse_scenarios
+from chunktape.http._server.scenarios import parse_scenarios
+from chunktape.pytest._search import AgentHang, Schedule, SearchResult, run_virtual, search_faults
 from helpers import run_pytest
 
 

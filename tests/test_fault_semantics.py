@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from chunktape._protocol import GenerateOptions, Message
 from chunktape.faults import (
     STANDARD_FAULTS,
     Always,
@@ -17,8 +18,7 @@ from chunktape.faults import (
     is_transient,
     parse_fault,
 )
-from chunktape.faults.plan import FaultPlan
-from chunktape.protocol import GenerateOptions, Message
+from chunktape.faults._plan import FaultPlan
 from helpers import run_pytest
 from matrix_project import make_project
 

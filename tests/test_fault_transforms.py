@@ -9,15 +9,15 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 
-from chunktape.errors import ErrorCode, LlmError
+from chunktape._errors import ErrorCode, LlmError
+from chunktape._protocol import StreamChunk
 from chunktape.faults import Chaos, Corrupt, FailFirst, Fault, Latency, Stall, Targeted
-from chunktape.faults.plan import FaultPlan
+from chunktape.faults._plan import FaultPlan
+from chunktape.faults._sse import SseCodec, parse_frames
 from chunktape.http import FaultTransport
-from chunktape.http.sse_frames import SseCodec, parse_frames
-from chunktape.protocol import StreamChunk
 from chunktape.providers import OpenAICompatAdapter
-from chunktape.providers.demo import DEMO_TURNS
-from chunktape.providers.scripted import script_chunks
+from chunktape.providers._demo import DEMO_TURNS
+from chunktape.providers._scripted import script_chunks
 from fake_provider import deepseek_parallel_tools, deepseek_reasoning_then_text
 from fault_support import first_request, from_list
 

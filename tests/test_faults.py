@@ -9,7 +9,8 @@ import msgspec
 import pytest
 
 import chunktape.faults as faults_module
-from chunktape.errors import ErrorCode, LlmError
+from chunktape._errors import ErrorCode, LlmError
+from chunktape._validation import RULES
 from chunktape.faults import (
     CORRUPT_KINDS,
     CORRUPT_RULES,
@@ -28,7 +29,6 @@ from chunktape.faults import (
     parse_fault,
     parse_faults,
 )
-from chunktape.validation import RULES
 
 EXAMPLES: list[Fault] = [
     *STANDARD_FAULTS.values(),

@@ -48,10 +48,10 @@ from chunktape import (
     recover,
     save_cassette,
 )
-from chunktape.cassettes.codec import encode_cassette
-from chunktape.cassettes.journal import Journal, journal_path
-from chunktape.wire.openai_chat import OpenAIChatDecoder, chunks_to_openai_events
-from chunktape.wire.sse import SseParser
+from chunktape._cassettes.codec import encode_cassette
+from chunktape._cassettes.journal import Journal, journal_path
+from chunktape.wire._openai_chat import OpenAIChatDecoder, chunks_to_openai_events
+from chunktape.wire._sse import SseParser
 from helpers import cassette_of, interaction_of, text_stream
 from strategies import valid_streams
 

@@ -17,8 +17,16 @@ import pytest
 
 import chunktape.harness as harness_module
 from chunktape import RecordingAdapter, ReplayAdapter, Timing
-from chunktape.abort import AbortController
-from chunktape.errors import ErrorCode, LlmError
+from chunktape._abort import AbortController
+from chunktape._errors import ErrorCode, LlmError
+from chunktape._protocol import (
+    BlockStart,
+    GenerateOptions,
+    LlmAdapter,
+    StreamChunk,
+    TextDelta,
+    TokenUsage,
+)
 from chunktape.faults import (
     CORRUPT_RULES,
     STANDARD_FAULTS,
@@ -48,16 +56,8 @@ from chunktape.harness import (
     collect,
     stream_with_retry,
 )
-from chunktape.protocol import (
-    BlockStart,
-    GenerateOptions,
-    LlmAdapter,
-    StreamChunk,
-    TextDelta,
-    TokenUsage,
-)
-from chunktape.providers.demo import DEMO_TURNS, demo_adapter
-from chunktape.providers.scripted import ScriptedAdapter, ScriptedError, ScriptedToolCall, ScriptedTurn, script_chunks
+from chunktape.providers._demo import DEMO_TURNS, demo_adapter
+from chunktape.providers._scripted import ScriptedAdapter, ScriptedError, ScriptedToolCall, ScriptedTurn, script_chunks
 from fault_support import FaultyAdapter, first_request, run_agent
 
 OPTIONS = first_request()

@@ -31,12 +31,12 @@ from chunktape import (
     save_cassette,
     use_cassette,
 )
+from chunktape._replayer import Timing
 from chunktape.cli import app
-from chunktape.cli.common import with_cli_hint
+from chunktape.cli._common import with_cli_hint
 from chunktape.faults import Disconnect, Fault, Latency, Stall
 from chunktape.http import ReplayServer
-from chunktape.providers.scripted import ScriptedAdapter, ScriptedTurn
-from chunktape.replayer import Timing
+from chunktape.providers._scripted import ScriptedAdapter, ScriptedTurn
 from fake_provider import FakeProvider
 from helpers import collect, collect_until_error, run_pytest, text_stream
 from test_pytest_plugin import project

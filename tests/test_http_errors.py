@@ -1,4 +1,4 @@
-"""``Retry-After`` and provider error bodies are read once (``chunktape.wire.http_errors``), sanely."""
+"""``Retry-After`` and provider error bodies are read once (``chunktape.wire._http_errors``), sanely."""
 
 from __future__ import annotations
 
@@ -7,10 +7,11 @@ import email.utils
 import pytest
 
 from chunktape import ErrorCode
-from chunktape.wire.http_errors import (
+from chunktape.wire._http_errors import (
     MAX_RETRY_AFTER,
     error_from_payload,
     http_error,
+    not_an_event_stream,
     parse_retry_after,
     parse_retry_after_ms,
     retry_after_from_headers,
@@ -82,3 +83,13 @@ def test_error_from_payload_plain_text_and_bare_objects() -> None:
     assert (error.code, error.message, error.retry_after) == (ErrorCode.STREAM_ABORTED, "overloaded (x)", 30.0)
     assert error_from_payload({"error": {"message": "m", "retry_after": -3}}).retry_after is None
     assert error_from_payload({"error": {"message": "m", "retry_after": True}}).retry_after is None
+
+
+def test_not_an_event_stream_names_what_the_endpoint_should_stream() -> None:
+    error = not_an_event_stream(b"<html>login</html>", "text/html", streams="messages")
+    assert error.code is ErrorCode.INVALID_RESPONSE
+    assert "'<html>login</html>'" in error.message
+    assert error.hint is not None
+    assert error.hint.endswith("streams messages")
+    default = not_an_event_stream(b"<html/>", None)
+    assert default.hint == "check the base URL (a proxy or login page?) and that the endpoint streams chat completions"

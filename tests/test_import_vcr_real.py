@@ -26,7 +26,7 @@ from chunktape import (
 )
 from chunktape.cli import app
 from chunktape.http import import_vcr
-from chunktape.http.vcr import read_vcr
+from chunktape.http._vcr import read_vcr
 
 CHAT = "https://api.example.test/v1/chat/completions"
 HELLO = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True}

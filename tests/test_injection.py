@@ -15,9 +15,21 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import chunktape.faults.plan as injection_module
-from chunktape.abort import AbortController
-from chunktape.errors import ErrorCode, LlmError, ProtocolViolation
+import chunktape.faults._plan as injection_module
+from chunktape._abort import AbortController
+from chunktape._errors import ErrorCode, LlmError, ProtocolViolation
+from chunktape._protocol import (
+    BlockStart,
+    Finish,
+    GenerateOptions,
+    Message,
+    StreamChunk,
+    TextDelta,
+    TokenUsage,
+    ToolCallDelta,
+    UsageChunk,
+)
+from chunktape._validation import StreamValidator, validate
 from chunktape.faults import (
     CORRUPT_KINDS,
     CORRUPT_RULES,
@@ -34,21 +46,9 @@ from chunktape.faults import (
     Targeted,
     Truncate,
 )
-from chunktape.faults.plan import ActiveFault, FaultPlan
-from chunktape.protocol import (
-    BlockStart,
-    Finish,
-    GenerateOptions,
-    Message,
-    StreamChunk,
-    TextDelta,
-    TokenUsage,
-    ToolCallDelta,
-    UsageChunk,
-)
-from chunktape.providers.demo import DEMO_TURNS
-from chunktape.providers.scripted import ScriptedAdapter, ScriptedToolCall, ScriptedTurn, script_chunks
-from chunktape.validation import StreamValidator, validate
+from chunktape.faults._plan import ActiveFault, FaultPlan
+from chunktape.providers._demo import DEMO_TURNS
+from chunktape.providers._scripted import ScriptedAdapter, ScriptedToolCall, ScriptedTurn, script_chunks
 from fault_support import FaultyAdapter, first_request, from_list
 from helpers import drain
 

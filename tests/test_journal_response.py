@@ -13,8 +13,8 @@ from pathlib import Path
 import httpx2
 
 from chunktape import Cancelled, Completed, TextDelta, recover
-from chunktape.cassettes.journal import journal_path
-from chunktape.cassettes.model import ResponseMeta
+from chunktape._cassettes.journal import journal_path
+from chunktape._cassettes.model import ResponseMeta
 from chunktape.http import RecordingTransport
 from fake_provider import chunk, sse
 

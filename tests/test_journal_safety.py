@@ -23,10 +23,10 @@ from typing import Any
 import pytest
 
 from chunktape import Cancelled, ErrorCode, LlmError, RecordingAdapter, load_cassette, recover
-from chunktape.cassettes import journal as journal_module
-from chunktape.cassettes import journal_path
-from chunktape.protocol import StreamChunk
-from chunktape.recorder import JournalWriteWarning
+from chunktape._cassettes import journal as journal_module
+from chunktape._cassettes import journal_path
+from chunktape._protocol import StreamChunk
+from chunktape._recorder import JournalWriteWarning
 from helpers import GatedAdapter, PacedAdapter, collect, options, paced, text_stream
 
 PIECES = [f"piece {n} " for n in range(200)]

@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 
 from chunktape import RecordingAdapter, recover
-from chunktape.cassettes import journal as journal_module
-from chunktape.cassettes import journal_path
-from chunktape.cassettes.model import CassetteMeta
-from chunktape.recorder import JournalWriteWarning
+from chunktape._cassettes import journal as journal_module
+from chunktape._cassettes import journal_path
+from chunktape._cassettes.model import CassetteMeta
+from chunktape._recorder import JournalWriteWarning
 from helpers import PacedAdapter, collect, options, paced, text_stream
 
 CHUNKS = text_stream(*(f"piece {n} " for n in range(300)))

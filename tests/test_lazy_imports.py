@@ -17,7 +17,7 @@ HEAVY = (
     "uvicorn",
     "pytest",
     "looptime",
-    "chunktape.cassettes.codec",
+    "chunktape._cassettes.codec",
     "msgspec",
     "asyncio",
     "rich",
@@ -61,9 +61,9 @@ def test_a_command_with_options_runs_without_pydantic() -> None:
 def test_lazy_names_are_the_defining_modules_objects() -> None:
     import chunktape
     import chunktape.http
-    from chunktape.http.server import ReplayServer
-    from chunktape.replayer import ReplayAdapter
-    from chunktape.session import use_cassette
+    from chunktape._replayer import ReplayAdapter
+    from chunktape._session.session import use_cassette
+    from chunktape.http._server.app import ReplayServer
 
     assert chunktape.ReplayAdapter is ReplayAdapter
     assert chunktape.use_cassette is use_cassette

@@ -13,9 +13,9 @@ import pytest
 from typer.testing import CliRunner
 
 from chunktape import ErrorCode, LlmError, Timing, save_cassette
-from chunktape.cli.app import app
+from chunktape.cli._app import app
 from chunktape.http import ReplayServer
-from chunktape.scenarios import load_scenarios, scenario_schema
+from chunktape.http._server.scenarios import load_scenarios, scenario_schema
 from helpers import cassette_of, interaction_of, run_pytest, text_stream
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import msgspec
 
 from chunktape import GenerateOptions, Message, RecordedRequest, ToolSpec
-from chunktape.cassettes.matching import DEFAULT_MATCH, RequestMatcher, diff_requests
+from chunktape._cassettes.matching import DEFAULT_MATCH, RequestMatcher, diff_requests
 from helpers import options, recorded_request
 
 

@@ -25,10 +25,10 @@ from chunktape import (
     ToolCallBlock,
     ToolSpec,
 )
-from chunktape.cassettes.matching import DEFAULT_MATCH, RequestMatcher, parse_match_on
-from chunktape.protocol import CallId
+from chunktape._cassettes.matching import DEFAULT_MATCH, RequestMatcher, parse_match_on
+from chunktape._protocol import CallId
 from chunktape.providers import OpenAICompatAdapter
-from chunktape.wire.openai_chat import REASONING_FIELDS, options_from_openai_request
+from chunktape.wire._openai_chat import REASONING_FIELDS, options_from_openai_request
 from fake_provider import FakeProvider, FakeResponse, chunk, sse, tool_delta
 
 SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}

@@ -32,7 +32,7 @@ from chunktape import (
     UsageChunk,
     validate,
 )
-from chunktape.wire.openai_chat import (
+from chunktape.wire._openai_chat import (
     OpenAIChatDecoder,
     OpenAIChatEncoder,
     chunks_to_openai_dicts,
@@ -42,7 +42,7 @@ from chunktape.wire.openai_chat import (
     options_from_openai_request,
     options_to_openai_request,
 )
-from chunktape.wire.sse import SseParser
+from chunktape.wire._sse import SseParser
 from fake_provider import (
     chunk,
     deepseek_parallel_tools,
@@ -620,8 +620,8 @@ def test_a_misshapen_completion_is_an_invalid_response(body: Any) -> None:
 
 
 def test_reasoning_fields_live_in_the_wire_module() -> None:
-    from chunktape.providers import openai_compat
-    from chunktape.wire import openai_chat
+    from chunktape.providers import _openai_compat as openai_compat
+    from chunktape.wire import _openai_chat as openai_chat
 
     assert openai_chat.REASONING_FIELDS == {**openai_chat.DEEPSEEK_REASONING, **openai_chat.OPENAI_REASONING}
     assert openai_compat.DEEPSEEK_REASONING is openai_chat.DEEPSEEK_REASONING

@@ -38,7 +38,7 @@ from chunktape import (
     validate,
 )
 from chunktape.providers import OpenAICompatAdapter
-from chunktape.providers.openai_compat import DEEPSEEK_REASONING
+from chunktape.providers._openai_compat import DEEPSEEK_REASONING
 from fake_provider import (
     DEEPSEEK_400_BODY,
     DribbleTransport,

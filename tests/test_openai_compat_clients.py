@@ -11,8 +11,8 @@ import httpx
 import httpx2
 import pytest
 
-from chunktape.errors import ErrorCode, LlmError
-from chunktape.protocol import GenerateOptions, Message, StreamChunk, TextDelta
+from chunktape._errors import ErrorCode, LlmError
+from chunktape._protocol import GenerateOptions, Message, StreamChunk, TextDelta
 from chunktape.providers import OpenAICompatAdapter
 from fake_provider import FakeProvider, FakeResponse, chunk, sse
 

@@ -11,9 +11,8 @@ from typer.testing import CliRunner
 
 from chunktape import _virtual_time as virtual_time
 from chunktape import save_cassette
-from chunktape.cassettes.model import Cassette, Completed, Event, Interaction, RecordedRequest
-from chunktape.cli.app import app
-from chunktape.protocol import (
+from chunktape._cassettes.model import Cassette, Completed, Event, Interaction, RecordedRequest
+from chunktape._protocol import (
     BlockEnd,
     BlockStart,
     CallId,
@@ -27,6 +26,7 @@ from chunktape.protocol import (
     ToolCallBlock,
     ToolCallDelta,
 )
+from chunktape.cli._app import app
 
 CALL = CallId("call_1")
 TOOL_CALL: list[StreamChunk] = [

@@ -8,38 +8,18 @@ import httpx2
 import pytest
 
 from chunktape import AbortController, ErrorCode, LlmError, ReplayAdapter, save_cassette
+from chunktape._replayer import Hold, Playback
+from chunktape._replayer.options import ReplayOptions
 from chunktape.faults import FailFirst, HttpError
 from chunktape.http import ReplayServer, ReplayTransport
-from chunktape.replay_options import ReplayOptions
-from chunktape.replayer import Hold, Playback
-from helpers import SRC, cassette_of, imports_of, interaction_of, options, recorded_request, text_stream
+from helpers import cassette_of, interaction_of, options, recorded_request, text_stream
 
 BODY = b'{"model": "test-model", "messages": [{"role": "user", "content": "hello"}], "stream": true}'
 
 
-@pytest.mark.parametrize(
-    "path", [*sorted((SRC / "http").glob("*.py")), SRC / "faults" / "search.py"], ids=lambda path: path.name
-)
-def test_the_http_faces_and_the_fault_search_stand_on_the_engine_not_on_the_adapter(path: Path) -> None:
-    upward = [module for module, _ in imports_of(path) if module.startswith("chunktape.replayer")]
-    assert upward == []
-
-
-@pytest.mark.parametrize("name", ["replay_transport.py", "transport.py"])
-def test_the_transports_import_no_private_name_of_another_module(name: str) -> None:
-    private = [
-        f"{module}.{item}"
-        for module, items in imports_of(SRC / "http" / name)
-        if module.startswith("chunktape.")
-        for item in items
-        if item.startswith("_")
-    ]
-    assert private == []
-
-
 def test_the_recording_proxy_is_part_of_the_http_face() -> None:
     from chunktape import http
-    from chunktape.http.proxy import RecordingProxy
+    from chunktape.http._server.proxy import RecordingProxy
 
     assert http.RecordingProxy is RecordingProxy
     assert "RecordingProxy" in http.__all__

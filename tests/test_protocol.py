@@ -33,7 +33,7 @@ from chunktape import (
     attribution_headers,
     validate,
 )
-from chunktape.abort import sleep as abortable_sleep
+from chunktape._abort import sleep as abortable_sleep
 from strategies import valid_streams
 
 # The seed's exampleChunks(), transcribed object for object.

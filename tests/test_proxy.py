@@ -13,7 +13,7 @@ import openai
 import pytest
 
 from chunktape import Completed, ReplayAdapter, TextDelta, load_cassette
-from chunktape.http.proxy import RecordingProxy
+from chunktape.http._server.proxy import RecordingProxy
 from fake_provider import FakeProvider, FakeResponse, chunk, sse
 from helpers import interrupt
 

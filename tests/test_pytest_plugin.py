@@ -43,7 +43,7 @@ from pathlib import Path
 
 import pytest
 
-from chunktape.providers.scripted import ScriptedAdapter, ScriptedTurn
+from chunktape.providers._scripted import ScriptedAdapter, ScriptedTurn
 
 
 class Echo(ScriptedAdapter):
@@ -418,7 +418,7 @@ def anyio_backend():
 BORROWED = """
 import pytest
 from agent import ask
-from chunktape.providers.scripted import ScriptedTurn
+from chunktape.providers._scripted import ScriptedTurn
 from conftest import Echo
 
 

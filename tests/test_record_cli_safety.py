@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner, Result
 
 from chunktape import load_cassette
-from chunktape.cassettes.analysis import check_cassette
+from chunktape._report.analysis import check_cassette
 from chunktape.cli import app
 from fake_provider import FakeProvider, FakeResponse, chunk, sse
 

@@ -31,12 +31,12 @@ from chunktape import (
     StreamChunk,
     StreamViolationWarning,
     TextDelta,
-    abort,
     load_cassette,
     recover,
     validate,
 )
-from chunktape.cassettes.journal import CrashedJournalWarning, Journal, journal_path
+from chunktape import _abort as abort
+from chunktape._cassettes.journal import CrashedJournalWarning, Journal, journal_path
 from chunktape.providers import ScriptedAdapter, ScriptedTurn
 from helpers import GatedAdapter, PacedAdapter, collect, collect_until_error, options, paced, text_stream, tool_stream
 

@@ -14,9 +14,9 @@ import pytest
 from openai.types.chat import ChatCompletionMessageParam
 
 from chunktape import Cancelled, Completed, Raised, load_cassette
-from chunktape.cassettes.model import ResponseMeta
+from chunktape._cassettes.model import ResponseMeta
 from chunktape.http import RecordingTransport, UnrecordedRequestWarning
-from chunktape.wire.openai_chat import decode_openai_sse
+from chunktape.wire._openai_chat import decode_openai_sse
 from fake_provider import (
     FakeProvider,
     FakeResponse,

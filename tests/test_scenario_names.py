@@ -8,7 +8,7 @@ import msgspec
 import pytest
 
 from chunktape import ErrorCode, LlmError
-from chunktape.scenarios import Scenario, load_scenarios, parse_scenarios
+from chunktape.http._server.scenarios import Scenario, load_scenarios, parse_scenarios
 
 BAD_NAMES = [
     pytest.param("a/b", "'/'", id="slash"),

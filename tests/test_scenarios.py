@@ -8,12 +8,12 @@ from pathlib import Path
 import msgspec
 import pytest
 
-import chunktape.scenarios as scenarios_module
-from chunktape.errors import ErrorCode, LlmError
+import chunktape.http._server.scenarios as scenarios_module
+from chunktape._errors import ErrorCode, LlmError
+from chunktape._replayer.timing import Timing
 from chunktape.faults import STANDARD_FAULTS, Disconnect, FailFirst, HttpError, Stall
-from chunktape.faults.plan import FaultPlan
-from chunktape.scenarios import Scenario, load_scenarios, parse_scenarios
-from chunktape.timing import Timing
+from chunktape.faults._plan import FaultPlan
+from chunktape.http._server.scenarios import Scenario, load_scenarios, parse_scenarios
 from fault_support import first_request
 
 TOML = """

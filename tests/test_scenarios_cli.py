@@ -10,9 +10,9 @@ import msgspec
 import pytest
 from typer.testing import CliRunner
 
-from chunktape.cli.app import app
+from chunktape.cli._app import app
 from chunktape.faults import STANDARD_FAULTS, Fault
-from chunktape.scenarios import ScenarioFile, load_scenarios
+from chunktape.http._server.scenarios import ScenarioFile, load_scenarios
 
 DEMO = Path(__file__).resolve().parent.parent / "cassettes" / "demo-session.msgpack"
 

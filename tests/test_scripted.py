@@ -22,9 +22,9 @@ from chunktape import (
     UsageChunk,
     validate,
 )
-from chunktape.protocol import TextDelta, ToolCallDelta
+from chunktape._protocol import TextDelta, ToolCallDelta
 from chunktape.providers import ScriptedAdapter, ScriptedError, ScriptedToolCall, ScriptedTurn
-from chunktape.providers.demo import DEMO_TURNS, demo_adapter
+from chunktape.providers._demo import DEMO_TURNS, demo_adapter
 from helpers import blocks, collect_until_error, stream_chunks
 
 OPTIONS = GenerateOptions(model="scripted-1", messages=[Message(role="user", content="hi")])

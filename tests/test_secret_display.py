@@ -23,8 +23,8 @@ from chunktape import (
 )
 from chunktape.cli import app
 from chunktape.http import ReplayServer
-from chunktape.http.server import MISS_STATUS
-from chunktape.wire.openai_chat import options_to_openai_request
+from chunktape.http._server.app import MISS_STATUS
+from chunktape.wire._openai_chat import options_to_openai_request
 from helpers import collect, options, text_stream
 
 BODY = "Qx7Lm2Np9Rt4Vw8Yz3Bc6Df1Gh5Jk0Ls"  # synthetic

@@ -24,8 +24,8 @@ from chunktape import (
     ReplayAdapter,
     redact,
 )
-from chunktape.cassettes import find_secrets
-from chunktape.secrets import REDACTED, scanner
+from chunktape._cassettes import find_secrets
+from chunktape._secrets import REDACTED, scanner
 from helpers import PacedAdapter, collect, options, paced, run_pytest, text_stream, tool_stream
 from strategies import cut_points, picks
 from test_pytest_plugin import project

@@ -38,9 +38,9 @@ from chunktape import (
     ToolSpec,
     redact,
 )
-from chunktape.cassettes import env_secrets, find_secrets
-from chunktape.protocol import ReasoningDelta
-from chunktape.secrets import REDACTED, scanner
+from chunktape._cassettes import env_secrets, find_secrets
+from chunktape._protocol import ReasoningDelta
+from chunktape._secrets import REDACTED, scanner
 from helpers import PacedAdapter, collect, options, paced, text_stream, tool_stream
 from strategies import cut_points, picks
 

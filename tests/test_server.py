@@ -29,11 +29,11 @@ from chunktape import (
     ToolCallBlock,
     load_cassette,
 )
+from chunktape._replayer import Timing
 from chunktape.faults import Corrupt, Disconnect, FailFirst, HttpError, Stall, Truncate
 from chunktape.http import SCENARIO_HEADER, ReplayServer, serve
 from chunktape.providers import OpenAICompatAdapter
-from chunktape.replayer import Timing
-from chunktape.wire.openai_chat import options_to_openai_request
+from chunktape.wire._openai_chat import options_to_openai_request
 from helpers import interaction_of, stream_outcome, text_stream
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "cassettes"
@@ -338,7 +338,7 @@ async def test_serve_blocks_until_stopped() -> None:
 
 
 def test_serve_announces_its_url(capsys: pytest.CaptureFixture[str]) -> None:
-    from chunktape.http.server import _announce
+    from chunktape.http._server.app import _announce
 
     with ReplayServer(DEMO) as server:
         _announce(server)

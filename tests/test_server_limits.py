@@ -29,17 +29,18 @@ from chunktape import (
     RecordedRequest,
     save_cassette,
 )
-from chunktape.cassettes.model import request_fingerprint
+from chunktape._cassettes.model import request_fingerprint
+from chunktape._replayer import Timing
 from chunktape.cli import app
 from chunktape.faults import HttpError
 from chunktape.http import SCENARIO_HEADER, ReplayServer
-from chunktape.http import listen as listen_module
-from chunktape.http import server as server_module
-from chunktape.http.limits import MAX_BODY_BYTES, ServerLimits
-from chunktape.http.listen import bind_address
-from chunktape.replayer import Timing
-from chunktape.scenarios import Scenario
-from chunktape.wire.openai_chat import MAX_NESTING, decode_chat_request, options_to_openai_request
+from chunktape.http._server import app as server_module
+from chunktape.http._server import listen as listen_module
+from chunktape.http._server.limits import MAX_BODY_BYTES, ServerLimits
+from chunktape.http._server.listen import bind_address
+from chunktape.http._server.running import uvicorn_settings
+from chunktape.http._server.scenarios import Scenario
+from chunktape.wire._openai_chat import MAX_NESTING, decode_chat_request, options_to_openai_request
 from helpers import cassette_with_raised_status, options, text_stream
 
 INSTANT = Timing.instant()
@@ -308,7 +309,7 @@ def test_a_keep_alive_connection_serves_requests_one_after_another() -> None:
 
 
 def test_uvicorn_gets_the_limits_it_enforces_itself() -> None:
-    settings = ServerLimits(max_head=4096, keep_alive=2.0).uvicorn_settings()
+    settings = uvicorn_settings(ServerLimits(max_head=4096, keep_alive=2.0))
     assert (settings["h11_max_incomplete_event_size"], settings["timeout_keep_alive"]) == (4096, 2.0)
     assert settings["http"].limits.max_head == 4096
 

@@ -27,13 +27,13 @@ from chunktape import (
     RecordedRequest,
     save_cassette,
 )
+from chunktape._replayer import Timing
+from chunktape._replayer.options import ReplayOptions
 from chunktape.cli import app
 from chunktape.faults import FailFirst, Stall
 from chunktape.http import ReplayServer, render_sse
-from chunktape.http.server import MISS_STATUS
-from chunktape.replay_options import ReplayOptions
-from chunktape.replayer import Timing
-from chunktape.wire.openai_chat import options_to_openai_request
+from chunktape.http._server.app import MISS_STATUS
+from chunktape.wire._openai_chat import options_to_openai_request
 from helpers import text_stream
 from test_render_sse import parse_with_adapter
 

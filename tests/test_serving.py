@@ -1,4 +1,4 @@
-"""``PromptServer`` stops when asked, not on uvicorn's next tick, and still runs uvicorn's shutdown."""
+"""``StoppableServer`` stops when asked, not on uvicorn's next tick, and still runs uvicorn's shutdown."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from starlette.applications import Starlette
 from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 
-from chunktape.http.serving import PromptServer
+from chunktape.http._server.running import StoppableServer
 
 
 async def _hello(request: object) -> PlainTextResponse:
@@ -45,13 +45,13 @@ async def _stop_delay(server: uvicorn.Server, stop: object) -> float:
 
 @pytest.mark.looptime
 async def test_exit_stops_the_server_without_waiting_for_a_tick() -> None:
-    server = PromptServer(_config())
+    server = StoppableServer(_config())
     assert await _stop_delay(server, server.exit) < 0.01
 
 
 @pytest.mark.looptime
 async def test_uvicorns_own_server_waits_a_tick_and_a_fixed_sleep() -> None:
-    """The delay PromptServer removes (this pins uvicorn's behaviour; if it changes, so can PromptServer)."""
+    """The delay StoppableServer removes (this pins uvicorn's behaviour; if it changes, so can StoppableServer)."""
     server = uvicorn.Server(_config())
 
     def stop() -> None:
@@ -62,7 +62,7 @@ async def test_uvicorns_own_server_waits_a_tick_and_a_fixed_sleep() -> None:
 
 @pytest.mark.looptime
 async def test_exit_before_serving_serves_nothing() -> None:
-    server = PromptServer(_config())
+    server = StoppableServer(_config())
     server.exit()
     loop = asyncio.get_running_loop()
     started = loop.time()
@@ -72,7 +72,7 @@ async def test_exit_before_serving_serves_nothing() -> None:
 
 def test_exit_from_another_thread_stops_a_server_with_an_open_keep_alive_connection() -> None:
     sock = _listening()
-    server = PromptServer(_config())
+    server = StoppableServer(_config())
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     with httpx2.Client(base_url=f"http://127.0.0.1:{sock.getsockname()[1]}") as client:

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from chunktape import use_cassette
-from chunktape.cassettes.codec import load_cassette
-from chunktape.errors import ErrorCode, LlmError
-from chunktape.protocol import GenerateOptions, LlmAdapter, Message, ReasoningOption
-from chunktape.providers.scripted import ScriptedAdapter, ScriptedTurn
+from chunktape._cassettes.codec import load_cassette
+from chunktape._errors import ErrorCode, LlmError
+from chunktape._protocol import GenerateOptions, LlmAdapter, Message, ReasoningOption
+from chunktape.providers._scripted import ScriptedAdapter, ScriptedTurn
 from helpers import collect
 
 OFFERED = [

@@ -18,7 +18,7 @@ from chunktape import (
     load_cassette,
     use_cassette,
 )
-from chunktape.recorder.recording import RUN_TAG
+from chunktape._recorder import RUN_TAG
 from helpers import PacedAdapter, collect, collect_until_error, options, paced, text_stream
 
 KEY = "sk-proj-abcdefghijklmnopqrstuvwxyz0123456789"

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from chunktape.wire import sse as sse_module
-from chunktape.wire.sse import SseComment, SseEvent, SseItem, SseParser, parse_sse, write_sse
+from chunktape.wire import _sse as sse_module
+from chunktape.wire._sse import SseComment, SseEvent, SseItem, SseParser, parse_sse, write_sse
 
 
 def parse_in_pieces(body: bytes, cuts: list[int]) -> list[SseItem]:

@@ -18,8 +18,8 @@ import msgspec
 import pytest
 from typer.testing import CliRunner
 
-import chunktape.cassettes.codec as codec
-import chunktape.cassettes.store as store
+import chunktape._cassettes.codec as codec
+import chunktape._cassettes.store as store
 from chunktape import (
     Cancelled,
     Cassette,
@@ -31,9 +31,9 @@ from chunktape import (
     save_cassette,
     use_cassette,
 )
-from chunktape.cassettes.journal import journal_path
-from chunktape.cassettes.store import temp_path
-from chunktape.cli.app import app
+from chunktape._cassettes.journal import journal_path
+from chunktape._cassettes.store import temp_path
+from chunktape.cli._app import app
 from helpers import PacedAdapter, collect, interaction_of, interrupt, options, paced, text_stream, tool_stream
 from test_codec import make_cassette
 
@@ -60,9 +60,9 @@ def test_an_appending_save_after_a_killed_save_neither_hangs_nor_keeps_the_temp(
         f"""
         import faulthandler, sys
         import msgspec
-        from chunktape.cassettes.codec import load_cassette, open_cassette
-        from chunktape.cassettes.store import append_interactions, cassette_lock
-        from chunktape.cassettes.model import CassetteMeta, Interaction
+        from chunktape._cassettes.codec import load_cassette, open_cassette
+        from chunktape._cassettes.store import append_interactions, cassette_lock
+        from chunktape._cassettes.model import CassetteMeta, Interaction
         faulthandler.dump_traceback_later(20, exit=True)
         interactions = msgspec.json.decode(sys.stdin.read(), type=list[Interaction])
         append_interactions({str(path)!r}, interactions, CassetteMeta(), join=lambda meta: True)
@@ -157,7 +157,7 @@ async def test_recover_append_reads_the_cassette_under_the_writers_lock(
     out = tmp_path / "out.msgpack"
     save_cassette(make_cassette(2), out)
     reads: list[bool] = []
-    real_read = codec._read
+    real_read = codec.read_file
 
     def read(read_path: Path) -> bytes:
         if read_path == out:
@@ -172,7 +172,7 @@ async def test_recover_append_reads_the_cassette_under_the_writers_lock(
                 os.close(folder)
         return real_read(read_path)
 
-    monkeypatch.setattr(codec, "_read", read)
+    monkeypatch.setattr(codec, "read_file", read)
     result = CliRunner().invoke(app, ["recover", str(journal), "-o", str(out), "--append"])
     assert result.exit_code == 0, result.output
     assert reads == [True]

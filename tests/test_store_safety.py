@@ -19,9 +19,9 @@ import msgspec
 import pytest
 
 from chunktape import RecordingAdapter, load_cassette, open_cassette, recover, save_cassette
-from chunktape.cassettes import journal_path
-from chunktape.cassettes.model import CassetteMeta
-from chunktape.cassettes.store import append_interactions, temp_path
+from chunktape._cassettes import journal_path
+from chunktape._cassettes.model import CassetteMeta
+from chunktape._cassettes.store import append_interactions, temp_path
 from helpers import PacedAdapter, collect, options, paced, text_stream
 from test_codec import make_cassette
 

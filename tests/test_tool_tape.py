@@ -13,13 +13,14 @@ import pytest
 from typer.testing import CliRunner
 
 from chunktape import Timing, use_cassette
-from chunktape.cassettes.codec import load_cassette, open_cassette
-from chunktape.cassettes.journal import Journal, recover
-from chunktape.cassettes.model import Cassette, CassetteMeta, ToolRun
-from chunktape.cassettes.redaction import find_secrets, redact
-from chunktape.cassettes.store import save_cassette
+from chunktape._cassettes.codec import load_cassette, open_cassette
+from chunktape._cassettes.journal import Journal, recover
+from chunktape._cassettes.model import Cassette, CassetteMeta, ToolRun
+from chunktape._cassettes.redaction import find_secrets, redact
+from chunktape._cassettes.store import save_cassette
+from chunktape._errors import ErrorCode, LlmError
+from chunktape._protocol import GenerateOptions, LlmAdapter, Message, ToolSpec
 from chunktape.cli import app
-from chunktape.errors import ErrorCode, LlmError
 from chunktape.harness import (
     HarnessEvent,
     Tool,
@@ -29,8 +30,7 @@ from chunktape.harness import (
     collect,
     run_agent,
 )
-from chunktape.protocol import GenerateOptions, LlmAdapter, Message, ToolSpec
-from chunktape.providers.scripted import ScriptedAdapter, ScriptedToolCall, ScriptedTurn
+from chunktape.providers._scripted import ScriptedAdapter, ScriptedToolCall, ScriptedTurn
 from helpers import run_pytest
 
 pytest_plugins = ["pytester"]
@@ -320,7 +320,7 @@ def _agent_project(pytester: pytest.Pytester) -> None:
     pytester.makeconftest(
         """
         import pytest
-        from chunktape.providers.scripted import ScriptedAdapter, ScriptedToolCall, ScriptedTurn
+        from chunktape.providers._scripted import ScriptedAdapter, ScriptedToolCall, ScriptedTurn
 
         @pytest.fixture
         def tape_live_adapter():
@@ -336,7 +336,7 @@ def test_the_tape_fixture_offers_tools(pytester: pytest.Pytester) -> None:
         """
         import asyncio
         from chunktape.harness import collect, run_agent
-        from chunktape.protocol import GenerateOptions, Message
+        from chunktape._protocol import GenerateOptions, Message
 
         CALLS = []
 
@@ -368,7 +368,7 @@ def test_the_tape_fixture_lists_tool_divergences_in_the_report(
         """
         import asyncio, os
         from chunktape.harness import collect, run_agent
-        from chunktape.protocol import GenerateOptions, Message
+        from chunktape._protocol import GenerateOptions, Message
 
         def add(a, b):
             return a + b + int(os.environ.get("OFF_BY", "0"))

@@ -398,9 +398,9 @@ async def test_a_fault_that_ends_the_body_early_closes_the_inner_body_at_once() 
 
 async def test_the_role_event_is_not_a_chunk_disconnect_after_first_chunk_delivers_content() -> None:
     from chunktape import load_cassette
+    from chunktape._protocol import ReasoningDelta, TextDelta, ToolCallDelta
+    from chunktape._replayer import ReplayAdapter, Timing
     from chunktape.http import ReplayServer
-    from chunktape.protocol import ReasoningDelta, TextDelta, ToolCallDelta
-    from chunktape.replayer import ReplayAdapter, Timing
 
     demo = DEMO
     recorded = load_cassette(demo).interactions[0]

@@ -30,7 +30,7 @@ from chunktape import (
     UsageChunk,
     validate,
 )
-from chunktape.validation import RULES
+from chunktape._validation import RULES
 from strategies import valid_streams
 
 USAGE = UsageChunk(usage=TokenUsage(input_tokens=1, output_tokens=1))

@@ -20,10 +20,10 @@ from chunktape import (
     StreamChunk,
     ToolSpec,
 )
+from chunktape._replayer import ReplayAdapter
 from chunktape.http import import_vcr, vcr_config
 from chunktape.providers import OpenAICompatAdapter
-from chunktape.providers.openai_compat import DEEPSEEK_REASONING
-from chunktape.replayer import ReplayAdapter
+from chunktape.providers._openai_compat import DEEPSEEK_REASONING
 from fake_provider import (
     DEEPSEEK_400_BODY,
     FakeProvider,

@@ -3,14 +3,14 @@
 import logging as _logging
 import typing as _typing
 
+from chunktape._errors import Advice, ErrorCode, LlmError, ProtocolViolation
 from chunktape._lazy import lazy_names as _lazy_names
 from chunktape._version import __version__
-from chunktape.errors import Advice, ErrorCode, LlmError, ProtocolViolation
 
 # Loaded on first use (``__getattr__``), so ``chunktape --version`` loads neither msgspec and asyncio (the protocol)
 # nor the cassette codec.
 if _typing.TYPE_CHECKING:
-    from chunktape.cassettes import (
+    from chunktape._cassettes import (
         DEFAULT_MATCH,
         FORMAT_VERSION,
         Cancelled,
@@ -29,7 +29,7 @@ if _typing.TYPE_CHECKING:
         redact,
         save_cassette,
     )
-    from chunktape.protocol import (
+    from chunktape._protocol import (
         PROTOCOL,
         AbortController,
         AbortSignal,
@@ -62,21 +62,21 @@ if _typing.TYPE_CHECKING:
         attribution_headers,
         check_reasoning,
     )
-    from chunktape.recorder import RecordingAdapter, StreamViolationWarning
-    from chunktape.replay_options import ReplayOptions
-    from chunktape.replayer import ReplayAdapter, Timing
-    from chunktape.session import CassetteSession, RecordMode, SessionCall, use_cassette
-    from chunktape.validation import StreamValidator, validate
+    from chunktape._recorder import RecordingAdapter, StreamViolationWarning
+    from chunktape._replayer import ReplayAdapter, Timing
+    from chunktape._replayer.options import ReplayOptions
+    from chunktape._session.session import CassetteSession, RecordMode, SessionCall, use_cassette
+    from chunktape._validation import StreamValidator, validate
 
 # The modules behind the lazily loaded names, each with its own ``__all__``; a name loads the first that lists it.
 _LAZY_HOMES = (
-    "chunktape.protocol",
-    "chunktape.validation",
-    "chunktape.replay_options",
-    "chunktape.cassettes",
-    "chunktape.recorder",
-    "chunktape.replayer",
-    "chunktape.session",
+    "chunktape._protocol",
+    "chunktape._validation",
+    "chunktape._replayer.options",
+    "chunktape._cassettes",
+    "chunktape._recorder",
+    "chunktape._replayer",
+    "chunktape._session.session",
 )
 
 # A library logs, it does not print: without this, WARNINGs reach stderr through logging.lastResort.

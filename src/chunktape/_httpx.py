@@ -41,6 +41,7 @@ __all__ = [
     "AnyTransport",
     "AsyncBody",
     "DualTransport",
+    "HttpKind",
     "LoopBody",
     "SyncBody",
     "aclose_inner",
@@ -59,6 +60,9 @@ __all__ = [
 
 T = TypeVar("T")
 
+HttpKind: TypeAlias = Literal["httpx2", "httpx"]
+"""Which HTTP library a client or transport is from."""
+
 AnyAsyncClient: TypeAlias = httpx2.AsyncClient | httpx.AsyncClient
 AnyResponse: TypeAlias = httpx2.Response | httpx.Response
 
@@ -69,7 +73,7 @@ HTTP_ERRORS = (httpx2.HTTPError, httpx.HTTPError)
 
 
 @functools.cache
-def default_tls(library: Literal["httpx2", "httpx"] = "httpx2") -> ssl.SSLContext:
+def default_tls(library: HttpKind = "httpx2") -> ssl.SSLContext:
     """``library``'s default verified TLS context (what ``verify=True`` builds), built once per process.
 
     Each build reads the whole CA bundle (about 25 ms of CPU), and chunktape builds a client or a transport per

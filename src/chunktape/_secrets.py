@@ -31,7 +31,7 @@ from typing import NamedTuple
 
 import msgspec
 
-from chunktape.errors import ErrorCode, LlmError
+from chunktape._errors import ErrorCode, LlmError
 
 __all__ = [
     "ENV_PATTERNS",

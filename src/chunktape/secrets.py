@@ -1,40 +1,6 @@
-"""What a credential looks like, and the one redaction of credentials from anything stored or shown.
+"""Your own credential shapes: ``register_pattern(name, regex)`` makes the recorder refuse (``SECRET_DETECTED``)
+and every message mask a string of that shape, beside the built-in ones; ``REDACTED`` is what replaces one."""
 
-The public face of ``chunktape._secrets`` (which holds the patterns and the scanner): these names and no others.
-"""
+from chunktape._secrets import REDACTED, register_pattern, unregister_pattern
 
-from chunktape._secrets import (
-    ENV_PATTERNS,
-    KEY_PATTERNS,
-    MIN_SECRET_LENGTH,
-    REDACTED,
-    Found,
-    Scanner,
-    env_secrets,
-    is_credential_name,
-    is_credential_value,
-    mask,
-    redact_text,
-    register_pattern,
-    scanner,
-    unregister_pattern,
-    usable,
-)
-
-__all__ = [
-    "ENV_PATTERNS",
-    "Found",
-    "KEY_PATTERNS",
-    "MIN_SECRET_LENGTH",
-    "REDACTED",
-    "Scanner",
-    "env_secrets",
-    "is_credential_name",
-    "is_credential_value",
-    "mask",
-    "redact_text",
-    "register_pattern",
-    "scanner",
-    "unregister_pattern",
-    "usable",
-]
+__all__ = ["REDACTED", "register_pattern", "unregister_pattern"]

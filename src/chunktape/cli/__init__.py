@@ -1,5 +1,5 @@
 """The ``chunktape`` command line: thin faces over the library (see ``chunktape --help``)."""
 
-from chunktape.cli.app import app, main
+from chunktape.cli._app import app, main
 
 __all__ = ["app", "main"]

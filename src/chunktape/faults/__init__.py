@@ -1,10 +1,10 @@
 """Faults, end to end: the specs (``specs``), their choice per call (``plan``) and the one set of stream
-transforms (``transforms``) that chunk streams (``chunks``) and HTTP bodies (``chunktape.http.sse_frames``) share.
+transforms (``transforms``) that chunk streams (``chunks``) and HTTP bodies (``chunktape.faults._sse``) share.
 
 The public face is the specs: every fault Struct, ``STANDARD_FAULTS`` and the parsers.
 """
 
-from chunktape.faults.specs import (
+from chunktape.faults._specs import (
     CORRUPT_KINDS,
     CORRUPT_RULES,
     STANDARD_FAULTS,

@@ -1,8 +1,8 @@
 """The reference consumer: ``stream_with_retry``, the agent loop ``run_agent`` (with its tools on tape), and their
 events, policy and metrics."""
 
-from chunktape.harness.agent import run_agent
-from chunktape.harness.events import (
+from chunktape.harness._agent import run_agent
+from chunktape.harness._events import (
     DoneEvent,
     DoneReason,
     ErrorEvent,
@@ -15,7 +15,7 @@ from chunktape.harness.events import (
     TurnEvent,
     collect,
 )
-from chunktape.harness.metrics import (
+from chunktape.harness._metrics import (
     STREAM_CHUNK,
     STREAM_END,
     STREAM_ERROR,
@@ -25,9 +25,9 @@ from chunktape.harness.metrics import (
     StreamStart,
     add_usage,
 )
-from chunktape.harness.retry import ErrorClass, RetryPolicy, RetryRule, stream_with_retry
-from chunktape.harness.tools import Tool, ToolRunner, tool_content, tool_error
-from chunktape.harness.tooltape import (
+from chunktape.harness._retry import ErrorClass, RetryPolicy, RetryRule, stream_with_retry
+from chunktape.harness._tools import Tool, ToolRunner, tool_content, tool_error
+from chunktape.harness._tooltape import (
     RecordingToolRunner,
     ReplayingToolRunner,
     ToolDivergence,

@@ -4,7 +4,7 @@
   that applies the fault catalogue to HTTP responses, for testing HTTP adapters and SDKs.
 - ``render_sse(interaction)``: a recorded interaction as an OpenAI-compatible SSE body.
 - ``ReplayServer`` (tests: ``with``/``async with``, ``.url``) and ``serve`` (foreground, until Ctrl-C): replay
-  cassettes and fault scenarios over HTTP on 127.0.0.1 (routes in ``chunktape.http.server``); ``ServerLimits``
+  cassettes and fault scenarios over HTTP on 127.0.0.1 (routes in ``chunktape.http._server.app``); ``ServerLimits``
   bounds what a client may send (body size, read deadlines).
 - ``vcr_config()`` / ``import_vcr(path)``: safe vcrpy settings, and vcrpy cassettes as chunk cassettes.
 - ``RecordingTransport(inner, cassette)`` / ``ReplayTransport(cassette, ...)``: record an SDK's chat completions
@@ -36,14 +36,14 @@ from chunktape._lazy import lazy_names as _lazy_names
 
 # Loaded on first use (``__getattr__``), so the CLI and ``import chunktape`` need not load what they do not use.
 if _typing.TYPE_CHECKING:
-    from chunktape.http.limits import ServerLimits
-    from chunktape.http.proxy import RecordingProxy
-    from chunktape.http.recording_transport import RecordingTransport, UnrecordedRequestWarning
-    from chunktape.http.render import render_sse
-    from chunktape.http.replay_transport import ReplayTransport
-    from chunktape.http.server import SCENARIO_HEADER, ReplayServer, serve
-    from chunktape.http.transport import FaultTransport
-    from chunktape.http.vcr import SECRET_HEADERS, import_vcr, vcr_config
+    from chunktape.http._fault_transport import FaultTransport
+    from chunktape.http._recording_transport import RecordingTransport, UnrecordedRequestWarning
+    from chunktape.http._render import render_sse
+    from chunktape.http._replay_transport import ReplayTransport
+    from chunktape.http._server.app import SCENARIO_HEADER, ReplayServer, serve
+    from chunktape.http._server.limits import ServerLimits
+    from chunktape.http._server.proxy import RecordingProxy
+    from chunktape.http._vcr import SECRET_HEADERS, import_vcr, vcr_config
 
 __all__ = [
     "FaultTransport",
@@ -66,13 +66,13 @@ if not _typing.TYPE_CHECKING:  # type checkers see the imports above, and no __g
         __name__,
         __all__,
         (
-            "chunktape.http.render",  # the light modules first: a name loads every home before its own
-            "chunktape.http.vcr",
-            "chunktape.http.transport",
-            "chunktape.http.limits",
-            "chunktape.http.recording_transport",
-            "chunktape.http.replay_transport",
-            "chunktape.http.server",
-            "chunktape.http.proxy",
+            "chunktape.http._render",  # the light modules first: a name loads every home before its own
+            "chunktape.http._vcr",
+            "chunktape.http._fault_transport",
+            "chunktape.http._server.limits",
+            "chunktape.http._recording_transport",
+            "chunktape.http._replay_transport",
+            "chunktape.http._server.app",
+            "chunktape.http._server.proxy",
         ),
     )

@@ -6,8 +6,8 @@ from chunktape._lazy import lazy_names as _lazy_names
 
 # Loaded on first use (``__getattr__``), so the CLI and ``import chunktape`` need not load what they do not use.
 if _typing.TYPE_CHECKING:
-    from chunktape.providers.openai_compat import OpenAICompatAdapter
-    from chunktape.providers.scripted import (
+    from chunktape.providers._openai_compat import OpenAICompatAdapter
+    from chunktape.providers._scripted import (
         ScriptedAdapter,
         ScriptedError,
         ScriptedToolCall,
@@ -29,7 +29,7 @@ if not _typing.TYPE_CHECKING:  # type checkers see the imports above, and no __g
         __name__,
         __all__,
         (
-            "chunktape.providers.scripted",
-            "chunktape.providers.openai_compat",
+            "chunktape.providers._scripted",
+            "chunktape.providers._openai_compat",
         ),
     )

@@ -5,14 +5,14 @@ request codec (``openai_chat``: OpenAI chat completions). Imports only ``protoco
 adapter, the replay server, ``render_sse`` and the vcrpy import all sit above it.
 """
 
-from chunktape.wire.http_errors import (
+from chunktape.wire._http_errors import (
     error_from_payload,
     http_error,
     not_an_event_stream,
     parse_retry_after,
     retry_after_from_headers,
 )
-from chunktape.wire.openai_chat import (
+from chunktape.wire._openai_chat import (
     REASONING_FIELDS,
     OpenAIChatDecoder,
     OpenAIChatEncoder,
@@ -23,7 +23,7 @@ from chunktape.wire.openai_chat import (
     options_from_openai_request,
     options_to_openai_request,
 )
-from chunktape.wire.sse import SseComment, SseEvent, SseItem, SseParser, parse_sse, write_sse
+from chunktape.wire._sse import SseComment, SseEvent, SseItem, SseParser, parse_sse, write_sse
 
 __all__ = [
     "OpenAIChatDecoder",

@@ -1,0 +1,444 @@
+"""The StreamChunk protocol (DeepSeek Harness ``dsh-stream/1``), ported to msgspec Structs.
+
+Python attributes are snake_case; the wire names are the protocol's own camelCase (``blockType``,
+``argumentsDelta``, ``inputTokens``), so a chunk encoded with ``msgspec.json`` reads exactly like the
+protocol's documentation. Every chunk is frozen and tagged on ``type``.
+"""
+
+from __future__ import annotations
+
+import abc
+import contextlib
+from collections.abc import AsyncGenerator, Iterable, Sequence
+from typing import Any, Literal, NewType, Self, TypeAlias
+
+import msgspec
+
+from chunktape._abort import AbortController, AbortSignal
+from chunktape._errors import ErrorCode, LlmError
+
+__all__ = [
+    "AbortController",
+    "AbortSignal",
+    "Block",
+    "BlockEnd",
+    "BlockStart",
+    "BlockType",
+    "CallId",
+    "Finish",
+    "FinishKind",
+    "FinishReason",
+    "GenerateOptions",
+    "LlmAdapter",
+    "Message",
+    "NAMED_ON_THE_WIRE",
+    "PROTOCOL",
+    "ReasoningBlock",
+    "ReasoningDelta",
+    "ReasoningOption",
+    "Reply",
+    "ReplyBuilder",
+    "Role",
+    "StreamChunk",
+    "TextBlock",
+    "TextDelta",
+    "TokenUsage",
+    "ToolCallBlock",
+    "ToolCallDelta",
+    "ToolSpec",
+    "UsageChunk",
+    "WrappingAdapter",
+    "aclose_stream",
+    "attribution_headers",
+    "check_reasoning",
+]
+
+PROTOCOL = "dsh-stream/1"
+
+CallId = NewType("CallId", str)
+"""Tool-call ids; ``CallId("call-123")`` mirrors the protocol's factory."""
+
+BlockType: TypeAlias = Literal["text", "tool-call", "reasoning"]
+FinishKind: TypeAlias = Literal["stop", "tool-calls", "length", "content-filter", "error", "cancelled"]
+Role: TypeAlias = Literal["system", "user", "assistant", "tool"]
+
+
+class _Wire(msgspec.Struct, frozen=True, kw_only=True, rename="camel", omit_defaults=True):
+    """Common config: immutable, keyword-only, camelCase on the wire, optional fields omitted."""
+
+
+class _Tagged(_Wire, frozen=True, kw_only=True, tag_field="type", gc=False):
+    """Chunks and blocks hold no reference cycles, so the GC need not track them (1M-chunk cassettes)."""
+
+
+# -- complete blocks (carried by block-end) ---------------------------------------------------
+
+
+class TextBlock(_Tagged, frozen=True, kw_only=True, tag="text"):
+    text: str
+
+
+class ReasoningBlock(_Tagged, frozen=True, kw_only=True, tag="reasoning"):
+    text: str
+
+
+class ToolCallBlock(_Tagged, frozen=True, kw_only=True, tag="tool-call"):
+    id: CallId
+    name: str
+    arguments: str
+    """The assembled JSON text of the arguments, exactly as streamed."""
+
+
+Block: TypeAlias = TextBlock | ReasoningBlock | ToolCallBlock
+
+
+# -- chunks ------------------------------------------------------------------------------------
+
+
+class BlockStart(_Tagged, frozen=True, kw_only=True, tag="block-start"):
+    index: int
+    block_type: BlockType
+
+
+class TextDelta(_Tagged, frozen=True, kw_only=True, tag="text-delta"):
+    index: int
+    text: str
+
+
+class ReasoningDelta(_Tagged, frozen=True, kw_only=True, tag="reasoning-delta"):
+    """Extension: DeepSeek's ``reasoning_content`` (thinking) as its own block type."""
+
+    index: int
+    text: str
+
+
+class ToolCallDelta(_Tagged, frozen=True, kw_only=True, tag="tool-call-delta"):
+    index: int
+    id: CallId | None = None
+    name: str | None = None
+    arguments_delta: str
+
+
+class BlockEnd(_Tagged, frozen=True, kw_only=True, tag="block-end"):
+    index: int
+    block: Block
+
+
+class TokenUsage(_Wire, frozen=True, kw_only=True, gc=False):
+    input_tokens: int
+    output_tokens: int
+    cached_input_tokens: int | None = None
+    reasoning_tokens: int | None = None
+
+
+class UsageChunk(_Tagged, frozen=True, kw_only=True, tag="usage"):
+    usage: TokenUsage
+
+
+class FinishReason(_Wire, frozen=True, kw_only=True, gc=False):
+    kind: FinishKind
+    detail: str | None = None
+
+
+class Finish(_Tagged, frozen=True, kw_only=True, tag="finish"):
+    reason: FinishReason
+
+
+StreamChunk: TypeAlias = BlockStart | TextDelta | ReasoningDelta | ToolCallDelta | BlockEnd | UsageChunk | Finish
+
+
+# -- requests ----------------------------------------------------------------------------------
+
+
+class Message(_Wire, frozen=True, kw_only=True):
+    role: Role
+    content: str | None = None
+    tool_calls: list[ToolCallBlock] = []
+    tool_call_id: str | None = None
+    name: str | None = None
+    reasoning_content: str | None = None
+    """Sent back on assistant tool-call turns (DeepSeek's thinking-mode rule)."""
+    content_parts: list[dict[str, Any]] | None = None
+    """The content as the provider's list of parts, for a message that holds more than text (an image, audio, a
+    file: OpenAI's ``image_url``, ``input_audio`` and ``file`` parts), instead of ``content``. Sent as given,
+    matched as JSON values, scanned for credentials like every request field."""
+    extra: dict[str, Any] = {}
+    """The message's other fields, as the request carried them (DeepSeek's ``prefix``, an assistant turn's
+    ``audio`` reference): recorded, sent as given after the fields above, matched as JSON values except those
+    that say nothing (null, ``[]``, ``{}``: what an SDK's echo of a reply adds, such as ``"refusal": null``)."""
+
+    def __post_init__(self) -> None:
+        if self.content_parts is not None and self.content:  # "" is no content, as matching has it
+            raise ValueError("a message has content or content_parts, not both")
+        named = NAMED_ON_THE_WIRE.intersection(self.extra)
+        if named:
+            raise ValueError(f"extra holds fields a message has by name: {', '.join(sorted(named))}")
+
+    @property
+    def text(self) -> str:
+        """The message's text: ``content``, or the text parts of ``content_parts`` joined."""
+        if self.content_parts is None:
+            return self.content or ""
+        texts = (part.get("text") for part in self.content_parts if part.get("type") == "text")
+        return "".join(text for text in texts if isinstance(text, str))
+
+
+NAMED_ON_THE_WIRE = frozenset(Message.__struct_fields__) - {"content_parts", "extra"}
+"""The fields a message is sent with under their own names: ``extra`` may not hold them, and a request decoder
+puts every other field there. (``content_parts`` goes as ``content`` and ``extra``'s fields as themselves, so a
+field named like either is one of ``extra``'s.)"""
+
+
+class ToolSpec(_Wire, frozen=True, kw_only=True):
+    name: str
+    description: str = ""
+    parameters: dict[str, Any] = {}
+    """A JSON schema."""
+
+
+class GenerateOptions(_Wire, frozen=True, kw_only=True):
+    """One request to an adapter. ``signal`` is runtime-only and never recorded."""
+
+    model: str
+    messages: list[Message]
+    tools: list[ToolSpec] = []
+    max_tokens: int | None = None
+    temperature: float | None = None
+    reasoning: str | None = None
+    """An opaque reasoning-effort id from the adapter's ``reasoning_options()``; never an enum."""
+    extra: dict[str, Any] = {}
+    """Provider-specific request fields."""
+    signal: AbortSignal | None = None
+
+
+class ReasoningOption(_Wire, frozen=True, kw_only=True):
+    """One reasoning effort an adapter offers: an opaque id, a display name, whether it is the default."""
+
+    id: str
+    label: str = ""
+    default: bool = False
+
+
+# -- completed replies -------------------------------------------------------------------------
+
+
+class Reply(_Wire, frozen=True, kw_only=True):
+    """One completed generation, as ``LlmAdapter.complete()`` returns it: what the chunks of a stream add up to."""
+
+    text: str = ""
+    reasoning: str = ""
+    tool_calls: list[ToolCallBlock] = []
+    usage: TokenUsage | None = None
+    finish: FinishReason
+
+    def message(self) -> Message:
+        """The assistant turn to append to the history (tool calls and reasoning included, as providers expect)."""
+        return Message(
+            role="assistant",
+            content=self.text or None,
+            tool_calls=list(self.tool_calls),
+            reasoning_content=self.reasoning or None,
+        )
+
+
+class ReplyBuilder:
+    """The fold of a chunk stream into a ``Reply``, written once: ``feed`` each chunk, then ``reply()``.
+
+    What the stream has said so far can be read at any time, also from a stream cut short or one that
+    raised (``text``, ``reasoning``, ``tool_calls``, ``usage``, ``finish``): text and reasoning are their
+    deltas joined, so a block cut mid-way still shows what came; tool calls are the complete blocks of their
+    block-ends; usage and finish are the last ones seen. It does not validate the stream (``StreamValidator``
+    does that); for a valid stream the deltas and the block-ends agree.
+    """
+
+    __slots__ = ("_finish", "_reasoning", "_text", "_tool_calls", "_usage", "chunks")
+
+    def __init__(self, chunks: Iterable[StreamChunk] = ()) -> None:
+        """Start a fold, fed with ``chunks`` (e.g. a recorded interaction's) if given."""
+        self._text: list[str] = []
+        self._reasoning: list[str] = []
+        self._tool_calls: list[ToolCallBlock] = []
+        self._usage: TokenUsage | None = None
+        self._finish: FinishReason | None = None
+        self.chunks = 0
+        """How many chunks were fed."""
+        for chunk in chunks:
+            self.feed(chunk)
+
+    def feed(self, chunk: StreamChunk) -> None:
+        self.chunks += 1
+        match chunk:
+            case TextDelta():
+                self._text.append(chunk.text)
+            case ReasoningDelta():
+                self._reasoning.append(chunk.text)
+            case BlockEnd(block=ToolCallBlock() as block):
+                self._tool_calls.append(block)
+            case UsageChunk():
+                self._usage = chunk.usage
+            case Finish():
+                self._finish = chunk.reason
+            case _:
+                pass
+
+    @property
+    def text(self) -> str:
+        """The answer text so far."""
+        return "".join(self._text)
+
+    @property
+    def reasoning(self) -> str:
+        """The reasoning so far."""
+        return "".join(self._reasoning)
+
+    @property
+    def tool_calls(self) -> list[ToolCallBlock]:
+        """The tool calls completed so far, in stream order (a new list each time)."""
+        return list(self._tool_calls)
+
+    @property
+    def usage(self) -> TokenUsage | None:
+        return self._usage
+
+    @property
+    def finish(self) -> FinishReason | None:
+        """None until the finish chunk came."""
+        return self._finish
+
+    def reply(self) -> Reply:
+        """The reply; raises ``STREAM_ABORTED`` when the stream ended without its finish chunk (cut off)."""
+        if self._finish is None:
+            raise LlmError(
+                f"the stream ended after {self.chunks} chunk(s) without a finish chunk (cut off)",
+                ErrorCode.STREAM_ABORTED,
+            )
+        return Reply(
+            text=self.text,
+            reasoning=self.reasoning,
+            tool_calls=self.tool_calls,
+            usage=self._usage,
+            finish=self._finish,
+        )
+
+    @classmethod
+    def fold(cls, chunks: Iterable[StreamChunk]) -> Reply:
+        """The reply of a complete chunk sequence (e.g. a recorded interaction's chunks)."""
+        return cls(chunks).reply()
+
+
+# -- adapters ----------------------------------------------------------------------------------
+
+
+async def aclose_stream(stream: object) -> None:
+    """Close a stream that can be closed (an async generator), so its ``finally`` runs now, not at GC."""
+    close = getattr(stream, "aclose", None)
+    if close is not None:
+        await close()
+
+
+def attribution_headers() -> dict[str, str]:
+    """Headers every provider request merges in, so providers can attribute traffic to chunktape."""
+    from chunktape._version import __version__
+
+    return {"User-Agent": f"chunktape/{__version__}", "X-Title": "chunktape"}
+
+
+def check_reasoning(adapter: LlmAdapter, options: GenerateOptions) -> None:
+    """The service-side check before ``stream()``: an explicit reasoning effort must be one the adapter offers.
+
+    Raises ``UNSUPPORTED_OPTION`` naming the offered ids; an adapter that offers none accepts none, and
+    ``reasoning=None`` (the model's default) always passes.
+    """
+    if options.reasoning is None:
+        return
+    offered = [option.id for option in adapter.reasoning_options()]
+    if options.reasoning not in offered:
+        raise LlmError(
+            f"reasoning effort {options.reasoning!r} is not offered (offered: {offered or 'none'})",
+            ErrorCode.UNSUPPORTED_OPTION,
+        )
+
+
+class LlmAdapter(abc.ABC):
+    """Streams one generation as StreamChunks. Implement ``stream`` as an async generator.
+
+    An adapter must raise ``LlmError(UNSUPPORTED_OPTION)`` for options it cannot honour, end promptly
+    when ``options.signal`` aborts, and release its resources when the generator is closed.
+    """
+
+    @property
+    @abc.abstractmethod
+    def name(self) -> str:
+        """A short label recorded in cassettes, e.g. ``deepseek`` or ``scripted``."""
+
+    secrets: Sequence[str] = ()
+    """Credentials this adapter uses; recorders make sure none of them reaches a cassette. Assign it
+    (``self.secrets = [api_key]`` in ``__init__``) or override it with a property."""
+
+    @abc.abstractmethod
+    def stream(self, options: GenerateOptions) -> AsyncGenerator[StreamChunk, None]:
+        """Yield the chunks of one generation (an async generator: callers ``aclose()`` it to stop early)."""
+
+    async def complete(self, options: GenerateOptions) -> Reply:
+        """One generation as a completed ``Reply``; by default the fold of ``stream(options)``, so it is one call.
+
+        Override it for a provider's non-streaming endpoint. Because the default goes through ``stream()``,
+        a ``RecordingAdapter`` records a ``complete()`` call as one interaction and a ``ReplayAdapter``
+        answers it from one. Errors the stream raises propagate unchanged.
+        """
+        builder = ReplyBuilder()
+        async with contextlib.aclosing(self.stream(options)) as stream:
+            async for chunk in stream:
+                builder.feed(chunk)
+        return builder.reply()
+
+    def reasoning_options(self) -> Sequence[ReasoningOption]:
+        """The reasoning efforts this adapter accepts, in order; empty means none are configurable."""
+        return ()
+
+    async def aclose(self) -> None:
+        """Release connections and files. Safe to call twice."""
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+
+class WrappingAdapter(LlmAdapter):
+    """An adapter in front of another one (``inner``), as pydantic-ai's ``WrapperModel`` is: ``name``, ``secrets``
+    and ``reasoning_options()`` are the inner adapter's, ``stream()`` passes through until a subclass overrides it.
+
+    ``complete()`` is the inner adapter's own while ``stream()`` is not overridden; once it is, ``complete()`` is
+    the fold of this adapter's ``stream()``, so what the override does (record, count) applies to it too. The
+    wrapper does not own ``inner``: ``aclose()`` leaves it open, whoever built it closes it. Assigning
+    ``secrets`` replaces the inner adapter's.
+    """
+
+    def __init__(self, inner: LlmAdapter) -> None:
+        self.inner = inner
+        self._assigned_secrets: Sequence[str] | None = None
+
+    @property
+    def name(self) -> str:
+        return self.inner.name
+
+    @property
+    def secrets(self) -> Sequence[str]:
+        return self.inner.secrets if self._assigned_secrets is None else self._assigned_secrets
+
+    @secrets.setter
+    def secrets(self, value: Sequence[str]) -> None:
+        self._assigned_secrets = tuple(value)
+
+    def reasoning_options(self) -> Sequence[ReasoningOption]:
+        return self.inner.reasoning_options()
+
+    def stream(self, options: GenerateOptions) -> AsyncGenerator[StreamChunk, None]:
+        return self.inner.stream(options)
+
+    async def complete(self, options: GenerateOptions) -> Reply:
+        if type(self).stream is WrappingAdapter.stream:
+            return await self.inner.complete(options)
+        return await super().complete(options)

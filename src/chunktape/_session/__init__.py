@@ -1,0 +1,1 @@
+"""Sessions: one cassette recorded or replayed per a vcrpy-style record mode, for adapter calls and HTTP alike."""

@@ -1,0 +1,210 @@
+"""The ``chunktape`` typer app: the commands, and the one place where failures become one line and an exit code.
+
+Exit codes: 0 ok; 1 a check failed (``check`` found a bad file, ``diff`` a difference); 2 a usage error (typer's,
+or a bad option value such as an unknown fault id); 3 the command could not do its job (a missing or corrupt
+file, no API key, a provider error, a busy port); 130 interrupted. ``--debug`` shows the traceback.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+import traceback
+from collections.abc import Iterator, Mapping, MutableMapping, Sequence
+from typing import Annotated, Any, Final
+
+import typer
+from typer.core import TyperGroup
+
+from chunktape import __version__
+from chunktape._errors import LlmError
+from chunktape.cli._common import (
+    EXIT_INTERRUPTED,
+    EXIT_RUNTIME,
+    EXIT_USAGE,
+    CliError,
+    err_console,
+    one_line,
+    with_cli_hint,
+)
+
+__all__ = ["app", "main"]
+
+
+class _State:
+    debug = False
+    command: str | None = None
+
+
+_state = _State()
+
+
+def _report(message: str) -> None:
+    from chunktape._secrets import redact_text  # its patterns only for an error
+
+    err_console().print(
+        f"chunktape: error: {one_line(redact_text(message))}", style="red", markup=False, soft_wrap=True
+    )
+
+
+_COMMANDS: Final[Mapping[str, tuple[str, str]]] = {
+    "record": ("chunktape.cli._record", "record"),
+    "play": ("chunktape.cli._play", "play"),
+    "show": ("chunktape.cli._files", "show"),
+    "check": ("chunktape.cli._files", "check"),
+    "convert": ("chunktape.cli._files", "convert"),
+    "diff": ("chunktape.cli._files", "diff"),
+    "redact": ("chunktape.cli._files", "redact_cassette"),
+    "recover": ("chunktape.cli._files", "recover_journal"),
+    "import-vcr": ("chunktape.cli._files", "import_vcr"),
+    "serve": ("chunktape.cli._serve", "serve"),
+    "proxy": ("chunktape.cli._proxy", "proxy"),
+    "demo": ("chunktape.cli._demo", "demo"),
+    "scenarios": ("chunktape.cli._scenarios", "app"),
+}
+"""Each command (in the order ``--help`` lists them) by the module and name of its function, or of its typer app."""
+
+
+def _command(name: str) -> Any:
+    """The click command ``name``, its module loaded now: only the command that runs pays for its imports."""
+    module, attribute = _COMMANDS[name]
+    target = getattr(importlib.import_module(module), attribute)
+    if isinstance(target, typer.Typer):
+        return typer.main.get_group(target)
+    single = typer.Typer(add_completion=False)
+    single.command(name)(target)
+    return typer.main.get_command(single)
+
+
+class _Commands(MutableMapping[str, Any]):
+    """The group's commands by name, each built on first use (``chunktape --version`` builds none)."""
+
+    def __init__(self, built: Mapping[str, Any]) -> None:
+        self._built = dict(built)
+
+    def __getitem__(self, name: str) -> Any:
+        if name not in self._built:
+            if name not in _COMMANDS:
+                raise KeyError(name)
+            self._built[name] = _command(name)
+        return self._built[name]
+
+    def __setitem__(self, name: str, command: Any) -> None:
+        self._built[name] = command
+
+    def __delitem__(self, name: str) -> None:
+        del self._built[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter({**dict.fromkeys(_COMMANDS), **self._built})
+
+    def __len__(self) -> int:
+        return len({*_COMMANDS, *self._built})
+
+
+class _Group(TyperGroup):
+    """Runs a command and turns every failure into one line on stderr and a documented exit code."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.commands = _Commands(self.commands)
+
+    def list_commands(self, ctx: Any) -> list[str]:
+        return list(self.commands)  # the names only: listing them loads no command
+
+    def main(
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        windows_expand_args: bool = True,
+        **extra: Any,
+    ) -> Any:
+        _state.debug = bool(os.environ.get("CHUNKTAPE_DEBUG"))
+        _state.command = None
+        code: int = 0
+        try:
+            result = super().main(args, prog_name or "chunktape", complete_var, False, windows_expand_args, **extra)
+            code = result if isinstance(result, int) else 0
+        except typer.Exit as exit_:
+            code = exit_.exit_code
+        except (typer.Abort, KeyboardInterrupt):
+            err_console().print("interrupted", style="yellow")
+            code = EXIT_INTERRUPTED
+        except typer.TyperException as error:  # click's usage errors (typer vendors click)
+            code = getattr(error, "exit_code", EXIT_USAGE)
+            message = error.format_message() if hasattr(error, "format_message") else str(error)
+            if type(error).__name__ == "NoArgsIsHelpError":
+                err_console().print(message, markup=False, highlight=False)
+            else:
+                ctx = getattr(error, "ctx", None)
+                command = ctx.command_path if ctx is not None else "chunktape"
+                _report(f"{message} (see {command} --help)" if code == EXIT_USAGE else message)
+        except CliError as error:
+            self._debug()
+            _report(error.message)
+            code = error.exit_code
+        except LlmError as error:
+            self._debug()
+            _report(with_cli_hint(error, _state.command))
+            code = EXIT_RUNTIME
+        except OSError as error:
+            self._debug()
+            where = f"{error.filename}: " if error.filename else ""
+            _report(f"{where}{error.strerror or error}")
+            code = EXIT_RUNTIME
+        except Exception as error:
+            self._debug()
+            _report(f"unexpected {type(error).__name__}: {error} (rerun with --debug for the traceback)")
+            code = EXIT_RUNTIME
+        if standalone_mode:
+            sys.exit(code)
+        return code
+
+    def resolve_command(self, ctx: Any, args: list[str]) -> Any:
+        name, command, rest = super().resolve_command(ctx, args)
+        _state.command = name  # for the hints of its errors
+        return name, command, rest
+
+    @staticmethod
+    def _debug() -> None:
+        if _state.debug:
+            traceback.print_exc(file=sys.stderr)
+
+
+app = typer.Typer(
+    cls=_Group,
+    name="chunktape",
+    help="Record and replay LLM adapter streams, chunk by chunk with timing, and inject faults.\n\n"
+    "Exit codes: 0 ok, 1 check failed or difference found, 2 usage error, 3 runtime error "
+    "(missing or corrupt file, no API key, provider error, busy port), 130 interrupted.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"chunktape {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    debug: Annotated[
+        bool, typer.Option("--debug", help="Show the traceback of an error (or set CHUNKTAPE_DEBUG=1).")
+    ] = False,
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
+    ] = False,
+) -> None:
+    """Record and replay LLM adapter streams, chunk by chunk with timing, and inject faults."""
+    _state.debug = _state.debug or debug
+
+
+def main() -> None:
+    """The console script: ``chunktape ...``."""
+    app()

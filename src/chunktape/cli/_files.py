@@ -1,0 +1,296 @@
+"""Commands over cassette files: show, check, convert, diff, redact, recover, import-vcr."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import msgspec
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+from chunktape._cassettes.journal import held_journal, live_journal, recover, recovered_path
+from chunktape._cassettes.model import Interaction
+from chunktape._cassettes.redaction import check_secrets, env_secrets, redact
+from chunktape._cassettes.store import append_interactions, save_cassette
+from chunktape._report.analysis import (
+    InteractionSummary,
+    check_cassette,
+    diff_cassettes,
+    find_cassette_files,
+    protocol_violation,
+    summarize,
+)
+from chunktape._secrets import redact_text
+from chunktape.cli._common import (
+    EXIT_FAILED,
+    CliError,
+    ShowSecrets,
+    check_output_suffix,
+    console,
+    err_console,
+    load,
+    shown,
+)
+from chunktape.cli._render import printable, printable_json, summary_table
+from chunktape.http._vcr import VcrSerializer, read_vcr
+
+__all__ = ["check", "convert", "diff", "import_vcr", "recover_journal", "redact_cassette", "show"]
+
+CassetteArg = Annotated[Path, typer.Argument(help="A cassette file (.msgpack or .json).", show_default=False)]
+
+
+def show(
+    cassette: CassetteArg,
+    json: Annotated[bool, typer.Option("--json", help="Print the whole cassette as stable, sorted JSON.")] = False,
+    show_secrets: ShowSecrets = False,
+) -> None:
+    """Show a cassette: one row per interaction (model, last user message, chunks, timing, usage, outcome).
+
+    `--json` prints the cassette as sorted, indented JSON, stable enough to be a git textconv. Credentials
+    are masked, also those the cassette was allowed to keep, unless --show-secrets.
+
+    Example: chunktape show cassettes/demo-session.msgpack
+    """
+    loaded = shown(load(cassette), show_secrets)
+    if json:
+        data = msgspec.json.format(msgspec.json.encode(loaded, order="sorted"), indent=2)
+        typer.echo(printable_json(data.decode()))
+        return
+    out = console()
+    meta = loaded.meta
+    title = f"{cassette}  ·  {len(loaded.interactions)} interaction(s)  ·  {meta.recorder}, adapter {meta.adapter!r}"
+    summaries = [_marked(summarize(item, index), item) for index, item in enumerate(loaded.interactions)]
+    out.print(summary_table(title, summaries))
+
+
+def _marked(summary: InteractionSummary, interaction: Interaction) -> InteractionSummary:
+    """The summary, its outcome marked when the recorded stream breaks a protocol rule (it would fail a consumer)."""
+    violation = protocol_violation(interaction)
+    if violation is None:
+        return summary
+    return msgspec.structs.replace(summary, outcome=f"VIOLATES {violation.rule}: {summary.outcome}")
+
+
+def check(
+    paths: Annotated[list[Path], typer.Argument(help="Cassette files or folders (searched recursively).")],
+) -> None:
+    """Validate cassettes: format, version, timing and the StreamChunk protocol rules.
+
+    Folders are searched recursively for *.msgpack and *.json files; JSON files there that are not cassettes
+    (no top-level version and interactions) are skipped with a note. Prints one line per failing file (path,
+    interaction, rule) and exits 1 if any fails, 3 if a path does not exist (every other path is still
+    checked); exits 0 when all pass.
+
+    Example: chunktape check tests/cassettes cassettes/demo-session.msgpack
+    """
+    found = find_cassette_files(paths)
+    files = found.files
+    err = err_console()
+    for path in found.skipped:
+        err.print(f"skipped {path}: JSON but not a cassette", style="dim", markup=False, soft_wrap=True)
+    if not files:
+        raise CliError("no cassette files (*.msgpack, *.json) under the given paths")
+    failures: list[str] = []
+    with Progress(
+        TextColumn("checking"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.description}"),
+        console=err,
+        transient=True,
+        disable=len(files) < 2 or not err.is_terminal,
+    ) as progress:
+        task = progress.add_task("", total=len(files))
+        for path in files:
+            progress.update(task, description=path.name)
+            problems = check_cassette(path)
+            if problems:
+                more = f" (and {len(problems) - 1} more problem(s))" if len(problems) > 1 else ""
+                failures.append(f"{problems[0]}{more}")
+            progress.advance(task)
+    out = console()
+    for line in failures:
+        out.print(printable(redact_text(line)), markup=False, soft_wrap=True)
+    passed = len(files) - len(failures)
+    summary = f"{passed} of {len(files)} cassette file(s) pass"
+    missing = [path for path in files if not path.exists()]
+    if missing:
+        gone = "; ".join(f"{path} does not exist" for path in missing)
+        raise CliError(f"{summary}; {len(failures)} failed; {gone}")
+    if failures:
+        err.print(f"{summary}; {len(failures)} failed", style="red", soft_wrap=True)
+        raise typer.Exit(EXIT_FAILED)
+    out.print(summary, style="green", soft_wrap=True)
+
+
+def convert(
+    source: Annotated[Path, typer.Argument(help="The cassette to read.", show_default=False)],
+    target: Annotated[Path, typer.Argument(help="Where to write it; .json or .msgpack picks the encoding.")],
+) -> None:
+    """Convert a cassette between msgpack and JSON, losslessly (the suffix of TARGET picks the encoding).
+
+    Example: chunktape convert session.msgpack session.json
+    """
+    check_output_suffix(target)
+    loaded = load(source)
+    if target.is_dir():
+        raise CliError(f"{target} is a directory; give the output file name")
+    save_cassette(loaded, target)
+    console().print(f"wrote {target} ({len(loaded.interactions)} interaction(s))", markup=False, soft_wrap=True)
+
+
+def diff(
+    old: Annotated[Path, typer.Argument(help="The first cassette.", show_default=False)],
+    new: Annotated[Path, typer.Argument(help="The second cassette.", show_default=False)],
+    show_secrets: ShowSecrets = False,
+) -> None:
+    """Compare two cassettes interaction by interaction: requests, chunks and text, outcomes, timing shift.
+
+    Exits 0 when the content is the same (timing may still shift), 1 when it differs. Credentials are
+    masked, unless --show-secrets; a difference in credentials alone is still reported, as such.
+
+    Example: chunktape diff before.msgpack after.msgpack
+    """
+    before, after = load(old), load(new)
+    result = diff_cassettes(shown(before, show_secrets), shown(after, show_secrets))
+    if result.same and not show_secrets and not diff_cassettes(before, after).same:
+        result = msgspec.structs.replace(
+            result, changes=["credentials differ (masked here; --show-secrets prints them)"]
+        )
+    out = console()
+    for line in result.changes:
+        out.print(printable(line), markup=False, soft_wrap=True)
+    for line in result.timing:
+        out.print(f"timing: {printable(line)}", style="dim", markup=False, soft_wrap=True)
+    if not result.same:
+        err_console().print(f"{len(result.changes)} difference(s)", style="red", soft_wrap=True)
+        raise typer.Exit(EXIT_FAILED)
+    out.print("same content" + ("" if result.timing else " and timing"), style="green", soft_wrap=True)
+
+
+def redact_cassette(
+    cassette: CassetteArg,
+    secret: Annotated[
+        list[str] | None,
+        typer.Option("--secret", "-s", help="A literal to redact (repeatable), besides credential environment values."),
+    ] = None,
+    patterns: Annotated[
+        bool, typer.Option("--patterns/--no-patterns", help="Also redact key-shaped strings (sk-..., ghp_...).")
+    ] = True,
+) -> None:
+    """Redact credentials from a cassette, in place (atomic write).
+
+    Redacts the given --secret values, the values of environment variables whose names contain KEY, TOKEN,
+    SECRET, PASSWORD, PASSWD or CREDENTIAL, and key-shaped strings; each becomes [REDACTED].
+
+    Example: chunktape redact session.msgpack --secret "$MY_PROXY_PASSWORD"
+    """
+    loaded = load(cassette)
+    secrets = [*(secret or []), *env_secrets().values()]
+    cleaned = redact(loaded, secrets, patterns=patterns)
+    changed = sum(1 for a, b in zip(loaded.interactions, cleaned.interactions, strict=True) if a != b)
+    if cleaned == loaded:
+        console().print(f"{cassette}: nothing to redact", markup=False, soft_wrap=True)
+        return
+    save_cassette(cleaned, cassette)
+    console().print(f"{cassette}: redacted {changed} interaction(s)", markup=False, soft_wrap=True)
+
+
+def recover_journal(
+    journal: Annotated[Path, typer.Argument(help="The journal a crashed recording left (<cassette>.journal).")],
+    output: Annotated[
+        Path | None,
+        typer.Option(
+            "--output",
+            "-o",
+            help="The cassette to write (default: the journal's cassette; c.recovered-<N or stamp>.msgpack for a "
+            "journal.N or one set aside as crashed).",
+        ),
+    ] = None,
+    force: Annotated[bool, typer.Option("--force", help="Overwrite an existing cassette.")] = False,
+    append: Annotated[
+        bool, typer.Option("--append", help="Add the recovered interactions to an existing cassette.")
+    ] = False,
+    keep_journal: Annotated[bool, typer.Option("--keep-journal", help="Do not delete the journal afterwards.")] = False,
+) -> None:
+    """Turn the journal of an interrupted recording into a cassette; the last interaction is marked cut short.
+
+    Credentials in the environment (names containing KEY, TOKEN, SECRET, PASSWORD...) and key-shaped strings are
+    redacted first.
+    A file that is not a journal (a cassette, an empty file) is refused and left alone, as is the journal of a
+    recording still running; the journal is deleted only once the cassette holding what it recovered is written
+    and fsynced.
+
+    Example: chunktape recover session.msgpack.journal -o session.msgpack
+    """
+    if journal.is_dir():
+        raise CliError(f"{journal} is a directory, not a journal file")
+    if output is not None:
+        check_output_suffix(output, "--output")
+    target = output or recovered_path(journal)
+    if target.exists() and journal.exists() and target.samefile(journal):
+        raise CliError(f"{target} is the journal itself; give another --output")
+    with held_journal(journal) as free:  # held until the journal is gone: no recorder claims it meanwhile
+        if not free:
+            raise CliError(
+                f"{journal} is still being recorded by a live process; it saves its cassette itself when it stops "
+                "(recover only what a crashed recording left)"
+            )
+        live = None if output is not None else live_journal(target, besides=journal)
+        if live is not None:
+            raise CliError(f"{target} is being recorded now by a live process (its journal {live}); give -o")
+        if target.exists() and not (force or append):
+            raise CliError(f"{target} exists; pass --append to add to it or --force to replace it")
+        secrets = list(env_secrets().values())
+        cassette = redact(recover(journal), secrets)  # CASSETTE_CORRUPT (nothing touched) if it is not a journal
+        check_secrets(cassette, secrets, destination=target)
+        if append:  # re-read under the writers' lock, as every appending save does
+            cassette = append_interactions(target, cassette.interactions, cassette.meta, tool_runs=cassette.tool_runs)
+        else:
+            save_cassette(cassette, target)  # atomic and fsynced: only then may the journal go
+        if not keep_journal:
+            journal.unlink(missing_ok=True)
+    console().print(
+        f"recovered {len(cassette.interactions)} interaction(s) into {target}", markup=False, soft_wrap=True
+    )
+
+
+def import_vcr(
+    source: Annotated[Path, typer.Argument(help="A vcrpy cassette of chat completions (streamed or not).")],
+    output: Annotated[Path, typer.Option("--output", "-o", help="The chunk cassette to write.", show_default=False)],
+    serializer: Annotated[
+        VcrSerializer,
+        typer.Option(
+            help="The serializer the cassette was written with: vcrpy's yaml or json, or parsed-body "
+            "(pydantic-ai's json_body_serializer); auto detects them.",
+        ),
+    ] = VcrSerializer.AUTO,
+    keep_undecodable: Annotated[
+        bool,
+        typer.Option(
+            "--keep-undecodable",
+            help="Import a response that cannot be decoded as a raised INVALID_RESPONSE (and skip a request "
+            "that cannot be read) instead of failing.",
+        ),
+    ] = False,
+) -> None:
+    """Convert a vcrpy cassette of OpenAI-compatible chat completions into a chunk cassette.
+
+    Other traffic (/models, /embeddings...) is skipped with a note on stderr. An interaction that cannot be
+    decoded fails the import, naming it, unless --keep-undecodable.
+
+    Example: chunktape import-vcr tests/cassettes/chat.yaml -o chat.msgpack
+    """
+    check_output_suffix(output, "--output")
+    imported = read_vcr(source, serializer=serializer, keep_undecodable=keep_undecodable)
+    err = err_console()
+    for note in imported.notes:
+        err.print(note, style="dim", markup=False, soft_wrap=True)
+    cassette = redact(imported.cassette, env_secrets().values())  # skips interactions holding no secret
+    save_cassette(cassette, output)
+    console().print(
+        f"imported {len(cassette.interactions)} interaction(s) from {source} into {output}",
+        markup=False,
+        soft_wrap=True,
+    )

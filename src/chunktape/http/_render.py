@@ -1,0 +1,257 @@
+"""Recorded interactions as OpenAI-compatible HTTP bodies: SSE streams, error bodies, whole completions.
+
+Built on ``chunktape.wire._openai_chat`` so the mapping exists once. How a stream ends on the wire is decided
+once, by ``SseRenderer.ending`` (the replay server and ``render_sse`` both use it), as the provider sent it:
+
+- a finished stream (``Completed``): the usage-only chunk, then ``data: [DONE]``;
+- a provider error (``PROVIDER_HTTP_ERROR``): an in-band ``{"error": {...}}`` event carrying ``code: <status>``,
+  which is how providers report errors of their own once a stream started (clients raise
+  ``PROVIDER_HTTP_ERROR`` with that status);
+- ``INVALID_RESPONSE`` / ``PROTOCOL_VIOLATION``: a malformed ``data:`` line (the client sees unparseable data);
+- a recording cut short (``Cancelled``, replayed as ``CASSETTE_EXHAUSTED``): the body ends, without ``[DONE]``;
+- anything else (``STREAM_ABORTED``, ``TIMEOUT``...): the connection broke, so it breaks (``Ending.reset``): the
+  server resets it; a whole body (``render_sse``) cannot carry a reset and simply stops there, without
+  ``[DONE]``, which clients read as a broken stream (``STREAM_ABORTED``), never as an error the provider sent.
+
+Every ending but ``[DONE]`` sends the usage-only chunk first (with ``include_usage``) when the stream had usage.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from typing import Any, NamedTuple
+
+from chunktape._cassettes.model import Cancelled, Completed, Interaction, Outcome, Raised, ResponseMeta
+from chunktape._errors import ErrorCode, LlmError
+from chunktape._protocol import Finish, ReplyBuilder, StreamChunk
+from chunktape._secrets import redact_text
+from chunktape.wire._http_errors import clamp_retry_after
+from chunktape.wire._openai_chat import (
+    DONE_EVENT,
+    MALFORMED_EVENT,
+    OpenAIChatEncoder,
+    data_event,
+    finish_to_wire,
+    tool_call_to_wire,
+    usage_to_wire,
+)
+
+__all__ = [
+    "Ending",
+    "SseRenderer",
+    "completion_from_chunks",
+    "error_body",
+    "error_headers",
+    "render_sse",
+]
+
+
+_ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    402: "insufficient_balance",
+    403: "permission_error",
+    404: "not_found_error",
+    409: "conflict_error",
+    422: "invalid_request_error",
+    429: "rate_limit_error",
+}
+
+
+def error_type(status: int | None) -> str:
+    """The OpenAI-style ``error.type`` for a status (``server_error`` for 5xx)."""
+    if status is None:
+        return "api_error"
+    return _ERROR_TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
+
+
+def error_body(
+    message: str, *, status: int | None, code: str | None = None, retry_after: float | None = None
+) -> dict[str, Any]:
+    """An OpenAI-style error object: ``{"error": {"message", "type", "param", "code"}}``.
+
+    ``code`` is the HTTP status (as OpenRouter sends it in-band) when there is one, so clients that read an
+    in-band error recover the status; otherwise the chunktape error code. A usable ``retry_after`` (see
+    ``clamp_retry_after``) is also carried as ``error.retry_after`` (seconds), for clients that read the body.
+    """
+    error: dict[str, Any] = {
+        "message": redact_text(message),  # a person reads it; allowed credentials are masked too
+        "type": error_type(status),
+        "param": None,
+        "code": status if status is not None else code,
+    }
+    seconds = clamp_retry_after(retry_after)
+    if seconds is not None:
+        error["retry_after"] = seconds
+    return {"error": error}
+
+
+def error_headers(retry_after: float | None) -> dict[str, str]:
+    """``Retry-After`` (whole seconds, rounded up) and ``retry-after-ms`` (exact), as OpenAI sends them.
+
+    Nothing for a value that is not finite or is negative (NaN, infinity); values above a day are capped.
+    """
+    seconds = clamp_retry_after(retry_after)
+    if seconds is None:
+        return {}
+    return {"retry-after": str(math.ceil(seconds)), "retry-after-ms": str(round(seconds * 1000))}
+
+
+class Ending(NamedTuple):
+    """How a stream ends on the wire: ``data`` is written, then, with ``reset``, the connection breaks."""
+
+    data: bytes
+    reset: bool = False
+
+
+_IN_BAND = frozenset({ErrorCode.PROVIDER_HTTP_ERROR, ErrorCode.CASSETTE_CORRUPT, ErrorCode.CASSETTE_VERSION})
+"""Errors sent as an in-band event: the provider's own, and recorded data the server cannot serve (never a reset)."""
+_MALFORMED = frozenset({ErrorCode.INVALID_RESPONSE, ErrorCode.PROTOCOL_VIOLATION})
+
+
+class SseRenderer:
+    """Renders one stream incrementally: ``head()``, ``chunk(c)`` per StreamChunk, then ``end()`` or an error.
+
+    With ``meta`` (recorded by ``RecordingTransport``), the stream carries the provider's own id, answered
+    model, ``created``, ``system_fingerprint`` and extra fields, and no ``finish_reason`` where it sent none.
+    """
+
+    __slots__ = ("_encoder", "_meta", "include_usage")
+
+    def __init__(
+        self,
+        *,
+        model: str,
+        created: int = 0,
+        id: str = "chatcmpl-chunktape",
+        include_usage: bool = True,
+        meta: ResponseMeta | None = None,
+    ) -> None:
+        if meta is not None:
+            model, id = meta.model or model, meta.id or id
+            created = created if meta.created is None else meta.created
+        self._encoder = OpenAIChatEncoder(model=model, created=created, id=id)
+        self._meta = meta
+        self.include_usage = include_usage
+        """Whether ``end()`` writes the usage-only ``choices: []`` chunk. OpenAI sends it only to a request with
+        ``stream_options.include_usage: true``, and then a stream without it carries no usage at all."""
+
+    def _event(self, obj: dict[str, Any], where: str) -> bytes:
+        """``obj`` as an event, with the recorded metadata for its place in the stream (``ResponseMeta.extras``)."""
+        meta = self._meta
+        if meta is not None:
+            if meta.system_fingerprint is not None:
+                obj["system_fingerprint"] = meta.system_fingerprint
+            obj.update(meta.extras.get(where, ()))
+        return data_event(obj)
+
+    def head(self) -> bytes:
+        return self._event(self._encoder.start(), "first")
+
+    def chunk(self, chunk: StreamChunk) -> bytes:
+        objects = self._encoder.feed(chunk)
+        if not objects:
+            return b""
+        if self._meta is None:
+            if len(objects) == 1:
+                return data_event(objects[0])
+            return b"".join(data_event(obj) for obj in objects)
+        if type(chunk) is Finish:
+            return self._event(objects[0], "finish") if self._meta.finish_sent else b""
+        return b"".join(self._event(obj, "delta") for obj in objects)
+
+    def end(self, *, done: bool = True) -> bytes:
+        """The usage-only chunk (with ``include_usage``), then ``[DONE]`` if ``done`` and the stream had a finish."""
+        usage = self._encoder.close()
+        tail = b"".join(self._event(obj, "usage") for obj in usage) if self.include_usage else b""
+        if done and self._encoder.finished:
+            tail += DONE_EVENT
+        return tail
+
+    def error(self, error: LlmError | Raised) -> bytes:
+        """An in-band error event, as a provider reports an error once the stream started."""
+        body = error_body(error.message, status=error.status, code=str(error.code), retry_after=error.retry_after)
+        return data_event(body)
+
+    def ending(self, error: LlmError | Raised | None) -> Ending:
+        """How the stream ends on the wire: after its last chunk (``None``), or with ``error`` (see the module
+        docstring). The one outcome-to-wire mapping."""
+        if error is None:
+            return Ending(self.end())
+        tail = self.end(done=False)
+        code = str(error.code)
+        if code in _IN_BAND:
+            return Ending(tail + self.error(error))
+        if code in _MALFORMED:
+            return Ending(tail + MALFORMED_EVENT)
+        if code == ErrorCode.CASSETTE_EXHAUSTED:
+            return Ending(tail)  # a recording cut short: the body ends where it does
+        return Ending(tail, reset=True)
+
+    def outcome(self, outcome: Outcome) -> Ending:
+        """How a stream ends for a recorded outcome."""
+        match outcome:
+            case Completed():
+                return self.ending(None)
+            case Raised():
+                return self.ending(outcome)
+            case Cancelled():
+                return Ending(self.end(done=False))
+
+
+def render_sse(interaction: Interaction, *, model: str | None = None, include_usage: bool = True) -> bytes:
+    """A recorded interaction as an OpenAI-compatible ``chat.completion.chunk`` SSE body.
+
+    ``OpenAICompatAdapter`` (or any OpenAI client) parses it back to ``==`` chunks and the same outcome (a broken
+    connection as a body that stops); ``model`` defaults to the recorded request's. The provider's recorded
+    metadata (``interaction.response``), when there is some, is rendered as it was answered (its id, model,
+    ``created``...).
+    """
+    renderer = SseRenderer(
+        model=model or interaction.request.model, include_usage=include_usage, meta=interaction.response
+    )
+    parts = [renderer.head()]
+    parts.extend(renderer.chunk(event.chunk) for event in interaction.events)
+    parts.append(renderer.outcome(interaction.outcome).data)
+    return b"".join(parts)
+
+
+def completion_from_chunks(
+    chunks: Iterable[StreamChunk], *, model: str, id: str = "chatcmpl-chunktape", meta: ResponseMeta | None = None
+) -> Any:
+    """A non-streamed ``chat.completion`` object: the reply the chunks fold into (``ReplyBuilder``), on the wire
+    (with ``meta``: as the provider answered it).
+
+    A stream without a finish chunk gives ``finish_reason: null``.
+    """
+    fold = ReplyBuilder(chunks)
+    text, calls = fold.text, fold.tool_calls
+    message: dict[str, Any] = {"role": "assistant", "content": text if text or not calls else None}
+    if fold.reasoning:
+        message["reasoning_content"] = fold.reasoning
+    if calls:
+        message["tool_calls"] = [tool_call_to_wire(call) for call in calls]
+    finish = fold.finish
+    body: dict[str, Any] = {
+        "id": id,
+        "object": "chat.completion",
+        "created": 0,
+        "model": model,
+        "choices": [
+            {
+                "index": 0,
+                "message": message,
+                "logprobs": None,
+                "finish_reason": None if finish is None else finish_to_wire(finish),
+            }
+        ],
+    }
+    if fold.usage is not None:
+        body["usage"] = usage_to_wire(fold.usage)
+    if meta is not None:
+        body.update(id=meta.id or id, created=meta.created or 0, model=meta.model or model)
+        if meta.system_fingerprint is not None:
+            body["system_fingerprint"] = meta.system_fingerprint
+        body.update(meta.extras.get("completion", ()))
+    return body

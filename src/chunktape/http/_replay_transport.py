@@ -1,0 +1,209 @@
+"""``ReplayTransport``: a chunk cassette answering an SDK's chat completions in process, no socket.
+
+Hand it to the SDK's httpx2 or httpx client, sync or async (one object serves all four)::
+
+    transport = ReplayTransport("tests/cassettes/agent.msgpack", faults=["http-429"])
+    sdk = openai.AsyncOpenAI(base_url="http://127.0.0.1/v1", api_key="test",
+                             http_client=httpx2.AsyncClient(transport=transport))
+
+Each ``POST .../chat/completions`` is matched, played and timed by the replay engine ``ReplayAdapter`` stands on
+(the same keywords; ``adapter`` is the ``chunktape._replayer.Playback`` inside), then rendered in the provider's
+wire format with the metadata ``RecordingTransport`` kept (``Interaction.response``: id, answered model, ``created``,
+``system_fingerprint``, headers, extras, no invented ``finish_reason``):
+
+- a streamed request gets the event stream, released on the chosen timing (``asyncio.sleep``, so virtual time
+  works; a sync client sleeps for real); a request with ``stream: false`` the whole ``chat.completion``;
+- a recorded HTTP error (a 429 before any chunk) is answered with its status, message and ``Retry-After``, so
+  the SDK raises its own error and runs its own retry; a recorded reset mid-stream breaks the body with the
+  library's ``ReadError`` (``ReadTimeout`` for a recorded timeout): the SDK's connection error; a recorded
+  in-band error is sent in-band; a recording cut short ends the body there, without ``[DONE]``.
+
+**Faults** apply at the event level, as ``FaultTransport`` applies them (same plan, same SSE-frame transforms,
+same refusals): ``HttpError`` answers with its status before matching; a fault that fails the call leaves
+the interaction unplayed, so the SDK's retry replays it. Only ``HttpError`` applies to a ``stream: false``
+request.
+
+**A miss** (no recorded interaction matches: ``CASSETTE_MISMATCH``; all played: ``CASSETTE_EXHAUSTED``; a
+request that is no chat completion: ``CASSETTE_MISMATCH``) raises that ``LlmError`` from the transport. It is
+no httpx error, so the openai SDK (and those built on it) lets it through unchanged, without retrying:
+``except LlmError`` in a test sees the closest recorded request and the diff.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator, Mapping
+from typing import NamedTuple, Unpack
+
+import msgspec
+
+from chunktape._cassettes.codec import LazyCassette
+from chunktape._cassettes.model import Cassette, Interaction, Raised
+from chunktape._errors import ErrorCode, LlmError
+from chunktape._httpx import AnyRequest, AnyResponse, AsyncBody, DualTransport, LoopBody, read_error, response
+from chunktape._protocol import aclose_stream
+from chunktape._replayer.options import ReplayKeywords, ReplayOptions
+from chunktape._replayer.playback import Hold, Playback
+from chunktape.faults._plan import ActiveFault, FaultPlan, Reservation
+from chunktape.faults._sse import check_faults, faulted
+from chunktape.http._recording_transport import CHAT_PATH
+from chunktape.http._render import SseRenderer, completion_from_chunks, error_body, error_headers, render_sse
+from chunktape.wire._openai_chat import decode_chat_request
+
+__all__ = ["ReplayTransport"]
+
+_encoder = msgspec.json.Encoder()
+_BROKEN = frozenset({ErrorCode.STREAM_ABORTED.value, ErrorCode.TIMEOUT.value})
+"""Recorded outcomes that broke the connection rather than arriving in the body."""
+
+
+class _Whole(NamedTuple):
+    """An answer sent whole: an error, a JSON completion, or an instant event stream."""
+
+    status: int
+    headers: dict[str, str]
+    content: bytes
+
+
+class _Streamed(NamedTuple):
+    """An event stream released as it is read; ``close`` once it is closed."""
+
+    headers: dict[str, str]
+    pieces: AsyncIterator[bytes]
+    held: Reservation[int]
+
+
+def _error(status: int, message: str, retry_after: float | None, headers: Mapping[str, str] = {}) -> _Whole:
+    body = error_body(message, status=status, retry_after=retry_after)
+    head = {**headers, **error_headers(retry_after), "content-type": "application/json"}
+    return _Whole(status, head, _encoder.encode(body))
+
+
+class ReplayTransport(DualTransport):
+    """Answers chat completions from ``cassette``; ``options`` (or their keywords) are ``ReplayAdapter``'s;
+    faults apply to the HTTP events (see the module docstring). ``injected`` lists the fault id per request (or None).
+    ``adapter`` is the replay engine: ``assert_all_played()``, ``play_counts``, ``calls``.
+
+    Raises ``INVALID_CONFIG`` for a fault with no form on the wire (``FaultTransport``'s refusals).
+    """
+
+    def __init__(
+        self,
+        cassette: Cassette | LazyCassette | str | os.PathLike[str],
+        options: ReplayOptions | None = None,
+        **replay: Unpack[ReplayKeywords],
+    ) -> None:
+        self.adapter = Playback(cassette, ReplayOptions.of(options, **replay))
+        """Matching, play counts, the faults' plan and timing (``assert_all_played()``, ``play_counts``)."""
+        check_faults(self.adapter.fault_plan)
+
+    @property
+    def plan(self) -> FaultPlan:
+        """The faults with their per-request state; they apply to the HTTP events, not to a chunk stream."""
+        return self.adapter.fault_plan
+
+    @property
+    def injected(self) -> list[str | None]:
+        return self.adapter.injected
+
+    def assert_all_played(self) -> None:
+        """Fail if a recorded interaction was never played (``ReplayAdapter.assert_all_played``)."""
+        self.adapter.assert_all_played()
+
+    def _answer(self, request: AnyRequest) -> _Whole | _Streamed:
+        if request.method != "POST" or not request.url.path.endswith(CHAT_PATH):
+            raise LlmError(
+                f"{request.method} {request.url} is no chat completion: a ReplayTransport answers POST "
+                f"...{CHAT_PATH} only",
+                ErrorCode.CASSETTE_MISMATCH,
+            )
+        chat = decode_chat_request(request.content)
+        engine = self.adapter
+        _, active = engine.begin(chat.options)
+        failed = active.http_error if active is not None else None
+        if failed is not None:
+            item, fault = failed
+            return _error(fault.status, f"{fault.message or 'provider error'} [{item.label}]", fault.retry_after)
+        held = engine.hold(active, engine.as_recorded(chat.options), Hold(engine.release))
+        index = held.__enter__()
+        interaction = engine.source.interaction(index)
+        meta = interaction.response
+        headers = dict(meta.headers) if meta is not None else {}
+        outcome = interaction.outcome
+        if type(outcome) is Raised and outcome.status is not None and not interaction.events:
+            held.__exit__(None, None, None)
+            return _error(outcome.status, outcome.message, outcome.retry_after, headers)
+        if not chat.streaming:
+            held.__exit__(None, None, None)
+            if type(outcome) is Raised:
+                return _error(outcome.status or 502, outcome.message, outcome.retry_after, headers)
+            body = completion_from_chunks(interaction.chunks, model=chat.options.model, meta=meta)
+            return _Whole(200, {**headers, "content-type": "application/json"}, _encoder.encode(body))
+        headers["content-type"] = "text/event-stream; charset=utf-8"
+        broken = type(outcome) is Raised and outcome.code in _BROKEN
+        if active is None and engine.options.timing.is_instant and not broken:
+            held.__exit__(None, None, None)
+            content = render_sse(interaction, model=chat.options.model, include_usage=chat.include_usage)
+            return _Whole(200, headers, content)
+        renderer = SseRenderer(model=chat.options.model, include_usage=chat.include_usage, meta=meta)
+        pieces = self._events(request, interaction, index, renderer, active)
+        if active is not None:
+            pieces = _faulty(pieces, active, request)
+        return _Streamed(headers, pieces, held)
+
+    async def _events(
+        self,
+        request: AnyRequest,
+        interaction: Interaction,
+        index: int,
+        renderer: SseRenderer,
+        active: ActiveFault | None,
+    ) -> AsyncIterator[bytes]:
+        """The event stream on the adapter's timing, shifted by the delays a fault injects, ending as recorded."""
+        yield renderer.head()
+        shift = (lambda: active.delayed_s) if active is not None else None
+        try:
+            async for chunk in self.adapter.timed(interaction, index, None, shift):
+                piece = renderer.chunk(chunk)
+                if piece:
+                    yield piece
+        except LlmError:
+            pass  # the recorded outcome, rendered below
+        outcome = interaction.outcome
+        if type(outcome) is Raised and outcome.code in _BROKEN:
+            message = f"{outcome.message} (replayed from {self.adapter.path or 'the cassette'})"
+            raise read_error(request, message, timeout=outcome.code == ErrorCode.TIMEOUT.value)
+        yield renderer.outcome(outcome).data
+
+    def handle(self, request: AnyRequest) -> AnyResponse:
+        request.read()
+        answer = self._answer(request)
+        if isinstance(answer, _Whole):
+            return response(request, answer.status, headers=answer.headers, content=answer.content)
+        body = LoopBody(answer.pieces, lambda: _release(answer))
+        return response(request, 200, headers=answer.headers, stream=body)
+
+    async def handle_async(self, request: AnyRequest) -> AnyResponse:
+        await request.aread()
+        answer = self._answer(request)
+        if isinstance(answer, _Whole):
+            return response(request, answer.status, headers=answer.headers, content=answer.content)
+        return response(request, 200, headers=answer.headers, stream=AsyncBody(answer.pieces, lambda: _release(answer)))
+
+
+async def _faulty(pieces: AsyncIterator[bytes], active: ActiveFault, request: AnyRequest) -> AsyncIterator[bytes]:
+    frames = faulted(pieces, active, request)
+    try:
+        async for frame in frames:
+            yield frame.data
+    finally:
+        await aclose_stream(frames)
+
+
+async def _release(answer: _Streamed) -> None:
+    """The body was closed: close the stream (its end decides whether a fault used the interaction up), then
+    give the interaction back unless it was."""
+    try:
+        await aclose_stream(answer.pieces)
+    finally:
+        answer.held.__exit__(None, None, None)

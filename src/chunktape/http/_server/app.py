@@ -1,0 +1,715 @@
+"""A loopback OpenAI-compatible server that replays cassettes, with their timing and faults, to any HTTP client.
+
+Routes (``base`` is ``ReplayServer.url``; OpenAI SDKs take ``base_url=f"{base}/v1"``):
+
+- ``POST /chat/completions`` and ``POST /v1/chat/completions``: the default cassette(s). With an
+  ``X-Chunktape-Scenario: <name>`` header, the named scenario instead.
+- ``POST /scenarios/<name>/chat/completions`` and ``POST /scenarios/<name>/v1/chat/completions``: one
+  scenario (a cassette with its own faults and timing, from a ``chunktape.http._server.scenarios`` file).
+- ``GET /scenarios``: the scenarios as JSON (name, description, cassette, fault ids, timing, path, calls).
+- ``POST /reset``: forget what was played and every fault's call count, as if the server had just started.
+
+Each request body is decoded into ``GenerateOptions`` (``decode_chat_request``) and answered by the replay
+engine (``chunktape._replayer.Playback``, what ``ReplayAdapter`` stands on), so matching, faults and timing are
+exactly the library's. A body that is not a request
+(not JSON, nested too deeply, a field of the wrong type) is ``400`` with an OpenAI-style JSON error naming the
+problem (code ``INVALID_REQUEST``); one over ``ServerLimits.max_body`` (32 MiB) is ``413`` as soon as that is
+known, and the rest is discarded as it comes, never kept. A request head or body that does not arrive in time
+(``ServerLimits``) closes the connection.
+Response headers carry only ASCII: a scenario name or fault id beyond it is percent-encoded (UTF-8), and an
+``X-Chunktape-Scenario`` request header is percent-decoded.
+How outcomes reach the wire:
+
+- before any chunk: a recorded or injected ``PROVIDER_HTTP_ERROR`` is that HTTP status with an OpenAI-style
+  JSON error body and ``Retry-After``/``retry-after-ms``; a cassette miss (no matching interaction, or all
+  matching ones already played) is ``418`` (``MISS_STATUS``: no SDK retries it or takes it for a provider's
+  answer) with error type ``chunktape_cassette_miss``, the ``CASSETTE_MISMATCH``/``CASSETTE_EXHAUSTED`` code
+  and message, and a next step in the server's own knobs (``--match-on``, ``--repeat``, ``POST /reset``);
+- every error chunktape answers itself (a miss, a bad request body, an unknown scenario, data it cannot
+  serve) carries ``x-chunktape-error: <CODE>`` and ``x-should-retry: false``; a replayed provider error
+  carries neither;
+- mid-stream (or before the first chunk for other codes) the stream ends as ``SseRenderer.ending`` says, the
+  one mapping ``render_sse`` uses too: ``STREAM_ABORTED`` and other failures **break the connection** (the
+  client sees a reset mid-body, as when it was recorded); a ``PROVIDER_HTTP_ERROR`` is an **in-band error
+  event** (``{"error": {"code": <status>, ...}}``); ``INVALID_RESPONSE`` is a malformed ``data:`` line; a
+  recording cut short ends the body without ``[DONE]``;
+- a stream that breaks the protocol (a ``Corrupt`` fault, or a recorded violation) is sent as a malformed
+  ``data:`` line where the violation happens, then the body ends;
+- the usage-only ``choices: []`` chunk is sent only when the request asks for it with
+  ``stream_options.include_usage: true`` (as OpenAI does); otherwise the stream carries no usage;
+- ``"stream": false`` gets one JSON ``chat.completion`` assembled from the chunks (errors as JSON with the
+  status; 502 when the stream broke: a violation, a missing finish, a reset, with the fault id if injected);
+- recorded data the server cannot serve (a cassette that fails to decode, an error status outside 400-599)
+  is a ``502`` JSON error naming the problem before any chunk, an in-band error event after: never a dropped
+  connection.
+
+When an interaction counts as played (is used up): once the last bytes of its answer were written to the
+connection: the ``[DONE]``, the recorded error (an in-band event, or the reset a recorded ``STREAM_ABORTED``
+is), the end of a recording cut short, or the JSON of an error answered before any chunk or of a
+``"stream": false`` completion. A client that disconnects before that (it gave up, or its timeout fired during
+a stall or a slow recorded timing) leaves the interaction unplayed: its retry replays it. An injected fault
+never uses one up (``chunktape.faults._plan``). So a recorded retry sequence (429, 429, success) still replays
+in order, and a client whose first attempt timed out gets the recorded reply on its retry.
+
+Response headers go out with the first chunk, so a recorded time to first chunk is a time to first byte.
+The server binds 127.0.0.1 (or another loopback address) only, unless ``allow_remote=True``. A host name
+(``localhost``) is resolved first and its loopback address is bound, never another one it may map to.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import logging
+import os
+import re
+import sys
+import threading
+import weakref
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any, TypeAlias, TypeVar, Unpack
+from urllib.parse import quote, unquote
+
+import anyio
+import msgspec
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
+
+from chunktape._cassettes.codec import LazyCassette, as_cassette, as_lazy
+from chunktape._cassettes.model import ERROR_STATUSES, Cassette
+from chunktape._errors import ErrorCode, LlmError
+from chunktape._protocol import StreamChunk
+from chunktape._replayer.options import ReplayKeywords, ReplayOptions
+from chunktape._replayer.playback import Hold, Playback, ReplayCall
+from chunktape._replayer.timing import Timing
+from chunktape._validation import StreamValidator
+from chunktape.faults import fault_id
+from chunktape.http._render import (
+    Ending,
+    SseRenderer,
+    completion_from_chunks,
+    error_body,
+    error_headers,
+)
+from chunktape.http._server.limits import ServerLimits, read_body
+from chunktape.http._server.listen import listen_socket
+from chunktape.http._server.problems import MISS_STATUS, MISS_TYPE, MISSES, miss_message, problem
+from chunktape.http._server.running import quiet_server
+from chunktape.http._server.scenarios import Scenario, load_scenarios
+from chunktape.wire._openai_chat import decode_chat_request
+
+__all__ = [
+    "MISS_STATUS",  # defined in http/problems.py, public here
+    "MISS_TYPE",
+    "SCENARIO_HEADER",
+    "CassetteSource",
+    "ReplayServer",
+    "serve",
+]
+
+CassetteSource: TypeAlias = Cassette | LazyCassette | str | os.PathLike[str]
+"""A cassette, an opened cassette or a path."""
+
+T = TypeVar("T")
+
+SCENARIO_HEADER = "X-Chunktape-Scenario"
+"""The request header that picks a scenario on the plain ``/v1/chat/completions`` route."""
+
+_SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
+
+_SERVED = ReplayOptions(timing=Timing.recorded())
+"""A server's replay options when none are given: the recorded timing, as a provider streamed it."""
+
+
+class _Reset(Exception):
+    """Raised inside a body on purpose: the server then drops the connection mid-body."""
+
+
+class _QuietResets(logging.Filter):
+    """Keeps deliberate connection resets out of uvicorn's error log (they are the fault, not a bug)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        seen: set[int] = set()
+        while exc is not None and id(exc) not in seen:
+            seen.add(id(exc))
+            if _has_reset(exc):
+                return False
+            exc = exc.__cause__ or exc.__context__
+        return True
+
+
+def _has_reset(exc: BaseException) -> bool:
+    if isinstance(exc, _Reset):
+        return True
+    if isinstance(exc, BaseExceptionGroup):
+        return any(_has_reset(inner) for inner in exc.exceptions)
+    return False
+
+
+_quiet_resets = _QuietResets()
+
+
+_CANCELLING = re.compile(r"Cancel (?:\d+|%s) running task\(s\)")
+
+
+def _message(record: logging.LogRecord) -> str:
+    """The record's text, also when a record factory (some SDKs install one) formatted ``msg`` already."""
+    try:
+        return record.getMessage()
+    except (TypeError, ValueError):
+        return str(record.msg)
+
+
+class _QuietShutdown(logging.Filter):
+    """While its server shuts down, drops what uvicorn logs about the streams it cancels.
+
+    Stopping (``stop()``, Ctrl-C) with a stream in flight (a stall, a slow recorded timing) makes uvicorn cancel
+    it once the graceful timeout is over: it logs "Cancel N running task(s)" and, per stream, "Exception in ASGI
+    application" with a ``CancelledError`` traceback. That is the requested stop doing its job, not an error.
+    """
+
+    def __init__(self, server: uvicorn.Server) -> None:
+        super().__init__()
+        self._server = server
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not self._server.should_exit:
+            return True
+        if _CANCELLING.match(_message(record)):
+            return False
+        exc = record.exc_info[1] if record.exc_info else None
+        seen: set[int] = set()
+        while exc is not None and id(exc) not in seen:
+            seen.add(id(exc))
+            if isinstance(exc, asyncio.CancelledError):
+                return False
+            exc = exc.__cause__ or exc.__context__
+        return True
+
+
+def _merge(sources: Sequence[CassetteSource]) -> Cassette | LazyCassette | str | os.PathLike[str]:
+    """One source as is (lazily opened); several merged into one cassette, in the order given."""
+    if len(sources) == 1:
+        return sources[0]
+    cassettes = [as_cassette(source) for source in sources]
+    return Cassette(meta=cassettes[0].meta, interactions=[i for c in cassettes for i in c.interactions])
+
+
+class _Target:
+    """What answers one route: the replay engine over a cassette, with the replay options."""
+
+    def __init__(
+        self,
+        name: str | None,
+        source: Cassette | LazyCassette | str | os.PathLike[str],
+        options: ReplayOptions,
+        description: str = "",
+    ) -> None:
+        self.name = name
+        self.source = as_lazy(source)  # opened once: a reset replays the same content without re-reading it
+        self.options = options
+        self.description = description
+        self.adapter = self._build()
+
+    @property
+    def timing(self) -> Timing:
+        return self.options.timing
+
+    def _build(self) -> Playback:
+        return Playback(self.source, self.options)
+
+    def reset(self) -> None:
+        self.adapter = self._build()
+
+    def describe(self) -> dict[str, Any]:
+        adapter = self.adapter
+        return {
+            "name": self.name,
+            "description": self.description,
+            "cassette": adapter.path,
+            "interactions": len(adapter.play_counts),
+            "faults": [fault_id(fault) for fault in adapter.fault_plan.faults],
+            "timing": msgspec.to_builtins(self.timing),
+            "path": f"/scenarios/{self.name}/v1/chat/completions",
+            "calls": adapter.calls,
+        }
+
+
+class ReplayServer:
+    """The replay server, bound at construction (so ``url`` is known and a busy port fails at once).
+
+    The socket is released by ``stop()`` (or the end of ``run()``/the ``with`` block); a server that is never
+    started or stopped releases it when garbage-collected, without a ``ResourceWarning``.
+
+    Use it in tests with ``with ReplayServer(...) as server:`` or ``async with`` (it runs in a background
+    thread with its own event loop, so any client on any loop, sync or async, can reach it), or run it in the
+    foreground with ``run()`` (what ``serve()`` and ``chunktape serve`` do). ``adapter`` (a
+    ``chunktape._replayer.Playback``) answers the default routes, ``scenarios[name].adapter`` each scenario; both
+    expose ``injected``, ``calls``, ``play_counts`` and ``assert_all_played()``.
+    """
+
+    def __init__(
+        self,
+        cassettes: CassetteSource | Sequence[CassetteSource] = (),
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        options: ReplayOptions | None = None,
+        scenarios: str | os.PathLike[str] | Sequence[Scenario] | None = None,
+        allow_remote: bool = False,
+        limits: ServerLimits = ServerLimits(),  # noqa: B008 - ServerLimits is frozen
+        **replay: Unpack[ReplayKeywords],
+    ) -> None:
+        sources: list[CassetteSource] = (
+            [cassettes] if isinstance(cassettes, Cassette | LazyCassette | str | os.PathLike) else list(cassettes)
+        )
+        self.options = ReplayOptions.of(_SERVED if options is None else options, **replay)
+        """How the default routes replay; each scenario replaces its ``timing``, ``faults`` (and ``match_on``, when it
+        sets one) with its own."""
+        self._default: _Target | None = None
+        if sources:
+            self._default = _Target(None, _merge(sources), self.options)
+        if isinstance(scenarios, str | os.PathLike):
+            scenarios = load_scenarios(Path(scenarios))
+        self.scenarios: dict[str, _Target] = {}
+        """The scenario routes by name; ``scenarios[name].adapter`` is the replay engine behind it."""
+        for scenario in scenarios or ():
+            self.scenarios[scenario.name] = _Target(
+                scenario.name,
+                Path(scenario.cassette),
+                scenario.replay_options(self.options),
+                description=scenario.description,
+            )
+        if self._default is None and not self.scenarios:
+            raise LlmError("nothing to serve: give a cassette or a scenario file", ErrorCode.INVALID_CONFIG)
+        self.limits = limits
+        """What a client may send and how long it may take (request size and read deadlines)."""
+        self.app = self._build_app()
+        self._server = quiet_server(self.app, limits)
+        self._quiet_shutdown = _QuietShutdown(self._server)
+        self._thread: threading.Thread | None = None
+        self._closed = False
+        self._running = False
+        # Bound last, so nothing after it can fail and leave the socket open. Closed by stop()/run(), or, for a
+        # server that was never started or stopped, when it is garbage-collected (or at interpreter exit).
+        self._socket = listen_socket(host, port, allow_remote)
+        self._release = weakref.finalize(self, self._socket.close)
+        bound_host, self.port = self._socket.getsockname()[:2]
+        shown = f"[{bound_host}]" if ":" in bound_host else bound_host
+        self.host: str = bound_host
+        self.url = f"http://{shown}:{self.port}"
+        """The base URL, without ``/v1`` (OpenAI SDKs want ``url + "/v1"``)."""
+
+    @property
+    def remote_warning(self) -> str | None:
+        """What to tell the person running a server that listens beyond loopback (``allow_remote``), else None."""
+        if ipaddress.ip_address(self.host.split("%")[0]).is_loopback:
+            return None
+        return (
+            f"warning: serving cassettes on {self.host}, which is not a loopback address: anyone who can reach "
+            "this port can read the recorded conversations"
+        )
+
+    # -- running -------------------------------------------------------------------------------
+
+    @property
+    def adapter(self) -> Playback:
+        """The replay engine behind the default routes."""
+        if self._default is None:
+            raise LlmError("this server has no default cassette, only scenarios", ErrorCode.INVALID_CONFIG)
+        return self._default.adapter
+
+    def start(self) -> ReplayServer:
+        """Serve in a background thread; returns at once (the socket already accepts connections)."""
+        if self._thread is not None or self._closed:
+            raise RuntimeError("a ReplayServer can be started once")
+        self._quiet_logs()
+        self._thread = threading.Thread(
+            target=self._server.run, kwargs={"sockets": [self._socket]}, name="chunktape-replay-server", daemon=True
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop serving and release the port (waits for a background thread, at most a few seconds).
+
+        Also ends a foreground ``run()`` from another thread.
+        """
+        self._server.exit()
+        if self._closed:
+            return
+        self._closed = True
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+            if not self._thread.is_alive():
+                logging.getLogger("uvicorn.error").removeFilter(self._quiet_shutdown)
+        if not self._running:
+            self._release()
+
+    def run(self) -> None:
+        """Serve in this thread until Ctrl-C, SIGTERM or ``stop()``; returns normally after a clean shutdown."""
+        if self._thread is not None or self._closed:
+            raise RuntimeError("a ReplayServer can be started once")
+        self._quiet_logs()
+        self._running = True
+        try:
+            self._server.run(sockets=[self._socket])
+        except KeyboardInterrupt:
+            pass
+        finally:
+            self._closed = True
+            self._running = False
+            self._release()
+            logging.getLogger("uvicorn.error").removeFilter(self._quiet_shutdown)
+
+    def _quiet_logs(self) -> None:
+        logger = logging.getLogger("uvicorn.error")
+        logger.addFilter(_quiet_resets)
+        logger.addFilter(self._quiet_shutdown)
+
+    def reset(self) -> None:
+        """Forget every play count and fault call count (also ``POST /reset``)."""
+        for target in self._targets():
+            target.reset()
+
+    def __enter__(self) -> ReplayServer:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    async def __aenter__(self) -> ReplayServer:
+        return self.start()
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await asyncio.to_thread(self.stop)
+
+    def _targets(self) -> list[_Target]:
+        return ([self._default] if self._default is not None else []) + list(self.scenarios.values())
+
+    # -- the app -------------------------------------------------------------------------------
+
+    def _build_app(self) -> Starlette:
+        return Starlette(
+            exception_handlers={Exception: _internal_error},
+            routes=[
+                Route("/chat/completions", self._completions, methods=["POST"]),
+                Route("/v1/chat/completions", self._completions, methods=["POST"]),
+                Route("/scenarios/{scenario}/chat/completions", self._completions, methods=["POST"]),
+                Route("/scenarios/{scenario}/v1/chat/completions", self._completions, methods=["POST"]),
+                Route("/scenarios", self._list_scenarios, methods=["GET"]),
+                Route("/reset", self._reset, methods=["POST"]),
+            ],
+        )
+
+    async def _list_scenarios(self, request: Request) -> Response:
+        return JSONResponse({"scenarios": [target.describe() for target in self.scenarios.values()]})
+
+    async def _reset(self, request: Request) -> Response:
+        self.reset()
+        return JSONResponse({"reset": True})
+
+    def _target(self, request: Request) -> _Target | Response:
+        header = request.headers.get(SCENARIO_HEADER)
+        name = request.path_params.get("scenario") or (unquote(header) if header is not None else None)
+        if name is None:
+            if self._default is None:
+                names = ", ".join(self.scenarios)
+                return problem(
+                    404,
+                    "this server only has scenarios: POST to /scenarios/<name>/v1/chat/completions or send an "
+                    f"{SCENARIO_HEADER} header (scenarios: {names})",
+                    "INVALID_CONFIG",
+                )
+            return self._default
+        target = self.scenarios.get(name)
+        if target is None:
+            names = ", ".join(self.scenarios) or "none"
+            return problem(404, f"no scenario named {name!r} (scenarios: {names})", "INVALID_CONFIG")
+        return target
+
+    async def _completions(self, request: Request) -> Response:
+        target = self._target(request)
+        if isinstance(target, Response):
+            return target
+        try:
+            raw = await read_body(request, self.limits.max_body)
+        except ClientDisconnect:
+            return Response(status_code=400)  # nobody reads it: the client left (or its body was too slow)
+        if raw is None:
+            message = (
+                f"the request body is larger than this server reads ({self.limits.max_body} bytes; "
+                "ServerLimits.max_body, chunktape serve --max-body)"
+            )
+            # Answered at once; uvicorn discards the rest of the body as it comes (a client still writing it reads
+            # the 413 rather than a reset), for at most ServerLimits.body_timeout.
+            return problem(413, message, "INVALID_REQUEST")
+        try:
+            options, streaming, include_usage = decode_chat_request(raw)
+        except LlmError as exc:
+            return problem(400, exc.message, "INVALID_REQUEST")
+        # The call's number and fault are chosen now, before any await: the headers describe THIS call even
+        # when concurrent requests interleave.
+        call = target.adapter.open(options)
+        chunks = call.chunks
+        headers = {"x-chunktape-call": str(call.call)}
+        if call.fault_id is not None:
+            headers["x-chunktape-fault"] = _header_text(call.fault_id)
+        if target.name is not None:
+            headers["x-chunktape-scenario"] = _header_text(target.name)
+        renderer = SseRenderer(model=options.model, include_usage=include_usage)
+        try:
+            # Watched: a client that leaves during a stall before the first byte gives the interaction back now,
+            # before its retry arrives, not when the stall would have ended.
+            first = await _while_connected(request, anext(chunks, None))
+        except _Gone:
+            return await _abandoned(call)
+        except LlmError as exc:
+            await chunks.aclose()
+            early = _early_error(exc, headers)
+            if early is not None or not streaming:
+                return early or problem(502, exc.message, exc.code.value, headers=headers)
+            return _ReplayStream(_body(chunks, None, renderer, error=exc, hold=call.hold), headers)
+        if not streaming:
+            try:
+                return await _while_connected(request, _complete(chunks, first, options.model, headers, call.fault_id))
+            except _Gone:
+                return await _abandoned(call)
+        batch = target.timing.is_instant and call.fault_id is None
+        return _ReplayStream(_body(chunks, first, renderer, batch=batch, hold=call.hold), headers)
+
+
+class _Gone(Exception):
+    """The client disconnected while the server was still preparing its answer."""
+
+
+async def _while_connected(request: Request, work: Awaitable[T]) -> T:
+    """``await work``, cancelled as soon as the client disconnects (then raises ``_Gone``)."""
+    with anyio.CancelScope() as scope:
+        watcher = asyncio.ensure_future(_cancel_on_disconnect(request, scope))
+        try:
+            return await work
+        finally:
+            watcher.cancel()
+    raise _Gone
+
+
+async def _cancel_on_disconnect(request: Request, scope: anyio.CancelScope) -> None:
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+    scope.cancel()
+
+
+async def _abandoned(call: ReplayCall) -> Response:
+    """Nothing reached the client that left: the interaction is given back, so its retry replays it."""
+    with anyio.CancelScope(shield=True):
+        await call.chunks.aclose()
+    call.hold.release()
+    return Response(status_code=400)  # nobody reads it
+
+
+class _ReplayStream(StreamingResponse):
+    """An SSE response that closes its body when the response ends, also when the client left mid-body, so the
+    body's cleanup (giving back an interaction the client never got to the end of) runs at once, not whenever
+    the generator is collected."""
+
+    def __init__(self, body: AsyncGenerator[bytes, None], headers: Mapping[str, str]) -> None:
+        super().__init__(body, media_type="text/event-stream", headers={**_SSE_HEADERS, **headers})
+        self._body = body
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await self._body.aclose()
+
+
+async def _internal_error(request: Request, exc: Exception) -> Response:
+    """A bug still answers JSON, naming the exception (uvicorn logs the traceback), not a text/plain 500."""
+    return problem(500, f"chunktape's replay server failed: {type(exc).__name__}: {exc}", "INTERNAL_ERROR")
+
+
+_HEADER_SAFE = "".join(chr(c) for c in range(0x20, 0x7F) if chr(c) != "%")
+
+
+def _header_text(text: str) -> str:
+    """``text`` as a header value: printable ASCII as is, anything else (and ``%``) percent-encoded as UTF-8."""
+    return quote(text, safe=_HEADER_SAFE)
+
+
+def _provider_error(exc: LlmError, headers: Mapping[str, str]) -> JSONResponse:
+    """A recorded or injected provider error as the provider answered it (its status, else 502), ``Retry-After``
+    included. A status that is not an HTTP error (400-599) cannot be sent as one: a 502 naming it."""
+    status = exc.status if exc.code is ErrorCode.PROVIDER_HTTP_ERROR else None
+    message = exc.message
+    if status is not None and status not in ERROR_STATUSES:
+        message = f"{message} [the error carries status {status}, which is not an HTTP error status (400-599)]"
+        status = None
+    return JSONResponse(
+        error_body(message, status=status, code=exc.code.value, retry_after=exc.retry_after),
+        status_code=status or 502,
+        headers={**headers, **error_headers(exc.retry_after)},
+    )
+
+
+_EARLY_STATUS = {
+    ErrorCode.UNSUPPORTED_OPTION: 400,
+    ErrorCode.CASSETTE_CORRUPT: 502,
+    ErrorCode.CASSETTE_VERSION: 502,
+}
+
+
+def _early_error(exc: LlmError, headers: dict[str, str]) -> Response | None:
+    """The HTTP answer for an error before any chunk, or None when it belongs in the body (a reset...)."""
+    if exc.code in MISSES:
+        return problem(MISS_STATUS, miss_message(exc), exc.code.value, headers=headers, kind=MISS_TYPE)
+    status = _EARLY_STATUS.get(exc.code)
+    if status is not None:
+        return problem(status, str(exc), exc.code.value, headers=headers)
+    if exc.code is ErrorCode.PROVIDER_HTTP_ERROR and exc.status is not None:
+        return _provider_error(exc, headers)
+    return None
+
+
+_BATCH_BYTES = 64 * 1024
+
+
+async def _body(
+    chunks: AsyncIterator[StreamChunk],
+    first: StreamChunk | None,
+    renderer: SseRenderer,
+    *,
+    batch: bool = False,
+    error: LlmError | None = None,
+    hold: Hold | None = None,
+) -> AsyncGenerator[bytes, None]:
+    """The SSE body from ``first`` on (or, given ``error``, a body that fails at once), ending as
+    ``SseRenderer.ending`` says; with ``batch`` (instant timing, no fault) events are written in 64 KiB slabs.
+
+    The interaction counts as played once the body's last bytes were written; if the body stops before (the
+    client left), ``hold`` is released: the next matching request replays it."""
+    validator = StreamValidator()
+    pending: list[bytes] = [renderer.head()]
+    size = 0
+    delivered = False
+    try:
+        chunk = first if error is None else None
+        while chunk is not None:
+            try:
+                validator.feed(chunk)
+            except LlmError as exc:
+                error = exc
+                break
+            piece = renderer.chunk(chunk)
+            if piece:
+                pending.append(piece)
+                size += len(piece)
+                if not batch or size >= _BATCH_BYTES:
+                    yield b"".join(pending)
+                    pending, size = [], 0
+            try:
+                chunk = await anext(chunks, None)
+            except LlmError as exc:
+                error = exc
+                break
+        if error is not None:
+            ending = renderer.ending(error)
+        else:
+            try:
+                validator.close()
+                ending = renderer.ending(None)
+            except LlmError:
+                # Only a stream cut short (a Truncate fault, no finish) fails at its end: it ends without [DONE].
+                ending = Ending(renderer.end(done=False))
+        yield b"".join(pending) + ending.data
+        delivered = True  # the recorded ending was written (a reset is the recorded ending too)
+        if ending.reset:
+            raise _Reset(str(error)) from error
+    finally:
+        with anyio.CancelScope(shield=True):
+            await chunks.aclose()  # type: ignore[attr-defined]
+        if not delivered and hold is not None:
+            hold.release()
+
+
+async def _complete(
+    chunks: AsyncIterator[StreamChunk],
+    first: StreamChunk | None,
+    model: str,
+    headers: dict[str, str],
+    fault_id: str | None = None,
+) -> Response:
+    """The whole ``chat.completion``, or an error: a stream that breaks the protocol or ends without a finish
+    (a ``Truncate``/``Corrupt`` fault, a recorded violation) is a 502 naming the problem and the fault."""
+    collected: list[StreamChunk] = [] if first is None else [first]
+    validator = StreamValidator()
+    try:
+        if first is not None:
+            validator.feed(first)
+        async for chunk in chunks:
+            validator.feed(chunk)
+            collected.append(chunk)
+        validator.close()
+    except LlmError as exc:
+        if exc.code is ErrorCode.PROTOCOL_VIOLATION:
+            fault = f" [injected fault {fault_id}]" if fault_id is not None else ""
+            message = f"the replayed stream cannot be a completion: {exc.message}{fault}"
+            return problem(502, message, exc.code.value, headers=headers)
+        return _provider_error(exc, headers)
+    finally:
+        with anyio.CancelScope(shield=True):
+            await chunks.aclose()  # type: ignore[attr-defined]
+    return JSONResponse(completion_from_chunks(collected, model=model), headers=headers)
+
+
+def _announce(server: ReplayServer) -> None:
+    if server.remote_warning is not None:
+        print(server.remote_warning, file=sys.stderr, flush=True)
+    lines = [f"chunktape: replaying on {server.url} (OpenAI base_url {server.url}/v1); Ctrl-C to stop"]
+    lines.extend(f"  scenario {name}: {server.url}/scenarios/{name}/v1/chat/completions" for name in server.scenarios)
+    print("\n".join(lines), flush=True)
+
+
+def serve(
+    cassettes: CassetteSource | Sequence[CassetteSource] = (),
+    *,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    options: ReplayOptions | None = None,
+    scenarios: str | os.PathLike[str] | Sequence[Scenario] | None = None,
+    allow_remote: bool = False,
+    limits: ServerLimits = ServerLimits(),  # noqa: B008 - ServerLimits is frozen
+    on_ready: Callable[[ReplayServer], None] | None = None,
+    **replay: Unpack[ReplayKeywords],
+) -> None:
+    """Run the replay server in the foreground until Ctrl-C (what ``chunktape serve`` does).
+
+    Binds first (a busy port or a non-loopback host raises ``LlmError(INVALID_CONFIG)`` with a one-line
+    message), then calls ``on_ready(server)`` (default: print the URL and the scenario routes), then serves.
+    The replay settings (``options``, the keywords) are ``ReplayServer``'s, passed on as they are.
+    For tests, use ``ReplayServer`` as a (async) context manager instead.
+    """
+    server = ReplayServer(
+        cassettes,
+        host=host,
+        port=port,
+        options=options,
+        scenarios=scenarios,
+        allow_remote=allow_remote,
+        limits=limits,
+        **replay,
+    )
+    (on_ready or _announce)(server)
+    server.run()

@@ -1,0 +1,241 @@
+"""The pytest fault matrix, apart from the plugin's hooks: its runs, their virtual time, their order under xdist.
+
+- ``matrix_runs`` reads ``@pytest.mark.tape_fault_matrix(faults=..., calls=None)``: one run per fault, the fault
+  as the test sees it (``tape.fault``, whose ``transient`` says what to expect) and as the replay injects it.
+  The rule of ``chunktape.faults._specs`` applies unchanged: a transient fault fires once, a permanent fault on
+  every call; ``calls=`` (1-based numbers over every call, retries included, as ``Targeted`` counts them) moves
+  the fault off the first call.
+- ``wants_virtual_time`` says which tests run on chunktape's virtual clock (``chunktape._virtual_time``): every
+  run of a fault matrix (the stalls, the recorded timing and the agent's own retry back-offs then cost no wall
+  time) and a ``tape`` test with recorded timing or a time fault; pytest-asyncio (1.4 or later) gives them that
+  loop through its ``pytest_asyncio_loop_factories`` hook. ini ``tape_virtual_time = false`` or
+  ``@pytest.mark.tape(virtual_time=False)`` turns it off. ``mark_items``: under pytest-xdist's ``loadgroup`` the
+  runs of one test share an ``xdist_group``.
+- ``BaselineGate``: under pytest-xdist, a fault run whose cassette the ``[no-fault]`` run is about to record
+  waits until that run is over (it runs first on its own worker: items keep their order per worker).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import NamedTuple
+
+import pytest
+
+from chunktape._errors import ErrorCode, LlmError
+from chunktape._replayer.timing import Timing
+from chunktape.faults import (
+    STANDARD_FAULTS,
+    Disconnect,
+    Fault,
+    Latency,
+    Stall,
+    Targeted,
+    fault_id,
+    parse_fault,
+    parse_faults,
+)
+from chunktape.faults._plan import FaultPlan
+
+__all__ = [
+    "BASELINE_ID",
+    "BASELINE_SELECTED",
+    "BadMatrix",
+    "BaselineGate",
+    "MatrixRun",
+    "baseline_nodeid",
+    "REAL_TIME_ITEMS",
+    "mark_items",
+    "matrix_runs",
+    "uses_time",
+    "virtual_time_supported",
+    "wants_virtual_time",
+]
+
+BASELINE_ID = "no-fault"
+"""The test id of the fault matrix's fault-free run, the one that records the shared cassette."""
+
+MATRIX_SIGNATURE = "tape_fault_matrix(faults=STANDARD_FAULTS, calls=None)"
+_WAIT_S = 600.0
+_POLL_S = 0.05
+
+
+class MatrixRun(NamedTuple):
+    """One run of a fault matrix: its test id, the fault as listed (``tape.fault``) and as injected."""
+
+    ident: str
+    fault: Fault
+    injected: Fault
+
+
+class BadMatrix:
+    """A ``tape_fault_matrix`` marker that cannot be used; the test fails with ``problem`` at setup."""
+
+    def __init__(self, problem: str) -> None:
+        self.problem = problem
+
+
+def _calls(value: object) -> list[int] | None:
+    if value is None:
+        return None
+    numbers = [value] if isinstance(value, int) else value
+    if (
+        isinstance(numbers, str | bytes)
+        or not isinstance(numbers, Iterable)
+        or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in numbers)
+    ):
+        raise LlmError(
+            f"tape_fault_matrix(calls=...) takes a call number (1-based) or a list of them, got {value!r}",
+            ErrorCode.INVALID_CONFIG,
+        )
+    return list(numbers)
+
+
+def _listed(value: object) -> list[tuple[str, Fault]]:
+    if isinstance(value, Mapping):
+        return [(str(key), parse_fault(fault)) for key, fault in value.items()]
+    if isinstance(value, Iterable) and not isinstance(value, str | bytes):
+        return [(fault_id(fault), fault) for fault in parse_faults(value)]
+    raise LlmError("tape_fault_matrix(faults=...) takes a mapping or a sequence of faults", ErrorCode.INVALID_CONFIG)
+
+
+def matrix_runs(marker: pytest.Mark) -> list[MatrixRun]:
+    """The runs a ``tape_fault_matrix`` marker asks for; ``INVALID_CONFIG`` names what is wrong with it."""
+    unknown = set(marker.kwargs) - {"faults", "calls"}
+    if len(marker.args) > 1 or unknown:
+        raise LlmError(f"the marker's signature is {MATRIX_SIGNATURE}", ErrorCode.INVALID_CONFIG)
+    value = marker.args[0] if marker.args else marker.kwargs.get("faults", STANDARD_FAULTS)
+    calls = _calls(marker.kwargs.get("calls"))
+    items = _listed(value)
+    ids = [ident for ident, _ in items]
+    duplicates = sorted({ident for ident in ids if ids.count(ident) > 1} | ({BASELINE_ID} & set(ids)))
+    if duplicates:
+        raise LlmError(f"tape_fault_matrix: duplicate test ids {duplicates}", ErrorCode.INVALID_CONFIG)
+    return [MatrixRun(ident, fault, _target(fault, calls)) for ident, fault in items]
+
+
+def _target(fault: Fault, calls: list[int] | None) -> Fault:
+    if calls is None:
+        return fault
+    if isinstance(fault, Targeted):
+        raise LlmError(
+            f"tape_fault_matrix(calls=...): {fault_id(fault)} already targets its calls", ErrorCode.INVALID_CONFIG
+        )
+    return Targeted(fault=fault, calls=calls, id=fault_id(fault))
+
+
+def uses_time(faults: Sequence[Fault], timing: Timing) -> bool:
+    """Whether a replay waits on the loop's clock: recorded or fixed timing, a stall, latency, a timed disconnect."""
+    if not timing.is_instant:
+        return True
+    return any(
+        isinstance(leaf, Stall | Latency) or (isinstance(leaf, Disconnect) and leaf.after_s is not None)
+        for leaf in FaultPlan(faults).stream_faults()
+    )
+
+
+def baseline_nodeid(nodeid: str, ident: str) -> str:
+    """The node id of the ``[no-fault]`` run of the fault run ``nodeid`` (test id ``ident``)."""
+    return nodeid.replace(f"[{ident}]", f"[{BASELINE_ID}]").replace(f"-{ident}]", f"-{BASELINE_ID}]")
+
+
+def wants_virtual_time(item: pytest.Item) -> bool:
+    """Whether ``item`` runs on a virtual clock: a ``tape`` test in the fault matrix, or one whose replay waits on
+    the clock (recorded or fixed timing, a time fault). ``@pytest.mark.tape(virtual_time=...)``, then the ini
+    ``tape_virtual_time`` (default true), may turn it off; a test with its own ``looptime`` marker keeps that.
+
+    A recording made on that clock stays true: while a socket is waited on, the clock runs at the real pace."""
+    if "tape" not in getattr(item, "fixturenames", ()) or item.get_closest_marker("looptime") is not None:
+        return False
+    marker = item.get_closest_marker("tape")
+    kwargs = {} if marker is None else marker.kwargs
+    flag = kwargs.get("virtual_time")
+    if flag is None:
+        flag = bool(item.config.getini("tape_virtual_time"))
+    if not flag:
+        return False
+    if item.get_closest_marker("tape_fault_matrix") is not None:
+        return True
+    timing = kwargs.get("timing") or Timing.instant()
+    try:
+        faults = parse_faults(kwargs.get("faults", ()))
+    except LlmError:
+        return False  # the tape fixture reports the bad marker
+    return isinstance(timing, Timing) and uses_time(faults, timing)
+
+
+def virtual_time_supported(config: pytest.Config) -> bool:
+    """Whether this run can put an async test on chunktape's clock: pytest-asyncio 1.4 or later asks plugins for its
+    loops (``pytest_asyncio_loop_factories``)."""
+    return config.pluginmanager.hasplugin("asyncio") and hasattr(config.hook, "pytest_asyncio_loop_factories")
+
+
+BASELINE_SELECTED = pytest.StashKey[bool]()
+"""On a fault run's item: whether its ``[no-fault]`` run is part of this session (so it is worth waiting for)."""
+
+REAL_TIME_ITEMS = pytest.StashKey[int]()
+"""On the config: how many collected tests wanted virtual time that this run could not give them."""
+
+
+def mark_items(items: Sequence[pytest.Item]) -> None:
+    """Add the ``xdist_group`` markers the matrix runs need, note which baselines will run, and count the tests
+    that want virtual time where the run cannot give it."""
+    if not items:
+        return
+    config = items[0].config
+    xdist = config.pluginmanager.has_plugin("xdist")
+    supported = virtual_time_supported(config)
+    baselines: set[str] = set()
+    fault_runs: list[tuple[pytest.Item, MatrixRun]] = []
+    real_time = 0
+    for item in items:
+        fixtures = getattr(item, "fixturenames", ())
+        if "tape" not in fixtures:
+            continue
+        callspec = getattr(item, "callspec", None)
+        param = None if callspec is None else callspec.params.get("_tape_fault", BASELINE_ID)
+        in_matrix = item.get_closest_marker("tape_fault_matrix") is not None
+        if in_matrix and param is None:
+            baselines.add(item.nodeid)
+        if isinstance(param, MatrixRun):
+            fault_runs.append((item, param))
+        if not supported and wants_virtual_time(item):
+            real_time += 1
+        if xdist and in_matrix:
+            group = item.nodeid.split("[", 1)[0]
+            item.add_marker(pytest.mark.xdist_group(group))
+    for item, run in fault_runs:
+        item.stash[BASELINE_SELECTED] = baseline_nodeid(item.nodeid, run.ident) in baselines
+    config.stash[REAL_TIME_ITEMS] = real_time
+
+
+class BaselineGate:
+    """Lets a fault run wait, across pytest-xdist workers, until its ``[no-fault]`` run is over.
+
+    The baseline leaves a mark in ``folder`` (shared by the workers of one run) once its teardown saved (or
+    kept aside) its recording; the fault run waits for the mark, or for the cassette when it is only missing.
+    """
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+
+    def _mark(self, cassette: Path) -> Path:
+        return self.folder / hashlib.sha256(str(cassette.resolve()).encode()).hexdigest()[:24]
+
+    def done(self, cassette: Path) -> None:
+        """Called by the baseline at teardown, whatever its outcome."""
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self._mark(cassette).touch()
+
+    def wait(self, cassette: Path) -> bool:
+        """Wait (in real time: another process writes) until the baseline is over; False if it never ended."""
+        deadline = time.monotonic() + _WAIT_S
+        mark = self._mark(cassette)
+        while not mark.exists():
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(_POLL_S)
+        return True

@@ -1,0 +1,550 @@
+"""pytest plugin (entry point ``pytest11: chunktape``): a cassette per test, record modes, a fault matrix.
+
+The ``tape`` fixture is this test's adapter: it replays ``<test dir>/cassettes/<module>/<Class.test>.msgpack``
+or records it through the ``tape_live_adapter`` fixture, per the record mode. Where a setting comes from,
+first match wins:
+
+- record mode: ``--tape-mode`` > ``@pytest.mark.tape(mode=...)`` > ini ``tape_mode`` > ``none``
+- cassette folder: a ``tape_dir`` fixture override > ``--tape-dir`` > ini ``tape_dir`` > next to the test file
+- strict playback: ``--tape-strict`` > ini ``tape_strict`` > off
+- request matchers: ``@pytest.mark.tape(match_on=...)`` > ini ``tape_match_on`` > the default matchers (like the
+  other replay options, they have no command-line flag)
+
+Saving happens at teardown, once the test's outcome is known (a sync fixture, so it works the same under
+pytest-asyncio and anyio): a test that did not pass never replaces its cassette, its recording is kept beside
+it as ``<name>.failed.msgpack``; so is a recording that still holds a credential, with every credential
+replaced (``allow_secrets=[...]`` on the marker accepts a value that only looks like one). Workers of one run
+(pytest-xdist) share its run id, so ``all`` replaces a shared cassette once and keeps the run's union.
+``@pytest.mark.tape_fault_matrix`` runs a test once fault-free (``[no-fault]``,
+which records when the mode says so) and once per fault, replaying that cassette with the fault injected.
+HTTP code uses the same cassette: ``tape.transport()`` / ``tape.http_client()`` for an SDK's client, and
+``tape_server_url`` (a replay server, or a recording proxy to ``tape_upstream``) for sync code and subprocesses.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Callable, Generator, Iterator, Mapping
+from pathlib import Path
+from typing import Any, TypeAlias
+
+import pytest
+
+from chunktape._errors import Advice, AdviceWords, ErrorCode, LlmError
+from chunktape._protocol import LlmAdapter, WrappingAdapter
+from chunktape._replayer.options import ReplayOptions
+from chunktape._secrets import redact_text
+from chunktape._session.session import MISS_CODES, CassetteSession, RecordMode, use_cassette
+from chunktape._virtual_time import VirtualTimeLoop
+from chunktape.pytest._matrix import (
+    BASELINE_ID,
+    BASELINE_SELECTED,
+    MATRIX_SIGNATURE,
+    REAL_TIME_ITEMS,
+    BadMatrix,
+    BaselineGate,
+    MatrixRun,
+    baseline_nodeid,
+    mark_items,
+    matrix_runs,
+    wants_virtual_time,
+)
+from chunktape.pytest._paths import cassette_file_name, checked_name, shown, test_name
+
+__all__ = ["BASELINE_ID", "Tape"]
+
+Tape: TypeAlias = CassetteSession
+"""What the ``tape`` fixture yields, for annotations (``def test_agent(tape: Tape)``): the test's session, with
+``fault`` set to the fault a ``tape_fault_matrix`` run injects. It is saved and closed at teardown, once the
+test's outcome is known, so ``aclose()`` and ``async with tape`` do nothing (``owner_closes``)."""
+
+LiveAdapter = LlmAdapter | Callable[[], LlmAdapter]
+"""What a ``tape_live_adapter`` fixture returns: a factory (called only to record) or an adapter."""
+
+_MODES = [mode.value for mode in RecordMode]
+_REPLAY_ARGS = ("faults", "timing", "match_on", "allow_repeats", "allow_secrets")
+"""The marker's arguments that are replay options (``ReplayOptions`` checks them)."""
+_TAPE_ARGS = ("name", "mode", *_REPLAY_ARGS, "virtual_time")
+_PROPERTY = "chunktape"
+
+_SECRET_ADVICE = "list its value in @pytest.mark.tape(allow_secrets=[...])"
+_ADVICE: AdviceWords = {
+    Advice.RECORD_OR_MATCH: "re-record with --tape-mode new_episodes, or relax @pytest.mark.tape(match_on=...)",
+    Advice.RECORD_OR_REPEAT: "record the extra call with --tape-mode new_episodes, or let calls replay again with "
+    "@pytest.mark.tape(allow_repeats=True)",
+    Advice.UNPLAYED: "the test made fewer calls than were recorded; re-record with --tape-mode all to drop them",
+    ErrorCode.CASSETTE_NOT_FOUND: "record it with --tape-mode once",
+}
+"""The next steps of a cassette miss in pytest's knobs: its options and the tape marker's arguments."""
+
+_tape_key = pytest.StashKey[CassetteSession]()
+_run_key = pytest.StashKey[str]()
+_reports_key = pytest.StashKey[dict[str, pytest.TestReport]]()
+
+
+# -- configuration --------------------------------------------------------------------------------
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("chunktape", "chunktape: record and replay LLM streams")
+    group.addoption(
+        "--tape-mode",
+        dest="tape_mode",
+        choices=_MODES,
+        default=None,
+        help="when the tape fixture records: none (replay only, the default: never calls a provider), "
+        "once (record missing cassettes), new_episodes (record and append requests without a match), "
+        "all (re-record everything). Overrides @pytest.mark.tape(mode=...) and the tape_mode ini.",
+    )
+    group.addoption(
+        "--tape-dir",
+        dest="tape_dir",
+        default=None,
+        metavar="DIR",
+        help="root folder for cassettes (default: a cassettes/ folder next to each test file).",
+    )
+    group.addoption(
+        "--tape-strict",
+        dest="tape_strict",
+        action="store_true",
+        default=None,
+        help="fail a test that leaves recorded interactions of its cassette unplayed.",
+    )
+    parser.addini("tape_mode", f"default record mode of the tape fixture: {', '.join(_MODES)}", default="")
+    parser.addini("tape_dir", "root folder for cassettes, relative to the ini file", default="")
+    parser.addini(
+        "tape_match_on",
+        "the request matchers of every tape, comma-separated (default: model,messages,tools,params); "
+        "@pytest.mark.tape(match_on=...) wins",
+        default="",
+    )
+    parser.addini("tape_strict", "fail tests that leave recorded interactions unplayed", type="bool", default=False)
+    parser.addini(
+        "tape_virtual_time",
+        "run fault-matrix runs and replays with recorded timing or time faults in virtual time "
+        "(needs pytest-asyncio >= 1.4)",
+        type="bool",
+        default=True,
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "tape(name=None, mode=None, faults=(), timing=None, match_on=None, allow_repeats=False, allow_secrets=(), "
+        "virtual_time=None): the tape fixture's cassette: its file name, record mode (--tape-mode wins), faults "
+        "injected on replay, replay Timing, request matchers, whether played interactions may play again, values "
+        "that may stay in the cassette although they look like credentials, and "
+        "whether fault runs and timed replays run in virtual time (default: the tape_virtual_time ini).",
+    )
+    config.addinivalue_line(
+        "markers",
+        f"{MATRIX_SIGNATURE}: run the test fault-free ([no-fault], which records) and once per fault "
+        "([http-429], ...), replaying the test's cassette with the fault (a transient one once, a permanent one on "
+        "every call; calls= targets other call numbers), exposed as tape.fault, in virtual time.",
+    )
+    config.addinivalue_line(
+        "markers",
+        "tape_fault_search(max_examples=200, faults=STANDARD_FAULTS, max_faults=2, seed=0, deadline_s=600, "
+        "timing=Timing.recorded(), database='default'): run the async test on tape, then under hypothesis-drawn fault "
+        "schedules in virtual time; a failure is shrunk and printed as a @pytest.mark.tape(faults=[...]) line.",
+    )
+    ini_mode = str(config.getini("tape_mode"))
+    if ini_mode and ini_mode not in _MODES:
+        raise pytest.UsageError(f"ini option tape_mode = {ini_mode!r} is not a record mode; valid: {', '.join(_MODES)}")
+    ini_match_on = _ini_match_on(config)
+    if ini_match_on is not None:
+        try:
+            ReplayOptions(match_on=ini_match_on)
+        except LlmError as error:
+            raise pytest.UsageError(f"ini option tape_match_on = {ini_match_on!r}: {error.message}") from None
+    config.pluginmanager.register(_Summary(config), "chunktape-summary")
+    # One id for the whole run, shared by the pytest-xdist workers: --tape-mode all replaces a shared cassette
+    # once per run and adds every later writer's recording to it.
+    workerinput = getattr(config, "workerinput", None)
+    run = workerinput.get("testrunuid") if isinstance(workerinput, dict) else None
+    config.stash[_run_key] = str(run) if run else uuid.uuid4().hex
+
+
+def _record_mode(config: pytest.Config, marker_mode: object) -> RecordMode:
+    """Command line > marker > ini > ``none``."""
+    cli = config.getoption("tape_mode")
+    if cli is not None:
+        return RecordMode(cli)
+    if marker_mode is not None:
+        if not isinstance(marker_mode, str):
+            pytest.fail(f"@pytest.mark.tape(mode=...) must be one of {', '.join(_MODES)}", pytrace=False)
+        try:
+            return RecordMode.parse(marker_mode)
+        except LlmError as error:
+            raise pytest.fail.Exception(
+                redact_text(f"@pytest.mark.tape(mode=...): {error.message}"), pytrace=False
+            ) from None
+    ini = str(config.getini("tape_mode"))
+    return RecordMode(ini) if ini else RecordMode.NONE
+
+
+def _ini_match_on(config: pytest.Config) -> str | None:
+    value = str(config.getini("tape_match_on")).strip()
+    return value or None
+
+
+def _strict(config: pytest.Config) -> bool:
+    cli = config.getoption("tape_strict")
+    return bool(cli) if cli is not None else bool(config.getini("tape_strict"))
+
+
+def _root_dir(config: pytest.Config) -> Path | None:
+    cli = config.getoption("tape_dir")
+    if cli:
+        return config.invocation_params.dir / str(cli)
+    ini = str(config.getini("tape_dir"))
+    if ini:
+        base = config.inipath.parent if config.inipath is not None else config.rootpath
+        return base / ini
+    return None
+
+
+# -- the fault matrix -----------------------------------------------------------------------------
+
+
+@pytest.hookimpl(trylast=True)  # after @pytest.mark.parametrize, so the fault id comes last: test[x-http-429]
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    marker = metafunc.definition.get_closest_marker("tape_fault_matrix")
+    if marker is None:
+        return
+    if "tape" not in metafunc.fixturenames:
+        where = metafunc.definition.nodeid
+        pytest.fail(f"{where}: @pytest.mark.tape_fault_matrix needs the test to use the tape fixture", pytrace=False)
+    try:
+        runs = matrix_runs(marker)
+    except LlmError as error:
+        # One failing item for this test, rather than a collection error that hides the rest of the module.
+        metafunc.parametrize("_tape_fault", [BadMatrix(error.message)], ids=["invalid-fault-matrix"], indirect=True)
+        return
+    metafunc.parametrize("_tape_fault", [None, *runs], ids=[BASELINE_ID, *(run.ident for run in runs)], indirect=True)
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's loadgroup reads the xdist_group markers
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    mark_items(items)
+
+
+@pytest.hookimpl(optionalhook=True, trylast=True)
+def pytest_asyncio_loop_factories(
+    config: pytest.Config, item: pytest.Item
+) -> Mapping[str, Callable[[], asyncio.AbstractEventLoop]]:
+    """pytest-asyncio (1.4 or later) asks which loop an async test runs on: chunktape's virtual clock for the tests
+    that want it, the usual loop for every other (a conftest's own answer comes first and wins)."""
+    if wants_virtual_time(item):
+        return {"chunktape-virtual-time": VirtualTimeLoop}
+    return {"asyncio": asyncio.new_event_loop}
+
+
+@pytest.fixture
+def _tape_fault(request: pytest.FixtureRequest) -> MatrixRun | None:
+    """The fault the matrix injects into this run (None outside the matrix and in its ``[no-fault]`` run)."""
+    param: MatrixRun | BadMatrix | None = getattr(request, "param", None)
+    if isinstance(param, BadMatrix):
+        pytest.fail(redact_text(f"@pytest.mark.tape_fault_matrix: {param.problem}"), pytrace=False)
+    return param
+
+
+# -- the fixtures ---------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def tape_live_adapter() -> LiveAdapter:
+    """Override in conftest.py to return a factory of your real adapter (or an adapter); used only to record."""
+
+    def missing() -> LlmAdapter:
+        pytest.fail(
+            "chunktape: recording needs a live adapter, and none is configured. Define a fixture in conftest.py:\n\n"
+            "    @pytest.fixture\n"
+            "    def tape_live_adapter():\n"
+            "        return lambda: MyProviderAdapter(api_key=os.environ['MY_API_KEY'])\n\n"
+            "It is called only when a cassette is recorded (--tape-mode once/new_episodes/all).",
+            pytrace=False,
+        )
+
+    return missing
+
+
+@pytest.fixture
+def tape_dir(request: pytest.FixtureRequest) -> Path:
+    """The folder of this module's cassettes: ``<test dir>/cassettes/<module>``, or under ``--tape-dir``.
+
+    Override it (in a module, class or conftest.py) to keep cassettes somewhere else.
+    """
+    test_file = request.path
+    root = _root_dir(request.config)
+    if root is None:
+        return test_file.parent / "cassettes" / test_file.stem
+    try:
+        relative = test_file.parent.relative_to(request.config.rootpath)
+    except ValueError:
+        relative = Path()
+    return root / relative / test_file.stem
+
+
+def _marker_kwargs(item: pytest.Item) -> dict[str, Any]:
+    marker = item.get_closest_marker("tape")
+    if marker is None:
+        return {}
+    if marker.args:
+        pytest.fail("@pytest.mark.tape takes keyword arguments only: " + ", ".join(_TAPE_ARGS), pytrace=False)
+    unknown = sorted(set(marker.kwargs) - set(_TAPE_ARGS))
+    if unknown:
+        pytest.fail(f"@pytest.mark.tape: unknown {unknown}; valid: {', '.join(_TAPE_ARGS)}", pytrace=False)
+    return dict(marker.kwargs)
+
+
+def _live(value: LiveAdapter) -> Callable[[], LlmAdapter]:
+    if isinstance(value, LlmAdapter):
+        # The user's fixture owns the adapter: the session closes what the factory built, and a wrapper never
+        # closes its inner adapter.
+        return lambda: WrappingAdapter(value)
+    if callable(value):
+        return value
+    pytest.fail(
+        redact_text(f"tape_live_adapter must return an LlmAdapter or a factory of one, got {value!r}"), pytrace=False
+    )
+
+
+@pytest.fixture
+def tape(
+    request: pytest.FixtureRequest, tape_dir: Path, tape_live_adapter: LiveAdapter, _tape_fault: MatrixRun | None
+) -> Iterator[CassetteSession]:
+    """This test's adapter: replays its cassette, or records it per the record mode; saved at teardown.
+
+    ``tape.tools(real_tools)`` is the ``ToolRunner`` for an agent run on it: records the tools' executions, or
+    answers from them without calling a tool (``verify=True``: runs them and reports divergences)."""
+    item = request.node
+    assert isinstance(item, pytest.Item)
+    options = _marker_kwargs(item)
+    mode = _record_mode(request.config, options.get("mode"))
+    matrix_id = None
+    if _tape_fault is not None:
+        matrix_id = _tape_fault.ident  # the id the test was parametrized with, which names may override
+    elif item.get_closest_marker("tape_fault_matrix") is not None:
+        matrix_id = BASELINE_ID
+    try:
+        name = checked_name(options["name"]) if options.get("name") is not None else test_name(item, matrix_id)
+        settings = {key: options[key] for key in _REPLAY_ARGS if options.get(key) is not None}
+        ini_match_on = _ini_match_on(request.config)
+        if ini_match_on is not None:
+            settings.setdefault("match_on", ini_match_on)
+        replay = ReplayOptions(**settings)
+    except LlmError as error:
+        raise pytest.fail.Exception(redact_text(f"@pytest.mark.tape: {error.message}"), pytrace=False) from None
+    path = tape_dir / cassette_file_name(name)
+    gate = _baseline_gate(request)
+    if _tape_fault is not None:
+        if gate is not None and item.stash.get(BASELINE_SELECTED, False) and _records(mode, path):
+            gate.wait(path)  # the [no-fault] run on another worker records the cassette this run replays
+        # A recording made under an injected fault would record the fault, not the provider: replay only.
+        mode = RecordMode.NONE
+        replay = ReplayOptions.of(replay, faults=(*replay.faults, _tape_fault.injected))
+        if not path.exists():
+            baseline = baseline_nodeid(item.nodeid, _tape_fault.ident)
+            pytest.fail(
+                f"[CASSETTE_NOT_FOUND] the fault matrix replays {shown(request.config, path)}, which does not exist "
+                f"yet; its fault-free run records it: pytest '{baseline}' --tape-mode once",
+                pytrace=False,
+            )
+    try:
+        session = use_cassette(
+            path,
+            live=None if mode is RecordMode.NONE else _live(tape_live_adapter),
+            mode=mode,
+            options=replay,
+            run_id=request.config.stash[_run_key],
+        )
+    except LlmError as error:  # an unreadable cassette: the message says what to do
+        raise pytest.fail.Exception(redact_text(f"{shown(request.config, path)}: {error}"), pytrace=False) from None
+    session.owner_closes = True  # saved below, once the test's outcome is known
+    if _tape_fault is not None:
+        session.fault, session.fault_id = _tape_fault.fault, _tape_fault.ident
+    item.stash[_tape_key] = session
+    if gate is not None and _tape_fault is None and matrix_id == BASELINE_ID:
+        # Finalizers run last in, first out: this one after the teardown below saved; its fault runs may go.
+        request.addfinalizer(lambda: gate.done(path))  # noqa: PT021 - after the save below, even a failed one
+    yield session
+    reports = item.stash.get(_reports_key, {})
+    call = reports.get("call")
+    passed = call is not None and call.passed and not hasattr(call, "wasxfail")
+    try:
+        written = session.close(failed=not passed, secret_advice=_SECRET_ADVICE)
+    except LlmError as error:  # a secret left in the recording: kept aside, redacted
+        if session.written is not None:
+            recorded = sum(1 for made in session.calls if made.recorded)
+            kept = {"path": shown(request.config, session.written), "interactions": recorded, "failed": True}
+            item.user_properties.append((_PROPERTY, kept))
+        raise pytest.fail.Exception(redact_text(f"{shown(request.config, path)}: {error}"), pytrace=False) from None
+    if written is not None:
+        recorded = sum(1 for made in session.calls if made.recorded)
+        total = len(session.cassette.interactions) if passed else recorded
+        item.user_properties.append(
+            (_PROPERTY, {"path": shown(request.config, written), "interactions": total, "failed": not passed})
+        )
+
+
+@pytest.fixture
+def tape_upstream() -> str:
+    """Override in conftest.py to return the provider's base URL (``https://api.deepseek.com``); used only to
+    record through ``tape_server_url``, whose proxy forwards to it."""
+    pytest.fail(
+        "chunktape: recording through tape_server_url needs the provider's URL. Define a fixture in conftest.py:\n\n"
+        "    @pytest.fixture\n"
+        "    def tape_upstream():\n"
+        "        return 'https://api.deepseek.com'\n",
+        pytrace=False,
+    )
+
+
+@pytest.fixture
+def tape_server_url(tape: CassetteSession, request: pytest.FixtureRequest) -> Iterator[str]:
+    """This test's cassette over HTTP on 127.0.0.1, for sync code and agents in a subprocess or another language
+    (an OpenAI client wants ``tape_server_url + "/v1"``): a ``ReplayServer`` with the test's replay options (its
+    faults, the fault matrix's, its timing) when the test replays; a recording proxy to ``tape_upstream`` when it
+    records. Either shares the cassette, mode, strict check and teardown save with ``tape``."""
+    from chunktape.http import ReplayServer  # the server stack only for the tests that ask for it
+    from chunktape.http._server.proxy import RecordingProxy
+
+    if tape.recording:
+        upstream = request.getfixturevalue("tape_upstream")
+        with RecordingProxy(upstream, transport=tape.transport(kind="httpx2", sync=False)) as proxy:
+            yield proxy.url
+        return
+    if tape.replayer is None:
+        pytest.fail(
+            f"[CASSETTE_NOT_FOUND] no cassette at {shown(request.config, tape.path)} (record mode {tape.mode.value!r} "
+            f"only replays); record it with: pytest '{request.node.nodeid}' --tape-mode once",
+            pytrace=False,
+        )
+    with ReplayServer(tape.path, options=tape.options) as server:
+        tape.attach_http(replayer=server.adapter)
+        yield server.url
+
+
+def _records(mode: RecordMode, path: Path) -> bool:
+    """Whether a ``[no-fault]`` run in ``mode`` writes ``path`` (so its fault runs wait for it)."""
+    return mode is not RecordMode.NONE and (mode is not RecordMode.ONCE or not path.exists())
+
+
+def _baseline_gate(request: pytest.FixtureRequest) -> BaselineGate | None:
+    """Under pytest-xdist, the gate between a fault matrix's runs, in a folder every worker of the run shares."""
+    if getattr(request.config, "workerinput", None) is None:
+        return None
+    factory: pytest.TempPathFactory = request.getfixturevalue("tmp_path_factory")
+    return BaselineGate(factory.getbasetemp().parent / f"chunktape-{request.config.stash[_run_key]}")
+
+
+# -- outcomes and reports -------------------------------------------------------------------------
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
+    """``@pytest.mark.tape_fault_search``: the fault search runs the test body (``chunktape.pytest._marker_search``)."""
+    if pyfuncitem.get_closest_marker("tape_fault_search") is None:
+        return None
+    from chunktape.pytest._search import run_fault_search  # imports hypothesis: only when a test asks for it
+
+    run_fault_search(pyfuncitem)
+    return True
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
+    """``--tape-strict``: a test that passed but left recorded interactions unplayed fails, listing them."""
+    result = yield
+    session = item.stash.get(_tape_key, None)
+    if session is not None and session.fault is None and _strict(item.config):
+        try:
+            session.assert_all_played(advice=_ADVICE[Advice.UNPLAYED])
+        except AssertionError as error:
+            raise pytest.fail.Exception(redact_text(f"--tape-strict: {error}"), pytrace=False) from None
+    return result
+
+
+def _cassette_error(error: BaseException | None) -> LlmError | None:
+    """The cassette miss behind a failure, also when the code under test wrapped it in its own exception."""
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if isinstance(error, LlmError) and error.code in MISS_CODES:
+            return error
+        error = error.__cause__ or error.__context__
+    return None
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """Remember each phase's report (teardown saves by outcome); shorten cassette misses to their message; list the
+    tool divergences a ``tape.tools(..., verify=True)`` run found."""
+    report = yield
+    item.stash.setdefault(_reports_key, {})[report.when] = report
+    session = item.stash.get(_tape_key, None)
+    if session is not None and report.when == "call" and session.tool_divergences:
+        listed = "\n".join(str(divergence) for divergence in session.tool_divergences)
+        report.sections.append(("chunktape: real tools diverged from the recording", listed))
+    if session is None or report.when != "call" or not report.failed:
+        return report
+    error = _cassette_error(call.excinfo.value if call.excinfo is not None else None)
+    if error is not None:
+        text = error.render(_ADVICE)
+        if error.code is ErrorCode.CASSETTE_NOT_FOUND:
+            text = (
+                f"[CASSETTE_NOT_FOUND] no cassette at {shown(item.config, session.path)} (record mode "
+                f"{session.mode.value!r} only replays); record it with: pytest '{item.nodeid}' --tape-mode once"
+            )
+        report.longrepr = redact_text(f"{item.nodeid}: {text}")
+    elif session.miss is not None:
+        caught = session.miss.render(_ADVICE)
+        report.sections.append(("chunktape", f"the cassette reported (and the test caught): {caught}"))
+    return report
+
+
+class _Summary:
+    """Collects the cassettes written (from teardown reports, so pytest-xdist workers' count too) and prints them."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self.written: dict[str, int] = {}
+        self.failed: dict[str, tuple[int, str]] = {}
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.when != "teardown":
+            return
+        for name, value in report.user_properties:
+            if name == _PROPERTY and isinstance(value, dict):
+                if value["failed"]:
+                    self.failed[value["path"]] = (value["interactions"], report.nodeid)
+                else:  # writers of a shared cassette report what it held after their save: the last holds most
+                    self.written[value["path"]] = max(value["interactions"], self.written.get(value["path"], 0))
+
+    def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
+        real_time = self.config.stash.get(REAL_TIME_ITEMS, 0)
+        if not self.written and not self.failed and not real_time:
+            return
+        terminalreporter.write_sep("-", "chunktape")
+        if real_time:
+            terminalreporter.write_line(
+                f"chunktape: {real_time} test(s) wanted virtual time and waited in real time: it needs "
+                "pytest-asyncio >= 1.4 (pip install 'chunktape[pytest]')"
+            )
+        if self.written:
+            total = sum(self.written.values())
+            terminalreporter.write_line(f"chunktape: wrote {len(self.written)} cassette(s), {total} interaction(s):")
+            for path, count in sorted(self.written.items()):
+                terminalreporter.write_line(f"  {path} ({count} interaction(s))")
+        if self.failed:
+            terminalreporter.write_line(
+                f"chunktape: {len(self.failed)} test(s) did not pass while recording; their cassettes were left "
+                "as they were and the recordings kept beside them:"
+            )
+            for path, (count, nodeid) in sorted(self.failed.items()):
+                terminalreporter.write_line(f"  {path} ({count} interaction(s)) from {nodeid}")

@@ -1,0 +1,308 @@
+"""The request codec of OpenAI chat completions: ``GenerateOptions`` <-> the request body, both directions.
+
+``options_to_openai_request`` builds the streaming body an adapter sends; ``options_from_openai_request`` reads
+one back (the vcrpy import), and ``decode_chat_request`` reads one from raw body bytes, refusing what is not a
+request (the replay server, the transports, the proxy), so a request matches its recording whichever way it
+came in. Reasoning efforts map to request fields through ``REASONING_FIELDS``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, NamedTuple
+
+import msgspec
+
+from chunktape._errors import ErrorCode, LlmError
+from chunktape._protocol import NAMED_ON_THE_WIRE, CallId, GenerateOptions, Message, Role, ToolCallBlock, ToolSpec
+from chunktape.wire._openai_chat.fields import tool_call_to_wire
+
+__all__ = [
+    "DEEPSEEK_BASE_URL",
+    "MAX_NESTING",
+    "DEEPSEEK_REASONING",
+    "OPENAI_REASONING",
+    "REASONING_FIELDS",
+    "ChatRequest",
+    "decode_chat_request",
+    "message_from_openai",
+    "message_to_openai",
+    "options_from_openai_request",
+    "options_to_openai_request",
+]
+
+_encoder = msgspec.json.Encoder()
+_decoder = msgspec.json.Decoder()
+
+DEEPSEEK_BASE_URL = "https://api.deepseek.com"
+"""The provider ``OpenAICompatAdapter`` and ``chunktape record`` default to (here, light, for the CLI's options)."""
+
+DEEPSEEK_REASONING: Mapping[str, Mapping[str, Any]] = {
+    "thinking": {"thinking": {"type": "enabled"}},
+    "no-thinking": {"thinking": {"type": "disabled"}},
+}
+"""DeepSeek's thinking switch, as request fields per effort id."""
+
+OPENAI_REASONING: Mapping[str, Mapping[str, Any]] = {
+    effort: {"reasoning_effort": effort} for effort in ("low", "medium", "high")
+}
+"""The ``reasoning_effort`` most OpenAI-compatible providers accept."""
+
+REASONING_FIELDS: Mapping[str, Mapping[str, Any]] = {**DEEPSEEK_REASONING, **OPENAI_REASONING}
+"""Request fields per reasoning effort, in both vocabularies ``OpenAICompatAdapter`` speaks: decoding a request
+(``options_from_openai_request(body, reasoning=REASONING_FIELDS)``) maps them back to ``reasoning=<effort>``."""
+
+
+def message_to_openai(message: Message) -> dict[str, Any]:
+    """One message; ``reasoning_content`` goes back only on assistant tool-call turns (DeepSeek's rule)."""
+    content = message.content if message.content_parts is None else message.content_parts
+    wire: dict[str, Any] = {"role": message.role, "content": content}
+    if message.name is not None:
+        wire["name"] = message.name
+    if message.role == "tool":
+        if message.tool_call_id is None:
+            raise LlmError("a tool message needs tool_call_id", ErrorCode.UNSUPPORTED_OPTION)
+        wire["tool_call_id"] = message.tool_call_id
+    if message.tool_calls:
+        if message.role != "assistant":
+            raise LlmError(f"tool_calls on a {message.role} message", ErrorCode.UNSUPPORTED_OPTION)
+        wire["tool_calls"] = [tool_call_to_wire(call) for call in message.tool_calls]
+        if message.reasoning_content is not None:
+            wire["reasoning_content"] = message.reasoning_content
+    wire.update(message.extra)
+    return wire
+
+
+def options_to_openai_request(
+    options: GenerateOptions, *, model: str | None = None, extra_fields: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The streaming request body: messages, tools, limits, ``stream_options.include_usage``, then ``extra``.
+
+    ``extra_fields`` (e.g. what a reasoning effort maps to) are merged before ``options.extra``.
+    """
+    body: dict[str, Any] = {
+        "model": model or options.model,
+        "messages": [message_to_openai(message) for message in options.messages],
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    if options.tools:
+        body["tools"] = [
+            {
+                "type": "function",
+                "function": {"name": tool.name, "description": tool.description, "parameters": tool.parameters},
+            }
+            for tool in options.tools
+        ]
+    if options.max_tokens is not None:
+        body["max_tokens"] = options.max_tokens
+    if options.temperature is not None:
+        body["temperature"] = options.temperature
+    body.update(extra_fields or {})
+    body.update(options.extra)
+    return body
+
+
+_TRANSPORT_FIELDS = ("stream", "stream_options")
+"""Request fields that say how to deliver the answer, not what to generate: never part of ``extra``."""
+_ROLES: dict[str, Role] = {
+    "system": "system",
+    "developer": "system",
+    "user": "user",
+    "assistant": "assistant",
+    "tool": "tool",
+}
+
+
+def _bad_request(message: str) -> LlmError:
+    return LlmError(f"not an OpenAI chat-completions request: {message}", ErrorCode.UNSUPPORTED_OPTION)
+
+
+_OPTIONAL: tuple[Any, ...] = (str | None, int | None, float | None)
+_TEXT: tuple[Any, ...] = (str, str | None)
+
+
+def _typed(value: Any, kind: Any, field: str) -> Any:
+    """``value`` as ``kind`` (strictly: ``"5"`` is not an int), or ``_bad_request`` naming ``field``."""
+    # The common cases without msgspec.convert, which parses a union type anew on every call (~3 us each).
+    if value is None and kind in _OPTIONAL:
+        return None
+    if type(value) is str and kind in _TEXT:
+        return value
+    try:
+        return msgspec.convert(value, kind)
+    except msgspec.ValidationError as exc:
+        raise _bad_request(f"`{field}`: {exc} (got {value!r:.80})") from None
+
+
+def _content(content: Any, where: str) -> tuple[str | None, list[dict[str, Any]] | None]:
+    """``content`` as a message's ``(content, content_parts)``.
+
+    A string or null is the text. A list of text parts only is joined into the text, as it always was (their other
+    keys, such as ``cache_control``, are not kept); a list with any other part (an image, audio, a file) is kept
+    as given. Each part must be an object with a string ``type``, a text part with a string ``text``.
+    """
+    if content is None or isinstance(content, str):
+        return content, None
+    if not isinstance(content, list):
+        raise _bad_request(f"{where}: content must be a string, a list of content parts or null")
+    for position, part in enumerate(content):
+        kind = part.get("type") if isinstance(part, dict) else None
+        if not isinstance(kind, str):
+            raise _bad_request(f"{where}: content part {position} must be an object with a string `type`")
+        if kind == "text" and not isinstance(part.get("text"), str):
+            raise _bad_request(f"{where}: text part {position} needs a string `text`")
+    if all(part["type"] == "text" for part in content):
+        return "".join(part["text"] for part in content), None
+    return None, content
+
+
+def message_from_openai(wire: Any, where: str = "messages[0]") -> Message:
+    """The inverse of ``message_to_openai``."""
+    if not isinstance(wire, dict):
+        raise _bad_request(f"{where} must be an object")
+    role = _ROLES.get(wire.get("role"))  # type: ignore[arg-type]
+    if role is None:
+        raise _bad_request(f"{where}: unknown role {wire.get('role')!r} (valid: {', '.join(_ROLES)})")
+    calls: list[ToolCallBlock] = []
+    listed = wire.get("tool_calls")
+    if listed is not None and not isinstance(listed, list):
+        raise _bad_request(f"{where}.tool_calls must be a list, got {type(listed).__name__}")
+    for position, call in enumerate(listed or ()):
+        function = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(function, dict) or not isinstance(function.get("name"), str):
+            raise _bad_request(f"{where}.tool_calls[{position}] needs function.name")
+        arguments = function.get("arguments")
+        calls.append(
+            ToolCallBlock(
+                id=CallId(str(call.get("id") or f"call_{position}")),
+                name=function["name"],
+                arguments=arguments if isinstance(arguments, str) else _encoder.encode(arguments or {}).decode(),
+            )
+        )
+    content, parts = _content(wire.get("content"), where)
+    return Message(
+        role=role,
+        content=content,
+        content_parts=parts,
+        tool_calls=calls,
+        tool_call_id=_typed(wire.get("tool_call_id"), str | None, f"{where}.tool_call_id"),
+        name=_typed(wire.get("name"), str | None, f"{where}.name"),
+        reasoning_content=_typed(wire.get("reasoning_content"), str | None, f"{where}.reasoning_content")
+        if calls
+        else None,
+        extra={key: value for key, value in wire.items() if key not in NAMED_ON_THE_WIRE},  # the rest as it came
+    )
+
+
+def options_from_openai_request(
+    body: Any, *, reasoning: Mapping[str, Mapping[str, Any]] | None = None
+) -> GenerateOptions:
+    """The inverse of ``options_to_openai_request``: a chat-completions request body as ``GenerateOptions``.
+
+    ``stream`` and ``stream_options`` are dropped (they say how to deliver, not what to generate). When the
+    body carries exactly the fields one of ``reasoning``'s efforts maps to (e.g. DeepSeek's
+    ``{"thinking": {"type": "enabled"}}``), they become ``reasoning=<effort id>``; every other field goes to
+    ``extra``. Raises ``LlmError(UNSUPPORTED_OPTION)`` for a body this format cannot represent.
+    """
+    if not isinstance(body, dict):
+        raise _bad_request(f"the body must be a JSON object, got {type(body).__name__}")
+    rest = {key: value for key, value in body.items() if key not in _TRANSPORT_FIELDS}
+    model = rest.pop("model", None)
+    if not isinstance(model, str):
+        raise _bad_request("`model` must be a string")
+    messages = rest.pop("messages", None)
+    if not isinstance(messages, list):
+        raise _bad_request("`messages` must be a list")
+    tools: list[ToolSpec] = []
+    listed = rest.pop("tools", None)
+    if listed is not None and not isinstance(listed, list):
+        raise _bad_request(f"`tools` must be a list of function tools, got {type(listed).__name__}")
+    for position, tool in enumerate(listed or ()):
+        function = tool.get("function") if isinstance(tool, dict) else None
+        if not isinstance(function, dict) or not isinstance(function.get("name"), str):
+            raise _bad_request(f"tools[{position}] must be a function tool with a name")
+        tools.append(
+            ToolSpec(
+                name=function["name"],
+                description=_typed(function.get("description") or "", str, f"tools[{position}].description"),
+                parameters=_typed(function.get("parameters") or {}, dict[str, Any], f"tools[{position}].parameters"),
+            )
+        )
+    max_tokens = _typed(rest.pop("max_tokens", None), int | None, "max_tokens")
+    if max_tokens is None and "max_completion_tokens" in rest:
+        max_tokens = _typed(rest.pop("max_completion_tokens"), int | None, "max_completion_tokens")
+    temperature = _typed(rest.pop("temperature", None), float | None, "temperature")
+    effort: str | None = None
+    for name, fields in (reasoning or {}).items():
+        if fields and all(key in rest and rest[key] == value for key, value in fields.items()):
+            effort = name
+            for key in fields:
+                del rest[key]
+            break
+    try:
+        return GenerateOptions(
+            model=model,
+            messages=[message_from_openai(message, f"messages[{i}]") for i, message in enumerate(messages)],
+            tools=tools,
+            max_tokens=max_tokens,
+            temperature=temperature,
+            reasoning=effort,
+            extra=rest,
+        )
+    except (TypeError, ValueError, msgspec.ValidationError) as exc:
+        raise _bad_request(str(exc)) from exc
+
+
+MAX_NESTING = 100
+"""The deepest a request body may nest lists and objects: well below what the JSON codec (bound by Python's
+recursion limit) can encode again when the request is matched or its tool arguments are re-encoded."""
+
+
+class ChatRequest(NamedTuple):
+    """A decoded chat-completions request: what to generate, and how to deliver it."""
+
+    options: GenerateOptions
+    streaming: bool
+    include_usage: bool
+
+
+def decode_chat_request(raw: bytes) -> ChatRequest:
+    """A chat-completions request body as ``GenerateOptions`` and its delivery flags (``stream``,
+    ``stream_options.include_usage``).
+
+    Anything that is not such a request (not JSON, nested too deeply, a field of the wrong type) raises
+    ``LlmError(UNSUPPORTED_OPTION)`` naming the problem; nothing else escapes (``benchmarks/fuzz.py`` checks).
+    """
+    try:
+        body: Any = _decoder.decode(raw)
+    except msgspec.DecodeError as exc:
+        raise _bad_request(f"the request body is not JSON ({exc})") from None
+    except RecursionError:
+        raise _bad_request("the request body nests too deeply to decode") from None
+    # Nesting needs an opening bracket per level: a body with few brackets cannot nest too deeply (no walk).
+    deep = _too_deep(body, MAX_NESTING) if raw.count(b"[") + raw.count(b"{") > MAX_NESTING else None
+    if deep is not None:
+        raise _bad_request(f"field `{deep}` nests deeper than {MAX_NESTING} levels")
+    options = options_from_openai_request(body, reasoning=REASONING_FIELDS)
+    streaming = body.get("stream") is True
+    stream_options = body.get("stream_options") if streaming else None
+    include_usage = isinstance(stream_options, dict) and stream_options.get("include_usage") is True
+    return ChatRequest(options, streaming, include_usage)
+
+
+def _too_deep(body: object, limit: int) -> str | None:
+    """The top-level field of ``body`` that nests lists/objects more than ``limit`` deep, if any (iterative: no
+    recursion to run out of)."""
+    if not isinstance(body, dict):
+        return None
+    stack: list[tuple[object, int, str]] = [(value, 2, str(key)) for key, value in body.items()]
+    while stack:
+        item, depth, field = stack.pop()
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
+        if children is None:
+            continue
+        if depth > limit:
+            return field
+        stack.extend((child, depth + 1, field) for child in children if isinstance(child, dict | list))
+    return None
