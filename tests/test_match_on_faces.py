@@ -44,8 +44,8 @@ def test_a_scenarios_match_on_reaches_its_route(tmp_path: Path) -> None:
         ReplayServer(scenarios=path, timing=Timing.instant()) as server,
         httpx2.Client() as client,
     ):
-        assert server.scenarios["loose"].options.match_on == ("model",)
-        assert server.scenarios["strict"].options.match_on == server.options.match_on
+        assert server.scenarios["loose"].replay_options.match_on == ("model",)
+        assert server.scenarios["strict"].replay_options.match_on == server.replay_options.match_on
         loose = client.post(f"{server.url}/scenarios/loose/v1/chat/completions", json=other)
         assert loose.status_code == 200
         assert loose.json()["choices"][0]["message"]["content"] == "x"

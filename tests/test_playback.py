@@ -40,7 +40,7 @@ def test_the_adapter_is_a_face_over_its_engine_sharing_its_state() -> None:
     engine = adapter.playback
     assert adapter.play_counts is engine.play_counts
     assert adapter.injected is engine.injected
-    assert adapter.options is engine.options
+    assert adapter.replay_options is engine.replay_options
     number, fault = engine.begin(options())
     assert fault is not None
     assert (number, adapter.calls, adapter.injected) == (1, 1, [fault.fault_id])
@@ -82,7 +82,7 @@ def test_the_transport_counts_its_calls_and_faults_in_its_engine(tmp_path: Path)
     with httpx2.Client(transport=transport, base_url="http://127.0.0.1/v1") as client:
         assert client.post("/chat/completions", content=BODY).status_code == 503
         assert client.post("/chat/completions", content=BODY).status_code == 200
-    engine = transport.adapter
+    engine = transport.playback
     assert isinstance(engine, Playback)
     assert (engine.calls, engine.play_counts) == (2, [1])
     assert transport.injected is engine.injected
@@ -99,6 +99,6 @@ def test_the_server_answers_from_the_same_engine(tmp_path: Path) -> None:
         response = client.post("/chat/completions", content=BODY)
         assert response.status_code == 200
         assert b"[DONE]" in response.content
-        engine = server.adapter
+        engine = server.playback
         assert isinstance(engine, Playback)
         assert (engine.calls, engine.play_counts) == (1, [1])

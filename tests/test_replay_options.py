@@ -111,15 +111,15 @@ def test_of_applies_keywords_over_options_and_returns_them_as_is_without() -> No
 async def test_every_face_passes_the_options_on_as_they_are(tmp_path: Path) -> None:
     path = _cassette(tmp_path)
     replay = ReplayOptions(allow_repeats=True)
-    assert ReplayAdapter(path, options=replay).options is replay
-    async with use_cassette(path, options=replay) as session:
-        assert session.options is replay
+    assert ReplayAdapter(path, replay_options=replay).replay_options is replay
+    async with use_cassette(path, replay_options=replay) as session:
+        assert session.replay_options is replay
         assert session.replayer is not None
-        assert session.replayer.options is replay
+        assert session.replayer.replay_options is replay
         for _ in range(2):  # allow_repeats reached the replayer
             assert await collect(session.stream(options())) == text_stream("hi")
-    with ReplayServer(path, options=replay) as server:
-        assert server.adapter.options is replay
+    with ReplayServer(path, replay_options=replay) as server:
+        assert server.playback.replay_options is replay
 
 
 async def test_the_session_hands_the_redaction_settings_to_its_recorder(tmp_path: Path) -> None:
@@ -127,7 +127,7 @@ async def test_the_session_hands_the_redaction_settings_to_its_recorder(tmp_path
         tmp_path / "new.msgpack",
         live=lambda: PacedAdapter(paced(text_stream("x"))),
         mode="once",
-        options=ReplayOptions(redact=["private-literal"], allow_secrets=["sk-allowed-value-123456789"]),
+        replay_options=ReplayOptions(redact=["private-literal"], allow_secrets=["sk-allowed-value-123456789"]),
     )
     async with session:
         await collect(session.stream(options("say private-literal")))
@@ -140,16 +140,16 @@ async def test_the_session_hands_the_redaction_settings_to_its_recorder(tmp_path
 def test_a_server_replays_on_the_recorded_clock_unless_told_otherwise(tmp_path: Path) -> None:
     path = _cassette(tmp_path)
     with ReplayServer(path) as server:
-        assert server.adapter.options.timing == Timing.recorded()
+        assert server.playback.replay_options.timing == Timing.recorded()
     with ReplayServer(path, timing=Timing.instant(), faults=["http-429"]) as server:
-        assert server.adapter.options == ReplayOptions(faults=["http-429"])
+        assert server.playback.replay_options == ReplayOptions(faults=["http-429"])
 
 
 def test_scenarios_keep_the_servers_matching_and_bring_their_own_timing_and_faults(tmp_path: Path) -> None:
     path = _cassette(tmp_path)
     scenario = Scenario(name="slow", cassette=str(path), faults=(HttpError(status=500),), timing=Timing.fixed(1, 2))
     with ReplayServer(scenarios=[scenario], match_on="model", allow_repeats=True, faults=["http-429"]) as server:
-        replay = server.scenarios["slow"].adapter.options
+        replay = server.scenarios["slow"].playback.replay_options
     assert replay == ReplayOptions(
         timing=Timing.fixed(1, 2), faults=[HttpError(status=500)], match_on="model", allow_repeats=True
     )

@@ -179,7 +179,7 @@ async def test_a_disconnect_is_the_sdks_connection_error_and_leaves_the_interact
     sdk = _sdk(transport, max_retries=0)
     with pytest.raises(openai.APIConnectionError):
         await _collect(sdk)
-    assert transport.adapter.play_counts == [0]
+    assert transport.playback.play_counts == [0]
     text, _, _ = await _collect(sdk)  # the retry replays it
     assert text == "Sunny"
 
@@ -195,7 +195,7 @@ async def test_a_recorded_429_then_success_replays_as_the_sdks_own_retry(tmp_pat
     transport = ReplayTransport(_cassette(tmp_path, limited, ok))
     text, _, _ = await _collect(_sdk(transport))
     assert text == "Sunny"
-    assert transport.adapter.play_counts == [1, 1]
+    assert transport.playback.play_counts == [1, 1]
 
 
 async def test_a_recorded_reset_breaks_the_body(tmp_path: Path) -> None:

@@ -38,5 +38,5 @@ async def test_records_then_replays_in_process_and_through_the_server(
 
     with ReplayServer(path, timing=Timing.instant()) as server:
         assert await run(sdk, server.url + "/v1", sdk.client(kind)) == sdk.expected
-        server.adapter.assert_all_played()
+        server.playback.assert_all_played()
     assert len(fake_provider.requests) == seen  # the replays never reached the provider

@@ -70,7 +70,7 @@ async def test_adapter_reproduces_every_example_cassette(path: Path) -> None:
     async with ReplayServer(path, timing=INSTANT) as server:
         for recorded in cassette.interactions:
             check(recorded, *await replay(server, recorded.request.to_options(), "/v1"))
-        server.adapter.assert_all_played()
+        server.playback.assert_all_played()
 
 
 async def test_recorded_timing_and_several_cassettes() -> None:
@@ -193,14 +193,14 @@ async def test_faults_reach_the_wire(fault: Any, code: ErrorCode) -> None:
         assert error is not None
         assert error.code is code
         assert chunks == recorded.chunks[: len(chunks)]
-        assert server.adapter.injected == [fault.fault_id]
+        assert server.playback.injected == [fault.fault_id]
         # An injected fault never uses the recording up: the interaction is still there to replay. The client
         # may stop reading at the broken event before the server's stream has ended and given it back: wait for it.
         for _ in range(500):
-            if server.adapter.unplayed() == [0, 1, 2]:
+            if server.playback.unplayed() == [0, 1, 2]:
                 break
             await asyncio.sleep(0.01)
-        assert server.adapter.unplayed() == [0, 1, 2]
+        assert server.playback.unplayed() == [0, 1, 2]
 
 
 async def test_fail_first_then_the_recording() -> None:
@@ -279,7 +279,7 @@ async def test_scenarios_by_path_and_by_header(scenario_file: Path) -> None:
         _, error = await replay(server, options, "/scenarios/broken/v1")
         assert error is not None
         assert error.code is ErrorCode.STREAM_ABORTED
-        assert server.scenarios["broken"].adapter.injected == ["disconnect-mid-tool-call"]
+        assert server.scenarios["broken"].playback.injected == ["disconnect-mid-tool-call"]
         async with httpx.AsyncClient() as client:
             listing = (await client.get(server.url + "/scenarios")).json()["scenarios"]
             missing = await client.post(server.url + "/scenarios/nope/v1/chat/completions", json=request_body(recorded))
@@ -391,7 +391,7 @@ async def test_concurrent_requests_each_get_their_interaction() -> None:
         )
         for recorded, result in zip(cassette.interactions, results, strict=True):
             check(recorded, *result)
-        assert server.adapter.unplayed() == []
+        assert server.playback.unplayed() == []
 
 
 async def test_a_deliberate_reset_is_not_logged_as_a_server_error(caplog: pytest.LogCaptureFixture) -> None:
@@ -500,7 +500,7 @@ async def test_debug_headers_describe_their_own_call_under_concurrency() -> None
             return int(response.headers["x-chunktape-call"]), response.headers.get("x-chunktape-fault")
 
         results = await asyncio.gather(*(call() for _ in range(6)))
-        injected = server.adapter.injected
+        injected = server.playback.injected
     # 1-based, as Targeted(calls=...) counts, one number per call, and each names its own fault.
     assert sorted(number for number, _ in results) == [1, 2, 3, 4, 5, 6]
     for number, fault in results:
@@ -520,7 +520,7 @@ async def test_without_streaming_a_broken_stream_is_a_502_naming_the_problem_and
     body.pop("stream_options")
     async with ReplayServer(DEMO, timing=INSTANT, faults=[fault]) as server, httpx.AsyncClient() as client:
         response = await client.post(server.url + "/v1/chat/completions", json=body)
-        assert server.adapter.injected == [fault]
+        assert server.playback.injected == [fault]
     assert response.status_code == 502
     error = response.json()["error"]
     assert error["code"] == "PROTOCOL_VIOLATION"

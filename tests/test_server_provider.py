@@ -136,7 +136,7 @@ def test_a_miss_is_not_retried_by_the_openai_sdk_and_says_so_in_the_servers_knob
     ):
         with pytest.raises(openai.APIStatusError) as info:
             client.chat.completions.create(model="m", messages=[{"role": "user", "content": "something else"}])
-        assert server.adapter.calls == 1  # not retried
+        assert server.playback.calls == 1  # not retried
     response = info.value.response
     assert response.status_code == MISS_STATUS
     assert response.headers["x-chunktape-error"] == "CASSETTE_MISMATCH"
@@ -159,7 +159,7 @@ def test_an_interaction_played_already_is_not_retried_and_names_reset_and_repeat
         assert first.choices[0].message.content == "Hi"
         with pytest.raises(openai.APIStatusError) as info:
             client.chat.completions.create(model="m", messages=messages)
-        assert server.adapter.calls == 2  # the SDK took the miss as final: no retry
+        assert server.playback.calls == 2  # the SDK took the miss as final: no retry
     response = info.value.response
     assert response.status_code == MISS_STATUS
     assert response.headers["x-chunktape-error"] == "CASSETTE_EXHAUSTED"
@@ -177,7 +177,7 @@ def test_serve_match_on_reaches_the_server(monkeypatch: pytest.MonkeyPatch, tmp_
     monkeypatch.setattr("chunktape.http.serve", lambda *args, **kwargs: seen.update(kwargs))  # imported when run
     result = CliRunner().invoke(app, ["serve", str(path), "--match-on", "model,last_message"])
     assert result.exit_code == 0, result.output
-    assert seen["options"].match_on == ReplayOptions(match_on="model,last_message").match_on
+    assert seen["replay_options"].match_on == ReplayOptions(match_on="model,last_message").match_on
     bad = CliRunner().invoke(app, ["serve", str(path), "--match-on", "model,nope"])
     assert bad.exit_code != 0
     lines = bad.output.strip().splitlines()
@@ -202,8 +202,8 @@ def test_openai_sdk_retries_a_stall_before_the_first_byte_and_gets_the_reply() -
     ):
         reply = client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
         assert reply.choices[0].message.content == "Hello"
-        assert server.adapter.injected == ["stall-10s-after-0-chunks", None]
-        assert server.adapter.play_counts == [1]
+        assert server.playback.injected == ["stall-10s-after-0-chunks", None]
+        assert server.playback.play_counts == [1]
 
 
 async def test_async_openai_sdk_retries_a_stall_before_the_first_byte_and_streams_the_reply() -> None:
@@ -218,17 +218,17 @@ async def test_async_openai_sdk_retries_a_stall_before_the_first_byte_and_stream
         )
         text = "".join([chunk.choices[0].delta.content or "" async for chunk in stream if chunk.choices])
         assert text == "Hello"
-        assert server.adapter.calls == 2
-        assert server.adapter.play_counts == [1]
+        assert server.playback.calls == 2
+        assert server.playback.play_counts == [1]
 
 
 async def _released(server: ReplayServer, counts: list[int]) -> None:
     """Waits (in bounded steps, asserting nothing about time) until the server saw the client leave."""
     for _ in range(500):
-        if server.adapter.play_counts == counts:
+        if server.playback.play_counts == counts:
             return
         await asyncio.sleep(0.01)
-    assert server.adapter.play_counts == counts
+    assert server.playback.play_counts == counts
 
 
 async def test_a_client_that_leaves_mid_stream_leaves_the_interaction_and_a_recorded_retry_plays_in_order() -> None:
@@ -253,4 +253,4 @@ async def test_a_client_that_leaves_mid_stream_leaves_the_interaction_and_a_reco
         async with openai.AsyncOpenAI(base_url=server.url + "/v1", api_key="sk-test", max_retries=0) as sdk:
             reply = await sdk.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
             assert reply.choices[0].message.content == "Hello"
-        assert server.adapter.play_counts == [1, 1]
+        assert server.playback.play_counts == [1, 1]

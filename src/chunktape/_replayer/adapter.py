@@ -31,11 +31,11 @@ class ReplayAdapter(LlmAdapter):
         self,
         cassette: Cassette | LazyCassette | str | os.PathLike[str],
         *,
-        options: ReplayOptions | None = None,
+        replay_options: ReplayOptions | None = None,
         name: str | None = None,
         **replay: Unpack[ReplayKeywords],
     ) -> None:
-        self.playback = Playback(cassette, ReplayOptions.of(options, **replay))
+        self.playback = Playback(cassette, ReplayOptions.of(replay_options, **replay))
         """The engine: matching, play counts, faults and timing."""
         self._name = name or self.playback.recorded_name
 
@@ -58,9 +58,9 @@ class ReplayAdapter(LlmAdapter):
     # -- the engine's state and steps, as this adapter's ------------------------------------------
 
     @property
-    def options(self) -> ReplayOptions:
-        """How this adapter replays (``options`` with the keywords applied); validated when built."""
-        return self.playback.options
+    def replay_options(self) -> ReplayOptions:
+        """How this adapter replays (``replay_options`` with the keywords applied); validated when built."""
+        return self.playback.replay_options
 
     @property
     def source(self) -> LazyCassette:

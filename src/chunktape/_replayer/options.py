@@ -83,8 +83,8 @@ class ReplayOptions:
 
     @classmethod
     def of(cls, options: ReplayOptions | None = None, /, **changes: Unpack[ReplayKeywords]) -> ReplayOptions:
-        """``options`` (default: the defaults) with ``changes`` applied: what a face does with its ``options=`` and
-        its keywords. Without changes, ``options`` itself (nothing is validated twice)."""
+        """``options`` (default: the defaults) with ``changes`` applied: what a face does with its
+        ``replay_options=`` and its keywords. Without changes, ``options`` itself (nothing is validated twice)."""
         if options is None:
             return cls(**changes)
         if not changes:

@@ -4,11 +4,8 @@
 ``ReplayTransport`` (HTTP). It matches a live request to the first unplayed recorded interaction (repeats
 allowed or not), keeps the played/held counts, chooses each call's fault, raises the misses
 (``CASSETTE_MISMATCH``/``CASSETTE_EXHAUSTED``) with their hints, and plays an interaction on the chosen
-timing. The faces are the public API; the HTTP faces hand their engine out (``ReplayServer.adapter``,
-``ReplayTransport.adapter``) for ``assert_all_played()``, ``play_counts``, ``calls`` and ``injected``, so its
-names are public as ``chunktape._replayer.Playback`` (and ``ReplayCall``, ``Hold``); this module is private so
-that the faces below ``chunktape._replayer`` (``chunktape.http``, the fault search) reach it without an upward
-import.
+timing. Every face holds its engine as ``playback`` (``ReplayAdapter.playback``, ``ReplayServer.playback``,
+``ReplayTransport.playback``) for ``assert_all_played()``, ``play_counts``, ``calls`` and ``injected``.
 """
 
 from __future__ import annotations
@@ -75,18 +72,20 @@ class Playback:
     position, recordings that were cut short raise ``CASSETTE_EXHAUSTED`` when read past their end.
     """
 
-    def __init__(self, cassette: Cassette | LazyCassette | str | os.PathLike[str], options: ReplayOptions) -> None:
-        self.options = options
+    def __init__(
+        self, cassette: Cassette | LazyCassette | str | os.PathLike[str], replay_options: ReplayOptions
+    ) -> None:
+        self.replay_options = replay_options
         """How this engine replays (validated when the options were built)."""
         self.source = as_lazy(cassette)
-        self.fault_plan = FaultPlan(options.faults)
+        self.fault_plan = FaultPlan(replay_options.faults)
         """The faults applied at replay time, with their per-call state (FailFirst counters, Chaos draws)."""
         self.injected: list[str | None] = []
         """Per call, the id of the fault injected into it, or None."""
-        self.matcher = RequestMatcher(options.match_on)
+        self.matcher = RequestMatcher(replay_options.match_on)
         # Live requests are redacted like the recorder did, so they still match. The environment's credentials
         # are read once, here: one set per engine, not a scan of os.environ per call.
-        self._secrets = secrets_to_redact(options.redact, allow=options.allow_secrets)
+        self._secrets = secrets_to_redact(replay_options.redact, allow=replay_options.allow_secrets)
         self._redacts = bool(scanner(self._secrets, patterns=False).literals)
         self.play_counts = [0] * len(self.source)
         """How often each recorded interaction was played."""
@@ -133,7 +132,7 @@ class Playback:
         candidates = self._candidates(request)
         if not candidates:
             raise self.matcher.mismatch(request, self.source.requests, self.where)
-        if self.options.allow_repeats:
+        if self.replay_options.allow_repeats:
             return min(candidates, key=lambda index: (counts[index], index))
         numbers = ", ".join(f"#{index}" for index in candidates)
         raise LlmError(
@@ -239,7 +238,7 @@ class Playback:
         signal = options.signal
         with self.hold(fault, self.as_recorded(live), hold) as index:
             interaction = self.source.interaction(index)
-            if fault is None and self.options.timing.is_instant:
+            if fault is None and self.replay_options.timing.is_instant:
                 # The hot path: no sleeps, no wrapping.
                 if signal is None:
                     for event in interaction.events:
@@ -276,7 +275,7 @@ class Playback:
         """
         loop = asyncio.get_running_loop()
         start = loop.time()
-        timing = self.options.timing
+        timing = self.replay_options.timing
         due = timing.offsets(interaction)
         instant = timing.is_instant
         for position, event in enumerate(interaction.events):

@@ -57,13 +57,13 @@ class CassetteSession(LlmAdapter):
         *,
         live: Callable[[], LlmAdapter] | None,
         mode: str | RecordMode,
-        options: ReplayOptions | None = None,
+        replay_options: ReplayOptions | None = None,
         validate: bool = True,
         run_id: str | None = None,
     ) -> None:
         self.path = Path(path)
         self.mode = RecordMode.parse(mode)
-        self.options = ReplayOptions() if options is None else options
+        self.replay_options = ReplayOptions() if replay_options is None else replay_options
         """How the cassette is replayed; its ``redact`` and ``allow_secrets`` also apply to what is recorded."""
         self.calls: list[SessionCall] = []
         self.miss: LlmError | None = None
@@ -84,7 +84,7 @@ class CassetteSession(LlmAdapter):
         self._saved: Cassette | None = None
         self._http_recorders: list[RecordingAdapter] = []
         self._saved_recorders: set[int] = set()
-        self._http_replayers: list[Playback] = []
+        self._http_playbacks: list[Playback] = []
         self._closers: list[Callable[[], None]] = []
         self._save_done = False
         self._failed: bool | None = None
@@ -95,7 +95,7 @@ class CassetteSession(LlmAdapter):
         self.written: Path | None = None
         """The file this session wrote on save: ``path``, ``failed_path``, or None when nothing was recorded."""
         if self.path.exists() and self.mode is not RecordMode.ALL:
-            self._replayer = ReplayAdapter(self.path, options=self.options)
+            self._replayer = ReplayAdapter(self.path, replay_options=self.replay_options)
 
     @property
     def name(self) -> str:
@@ -163,18 +163,18 @@ class CassetteSession(LlmAdapter):
         append = self.mode in (RecordMode.NEW_EPISODES, RecordMode.ONCE)
         tags = {RUN_TAG: self._run_id} if self.mode is RecordMode.ALL and self._run_id is not None else {}
         return {
-            "redact": self.options.redact,
-            "allow_secrets": self.options.allow_secrets,
+            "redact": self.replay_options.redact,
+            "allow_secrets": self.replay_options.allow_secrets,
             "append": append,
             "tags": tags,
         }
 
-    def replays(self, replayer: Playback | None, request: Callable[[], RecordedRequest]) -> bool:
-        """Whether a call goes to ``replayer`` (True) or is recorded (False), per the mode; ``request()`` is asked
+    def replays(self, playback: Playback | None, request: Callable[[], RecordedRequest]) -> bool:
+        """Whether a call goes to ``playback`` (True) or is recorded (False), per the mode; ``request()`` is asked
         only when the mode must know whether it can play. Raises ``CASSETTE_NOT_FOUND`` when it can do neither."""
         if self._closed:
             raise LlmError(f"the cassette session for {self.path} is closed", ErrorCode.INVALID_CONFIG)
-        if replayer is not None and (self.mode is not RecordMode.NEW_EPISODES or replayer.can_play(request())):
+        if playback is not None and (self.mode is not RecordMode.NEW_EPISODES or playback.can_play(request())):
             return True
         if self.mode is RecordMode.NONE:
             raise LlmError(f"{self.path} does not exist", ErrorCode.CASSETTE_NOT_FOUND, advice=Advice.RECORD)
@@ -183,15 +183,15 @@ class CassetteSession(LlmAdapter):
     def attach_http(
         self,
         *,
-        replayer: Playback | None = None,
+        playback: Playback | None = None,
         recorder: RecordingAdapter | None = None,
         close: Callable[[], None] | None = None,
     ) -> None:
         """What an HTTP face of this session (``transport()``, the plugin's server) replays with or records into:
-        ``assert_all_played()`` checks the replayer, ``save()`` writes the recorder with the rest, and ``close``
+        ``assert_all_played()`` checks the playback, ``save()`` writes the recorder with the rest, and ``close``
         runs when the session closes (after the save)."""
-        if replayer is not None:
-            self._http_replayers.append(replayer)
+        if playback is not None:
+            self._http_playbacks.append(playback)
         if recorder is not None:
             self._http_recorders.append(recorder)
         if close is not None:
@@ -245,7 +245,7 @@ class CassetteSession(LlmAdapter):
         fallback = None
         if self.mode is RecordMode.NEW_EPISODES and tools is not None:
             fallback = RecordingToolRunner(tools, self._record_tool)
-        timing = self.options.timing
+        timing = self.replay_options.timing
         return ReplayingToolRunner(tape, fallback, time_scale=1e-9 / timing.speed if timing.kind == "recorded" else 0)
 
     def _record_tool(self, run: ToolRun) -> None:
@@ -291,7 +291,7 @@ class CassetteSession(LlmAdapter):
         """Fail if a replayable interaction was never played (by the adapter calls, or by any HTTP face), or a
         recorded tool run this session's ``tools()`` could answer; the message ends with ``advice`` (the caller's
         face)."""
-        replayers = [*([self._replayer.playback] if self._replayer is not None else []), *self._http_replayers]
+        replayers = [*([self._replayer.playback] if self._replayer is not None else []), *self._http_playbacks]
         if replayers:
             # Each face plays the file with its own counts: an interaction is unplayed if no face played it.
             unplayed = [set(replayer.unplayed()) for replayer in replayers]
@@ -415,7 +415,7 @@ def use_cassette(
     *,
     live: Callable[[], LlmAdapter] | None = None,
     mode: str | RecordMode = RecordMode.NONE,
-    options: ReplayOptions | None = None,
+    replay_options: ReplayOptions | None = None,
     validate: bool = True,
     run_id: str | None = None,
     **replay: Unpack[ReplayKeywords],
@@ -424,12 +424,17 @@ def use_cassette(
 
     ``live`` is a factory, called only when something is actually recorded, so a real adapter and its API key
     are never needed to replay. Use it as ``async with use_cassette(...) as adapter:``; it saves on exit.
-    The replay settings are ``options`` with the keywords (``timing=``, ``faults=``, ``match_on=``, ...) applied,
+    The replay settings are ``replay_options`` with the keywords (``timing=``, ``faults=``, ``match_on=``, ...) applied,
     checked now even when this run records: a bad matcher, fault or timing must not pass while recording and
     fail only later, offline, in CI. ``redact`` and ``allow_secrets`` apply to the recording too.
     ``run_id`` names the run in ``all`` mode: sessions sharing it (pytest-xdist workers of one run) together
     replace the cassette once, each adding its recording, instead of the last one replacing the others'.
     """
     return CassetteSession(
-        path, live=live, mode=mode, options=ReplayOptions.of(options, **replay), validate=validate, run_id=run_id
+        path,
+        live=live,
+        mode=mode,
+        replay_options=ReplayOptions.of(replay_options, **replay),
+        validate=validate,
+        run_id=run_id,
     )

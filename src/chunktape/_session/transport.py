@@ -50,19 +50,19 @@ class Session(Protocol):
     def replayer(self) -> ReplayAdapter | None: ...
 
     @property
-    def options(self) -> ReplayOptions: ...
+    def replay_options(self) -> ReplayOptions: ...
 
     @property
     def recording(self) -> bool: ...
 
     def recording_settings(self) -> dict[str, Any]: ...
 
-    def replays(self, replayer: Playback | None, request: Callable[[], RecordedRequest]) -> bool: ...
+    def replays(self, playback: Playback | None, request: Callable[[], RecordedRequest]) -> bool: ...
 
     def attach_http(
         self,
         *,
-        replayer: Playback | None = None,
+        playback: Playback | None = None,
         recorder: RecordingAdapter | None = None,
         close: Callable[[], None] | None = None,
     ) -> None: ...
@@ -119,8 +119,8 @@ class SessionTransport(DualTransport):
         self.replay: ReplayTransport | None = None
         """What answers the replayed requests (None when the session has no cassette to replay)."""
         if session.replayer is not None:
-            self.replay = ReplayTransport(session.replayer.source, session.options)
-            session.attach_http(replayer=self.replay.adapter)
+            self.replay = ReplayTransport(session.replayer.source, session.replay_options)
+            session.attach_http(playback=self.replay.playback)
         self.recording: RecordingTransport | None = None
         """What records the others, once one was recorded."""
 
@@ -137,7 +137,7 @@ class SessionTransport(DualTransport):
         if chat is None and self.session.recording:
             return self._recorder()  # no chat completion: it passes through, unrecorded
         replay = self.replay
-        replays = self.session.replays(None if replay is None else replay.adapter, lambda: _known(chat))
+        replays = self.session.replays(None if replay is None else replay.playback, lambda: _known(chat))
         if chat is not None:
             self.session.calls.append(SessionCall(request=chat, recorded=not replays))
         if replays:

@@ -46,7 +46,7 @@ async def replay_to_console(
     cassette: Cassette,
     out: Console,
     *,
-    options: ReplayOptions | None = None,
+    replay_options: ReplayOptions | None = None,
     first_index: int = 0,
     **replay: Unpack[ReplayKeywords],
 ) -> Played:
@@ -57,7 +57,7 @@ async def replay_to_console(
     stops that interaction and is printed (it would fail a consumer). The tool executions recorded after an
     interaction (an agent run's) are shown after it, as the model received them.
     """
-    settings = ReplayOptions.of(options, **replay)
+    settings = ReplayOptions.of(replay_options, **replay)
     errors = violations = 0
     for offset, interaction in enumerate(cassette.interactions):
         index = first_index + offset
@@ -65,7 +65,7 @@ async def replay_to_console(
         last = summary.last_user.replace("\n", " ")
         excerpt = last if len(last) <= 60 else last[:57] + "..."
         out.rule(Text(printable(f"#{index} {summary.model} · {excerpt!r}")), align="left", style="blue")
-        adapter = ReplayAdapter(Cassette(meta=cassette.meta, interactions=[interaction]), options=settings)
+        adapter = ReplayAdapter(Cassette(meta=cassette.meta, interactions=[interaction]), replay_options=settings)
         printer = ChunkPrinter(out)
         validator = StreamValidator(require_finish=type(interaction.outcome) is Completed)
         try:
@@ -133,7 +133,7 @@ def play(
             raise CliError(f"--interaction {interaction}: {cassette} has interactions 0 to {count - 1}", EXIT_USAGE)
         loaded = Cassette(meta=loaded.meta, interactions=[loaded.interactions[interaction]], tool_runs=loaded.tool_runs)
         first = interaction
-    replay = replay_to_console(shown(loaded, show_secrets), console(), options=options, first_index=first)
+    replay = replay_to_console(shown(loaded, show_secrets), console(), replay_options=options, first_index=first)
     # --instant: on a virtual-time loop, so a fault's stall or latency takes no wall time either.
     played = run_virtual(replay) if instant else asyncio.run(replay)
     if played.violations:

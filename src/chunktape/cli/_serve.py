@@ -101,7 +101,7 @@ def serve(
         [str(path) for path in cassettes or []],
         host=host,
         port=port,
-        options=options,
+        replay_options=options,
         scenarios=scenarios,
         allow_remote=allow_remote,
         limits=ServerLimits(max_body=max_body),

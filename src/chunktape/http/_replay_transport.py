@@ -7,7 +7,7 @@ Hand it to the SDK's httpx2 or httpx client, sync or async (one object serves al
                              http_client=httpx2.AsyncClient(transport=transport))
 
 Each ``POST .../chat/completions`` is matched, played and timed by the replay engine ``ReplayAdapter`` stands on
-(the same keywords; ``adapter`` is the ``chunktape._replayer.Playback`` inside), then rendered in the provider's
+(the same keywords; ``playback`` is that engine, ``chunktape._replayer.Playback``), then rendered in the provider's
 wire format with the metadata ``RecordingTransport`` kept (``Interaction.response``: id, answered model, ``created``,
 ``system_fingerprint``, headers, extras, no invented ``finish_reason``):
 
@@ -80,9 +80,9 @@ def _error(status: int, message: str, retry_after: float | None, headers: Mappin
 
 
 class ReplayTransport(DualTransport):
-    """Answers chat completions from ``cassette``; ``options`` (or their keywords) are ``ReplayAdapter``'s;
+    """Answers chat completions from ``cassette``; ``replay_options`` (or their keywords) are ``ReplayAdapter``'s;
     faults apply to the HTTP events (see the module docstring). ``injected`` lists the fault id per request (or None).
-    ``adapter`` is the replay engine: ``assert_all_played()``, ``play_counts``, ``calls``.
+    ``playback`` is the replay engine: ``assert_all_played()``, ``play_counts``, ``calls``.
 
     Raises ``INVALID_CONFIG`` for a fault with no form on the wire (``FaultTransport``'s refusals).
     """
@@ -90,25 +90,25 @@ class ReplayTransport(DualTransport):
     def __init__(
         self,
         cassette: Cassette | LazyCassette | str | os.PathLike[str],
-        options: ReplayOptions | None = None,
+        replay_options: ReplayOptions | None = None,
         **replay: Unpack[ReplayKeywords],
     ) -> None:
-        self.adapter = Playback(cassette, ReplayOptions.of(options, **replay))
+        self.playback = Playback(cassette, ReplayOptions.of(replay_options, **replay))
         """Matching, play counts, the faults' plan and timing (``assert_all_played()``, ``play_counts``)."""
-        check_faults(self.adapter.fault_plan)
+        check_faults(self.playback.fault_plan)
 
     @property
     def plan(self) -> FaultPlan:
         """The faults with their per-request state; they apply to the HTTP events, not to a chunk stream."""
-        return self.adapter.fault_plan
+        return self.playback.fault_plan
 
     @property
     def injected(self) -> list[str | None]:
-        return self.adapter.injected
+        return self.playback.injected
 
     def assert_all_played(self) -> None:
         """Fail if a recorded interaction was never played (``ReplayAdapter.assert_all_played``)."""
-        self.adapter.assert_all_played()
+        self.playback.assert_all_played()
 
     def _answer(self, request: AnyRequest) -> _Whole | _Streamed:
         if request.method != "POST" or not request.url.path.endswith(CHAT_PATH):
@@ -118,7 +118,7 @@ class ReplayTransport(DualTransport):
                 ErrorCode.CASSETTE_MISMATCH,
             )
         chat = decode_chat_request(request.content)
-        engine = self.adapter
+        engine = self.playback
         _, active = engine.begin(chat.options)
         failed = active.http_error if active is not None else None
         if failed is not None:
@@ -141,7 +141,7 @@ class ReplayTransport(DualTransport):
             return _Whole(200, {**headers, "content-type": "application/json"}, _encoder.encode(body))
         headers["content-type"] = "text/event-stream; charset=utf-8"
         broken = type(outcome) is Raised and outcome.code in _BROKEN
-        if active is None and engine.options.timing.is_instant and not broken:
+        if active is None and engine.replay_options.timing.is_instant and not broken:
             held.__exit__(None, None, None)
             content = render_sse(interaction, model=chat.options.model, include_usage=chat.include_usage)
             return _Whole(200, headers, content)
@@ -163,7 +163,7 @@ class ReplayTransport(DualTransport):
         yield renderer.head()
         shift = (lambda: active.delayed_s) if active is not None else None
         try:
-            async for chunk in self.adapter.timed(interaction, index, None, shift):
+            async for chunk in self.playback.timed(interaction, index, None, shift):
                 piece = renderer.chunk(chunk)
                 if piece:
                     yield piece
@@ -171,7 +171,7 @@ class ReplayTransport(DualTransport):
             pass  # the recorded outcome, rendered below
         outcome = interaction.outcome
         if type(outcome) is Raised and outcome.code in _BROKEN:
-            message = f"{outcome.message} (replayed from {self.adapter.path or 'the cassette'})"
+            message = f"{outcome.message} (replayed from {self.playback.path or 'the cassette'})"
             raise read_error(request, message, timeout=outcome.code == ErrorCode.TIMEOUT.value)
         yield renderer.outcome(outcome).data
 

@@ -358,7 +358,7 @@ def tape(
             path,
             live=None if mode is RecordMode.NONE else _live(tape_live_adapter),
             mode=mode,
-            options=replay,
+            replay_options=replay,
             run_id=request.config.stash[_run_key],
         )
     except LlmError as error:  # an unreadable cassette: the message says what to do
@@ -423,8 +423,8 @@ def tape_server_url(tape: CassetteSession, request: pytest.FixtureRequest) -> It
             f"only replays); record it with: pytest '{request.node.nodeid}' --tape-mode once",
             pytrace=False,
         )
-    with ReplayServer(tape.path, options=tape.options) as server:
-        tape.attach_http(replayer=server.adapter)
+    with ReplayServer(tape.path, replay_options=tape.replay_options) as server:
+        tape.attach_http(playback=server.playback)
         yield server.url
 
 

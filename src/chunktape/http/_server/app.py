@@ -209,36 +209,36 @@ class _Target:
         self,
         name: str | None,
         source: Cassette | LazyCassette | str | os.PathLike[str],
-        options: ReplayOptions,
+        replay_options: ReplayOptions,
         description: str = "",
     ) -> None:
         self.name = name
         self.source = as_lazy(source)  # opened once: a reset replays the same content without re-reading it
-        self.options = options
+        self.replay_options = replay_options
         self.description = description
-        self.adapter = self._build()
+        self.playback = self._build()
 
     @property
     def timing(self) -> Timing:
-        return self.options.timing
+        return self.replay_options.timing
 
     def _build(self) -> Playback:
-        return Playback(self.source, self.options)
+        return Playback(self.source, self.replay_options)
 
     def reset(self) -> None:
-        self.adapter = self._build()
+        self.playback = self._build()
 
     def describe(self) -> dict[str, Any]:
-        adapter = self.adapter
+        playback = self.playback
         return {
             "name": self.name,
             "description": self.description,
-            "cassette": adapter.path,
-            "interactions": len(adapter.play_counts),
-            "faults": [fault_id(fault) for fault in adapter.fault_plan.faults],
+            "cassette": playback.path,
+            "interactions": len(playback.play_counts),
+            "faults": [fault_id(fault) for fault in playback.fault_plan.faults],
             "timing": msgspec.to_builtins(self.timing),
             "path": f"/scenarios/{self.name}/v1/chat/completions",
-            "calls": adapter.calls,
+            "calls": playback.calls,
         }
 
 
@@ -250,8 +250,8 @@ class ReplayServer:
 
     Use it in tests with ``with ReplayServer(...) as server:`` or ``async with`` (it runs in a background
     thread with its own event loop, so any client on any loop, sync or async, can reach it), or run it in the
-    foreground with ``run()`` (what ``serve()`` and ``chunktape serve`` do). ``adapter`` (a
-    ``chunktape._replayer.Playback``) answers the default routes, ``scenarios[name].adapter`` each scenario; both
+    foreground with ``run()`` (what ``serve()`` and ``chunktape serve`` do). ``playback`` (the replay engine,
+    ``chunktape._replayer.Playback``) answers the default routes, ``scenarios[name].playback`` each scenario; both
     expose ``injected``, ``calls``, ``play_counts`` and ``assert_all_played()``.
     """
 
@@ -261,7 +261,7 @@ class ReplayServer:
         *,
         host: str = "127.0.0.1",
         port: int = 0,
-        options: ReplayOptions | None = None,
+        replay_options: ReplayOptions | None = None,
         scenarios: str | os.PathLike[str] | Sequence[Scenario] | None = None,
         allow_remote: bool = False,
         limits: ServerLimits = ServerLimits(),  # noqa: B008 - ServerLimits is frozen
@@ -270,21 +270,21 @@ class ReplayServer:
         sources: list[CassetteSource] = (
             [cassettes] if isinstance(cassettes, Cassette | LazyCassette | str | os.PathLike) else list(cassettes)
         )
-        self.options = ReplayOptions.of(_SERVED if options is None else options, **replay)
+        self.replay_options = ReplayOptions.of(_SERVED if replay_options is None else replay_options, **replay)
         """How the default routes replay; each scenario replaces its ``timing``, ``faults`` (and ``match_on``, when it
         sets one) with its own."""
         self._default: _Target | None = None
         if sources:
-            self._default = _Target(None, _merge(sources), self.options)
+            self._default = _Target(None, _merge(sources), self.replay_options)
         if isinstance(scenarios, str | os.PathLike):
             scenarios = load_scenarios(Path(scenarios))
         self.scenarios: dict[str, _Target] = {}
-        """The scenario routes by name; ``scenarios[name].adapter`` is the replay engine behind it."""
+        """The scenario routes by name; ``scenarios[name].playback`` is the replay engine behind it."""
         for scenario in scenarios or ():
             self.scenarios[scenario.name] = _Target(
                 scenario.name,
                 Path(scenario.cassette),
-                scenario.replay_options(self.options),
+                scenario.replay_options(self.replay_options),
                 description=scenario.description,
             )
         if self._default is None and not self.scenarios:
@@ -320,11 +320,11 @@ class ReplayServer:
     # -- running -------------------------------------------------------------------------------
 
     @property
-    def adapter(self) -> Playback:
+    def playback(self) -> Playback:
         """The replay engine behind the default routes."""
         if self._default is None:
             raise LlmError("this server has no default cassette, only scenarios", ErrorCode.INVALID_CONFIG)
-        return self._default.adapter
+        return self._default.playback
 
     def start(self) -> ReplayServer:
         """Serve in a background thread; returns at once (the socket already accepts connections)."""
@@ -461,7 +461,7 @@ class ReplayServer:
             return problem(400, exc.message, "INVALID_REQUEST")
         # The call's number and fault are chosen now, before any await: the headers describe THIS call even
         # when concurrent requests interleave.
-        call = target.adapter.open(options)
+        call = target.playback.open(options)
         chunks = call.chunks
         headers = {"x-chunktape-call": str(call.call)}
         if call.fault_id is not None:
@@ -687,7 +687,7 @@ def serve(
     *,
     host: str = "127.0.0.1",
     port: int = 0,
-    options: ReplayOptions | None = None,
+    replay_options: ReplayOptions | None = None,
     scenarios: str | os.PathLike[str] | Sequence[Scenario] | None = None,
     allow_remote: bool = False,
     limits: ServerLimits = ServerLimits(),  # noqa: B008 - ServerLimits is frozen
@@ -698,14 +698,14 @@ def serve(
 
     Binds first (a busy port or a non-loopback host raises ``LlmError(INVALID_CONFIG)`` with a one-line
     message), then calls ``on_ready(server)`` (default: print the URL and the scenario routes), then serves.
-    The replay settings (``options``, the keywords) are ``ReplayServer``'s, passed on as they are.
+    The replay settings (``replay_options``, the keywords) are ``ReplayServer``'s, passed on as they are.
     For tests, use ``ReplayServer`` as a (async) context manager instead.
     """
     server = ReplayServer(
         cassettes,
         host=host,
         port=port,
-        options=options,
+        replay_options=replay_options,
         scenarios=scenarios,
         allow_remote=allow_remote,
         limits=limits,
