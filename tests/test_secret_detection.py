@@ -1,4 +1,4 @@
-"""The credential holes a review found: keys glued to CJK text or a digit, AWS secrets as the AWS tools print
+"""Credentials where they are hard to see: keys glued to CJK text or a digit, AWS secrets as the AWS tools print
 them, env values with a line end, ``\\u`` escapes after an odd quote, wrapped base64; and messages shown to
 people (the plugin's failures, ``assert_all_played``) pass the one display redaction."""
 

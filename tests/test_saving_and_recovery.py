@@ -1,4 +1,5 @@
-"""What a review of the store found: each test fails on the tree it was written against."""
+"""Saving and recovering never lose a recording: a killed save, a crashed or still-running journal, a failed run,
+a save or close that failed and is tried again, and what a cassette prints to a terminal."""
 
 from __future__ import annotations
 
