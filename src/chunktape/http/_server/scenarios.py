@@ -39,6 +39,7 @@ import msgspec
 
 from chunktape._cassettes.matching import DEFAULT_MATCH, MATCHERS, parse_match_on
 from chunktape._errors import ErrorCode, LlmError
+from chunktape._limits import UnreadableFile, read_user_file
 from chunktape._replayer.options import ReplayOptions
 from chunktape._replayer.timing import Timing
 from chunktape.faults import STANDARD_FAULTS, Fault, fault_id, parse_fault
@@ -51,6 +52,8 @@ __all__ = [
 ]
 
 SCENARIO_FORMAT_VERSION = 1
+MAX_SCENARIO_FILE_BYTES = 16 << 20
+"""The largest scenario file read (16 MiB): one is a few kilobytes of names, faults and paths."""
 
 _NonNegFloat = Annotated[float, msgspec.Meta(ge=0)]
 _PositiveFloat = Annotated[float, msgspec.Meta(gt=0)]
@@ -133,9 +136,9 @@ def load_scenarios(path: str | Path, problems: list[str] | None = None) -> list[
     if suffix not in (".toml", ".json"):
         raise _config_error(f"{path}: scenario files end in .toml or .json, got {suffix or 'no suffix'!r}")
     try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise _config_error(f"{path}: cannot read the scenario file ({exc.strerror or exc})") from None
+        data = read_user_file(path, limit=MAX_SCENARIO_FILE_BYTES)
+    except UnreadableFile as exc:
+        raise _config_error(f"cannot read the scenario file: {exc}") from None
     try:
         document = msgspec.toml.decode(data) if suffix == ".toml" else msgspec.json.decode(data)
     except msgspec.DecodeError as exc:
