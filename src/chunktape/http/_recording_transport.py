@@ -427,9 +427,15 @@ class RecordingTransport(DualTransport):
     def path(self) -> Path:
         return self.recorder.path
 
+    @staticmethod
+    def records(method: str, path: str) -> bool:
+        """Whether a request of ``method`` to ``path`` is one this transport records (a chat completion); the
+        others pass through unrecorded (a proxy says so once per route)."""
+        return method.upper() == "POST" and path.endswith(CHAT_PATH)
+
     def _start(self, request: AnyRequest, now: Callable[[], float]) -> _Exchange | None:
         """The recording of ``request``, if it is a chat completion (else None: it passes through unrecorded)."""
-        if request.method != "POST" or not request.url.path.endswith(CHAT_PATH):
+        if not self.records(request.method, request.url.path):
             return None
         seen = self._source.seen
         seen.extend(secret for secret in _credentials(request) if secret not in seen)

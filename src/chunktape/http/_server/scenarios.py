@@ -25,8 +25,9 @@ A fault is a table with a ``type`` (see ``chunktape.faults``) or the id of a ``S
 ``<name>[<fault id>]``, each with the shared ``faults`` plus that one. The JSON form is the same document
 (``{"scenarios": [...]}``). Every error is ``LlmError(INVALID_CONFIG)`` naming the scenario and the field.
 
-A scenario name becomes a URL path segment and a response header, so it may not contain ``/``, ``..`` or
-non-printable characters (control characters, line breaks); any other text, ``测试`` included, is fine.
+A scenario name becomes a URL path segment and a response header, so it may not contain ``/``, ``\\``, ``..``,
+``?``, ``#``, ``%`` or non-printable characters (control characters, line breaks), nor start or end with a space;
+any other text, ``测试`` included, is fine (``_name_problem``: one rule, checked whenever a scenario is made).
 """
 
 from __future__ import annotations
@@ -89,21 +90,35 @@ class Scenario(msgspec.Struct, frozen=True, kw_only=True):
         return ReplayOptions.of(served, timing=self.timing, faults=self.faults, match_on=self.match_on)
 
 
-def _name_problem(name: str) -> str | None:
-    """Why ``name`` cannot name a scenario route, or None when it can.
+MAX_NAME_LENGTH = 200
+"""The longest scenario name: a route segment and a header value, well within any URL or header limit."""
 
-    A ``/`` or ``..`` would change the route's path; a non-printable character (a control character, CR/LF,
-    a Unicode line separator) cannot go in a URL or a header.
+
+def _name_problem(name: str) -> str | None:
+    """Why ``name`` cannot name a scenario, or None when it can: the one rule for the route
+    (``/scenarios/<name>/v1/...``) and the header (``x-chunktape-scenario``), checked when a scenario is made.
+
+    A ``/``, ``\\`` or ``..`` would change the route's path, and ``?``, ``#`` or ``%`` what a URL holding it
+    means; a non-printable character (a control character, CR/LF, a Unicode line separator) cannot go in a URL
+    or a header, nor can whitespace at either end of a header value (HTTP trims it: ``" "`` would name nothing).
+    Anything else (``测试``, ``rate-limited twice``) is fine: the server percent-encodes what is not ASCII.
     """
     if not name:
         return "a scenario name cannot be empty"
+    if len(name) > MAX_NAME_LENGTH:
+        return f"a scenario name is at most {MAX_NAME_LENGTH} characters, got {len(name)}"
+    if not name.isprintable():
+        bad = next(char for char in name if not char.isprintable())
+        return f"a scenario name cannot contain the non-printable character {bad!r}"
+    if name != name.strip():
+        return "a scenario name cannot start or end with a space (a header value cannot)"
     if "/" in name or "\\" in name:
         return "a scenario name cannot contain '/' or '\\' (it is one segment of the route's path)"
     if ".." in name:
         return "a scenario name cannot contain '..'"
-    if not name.isprintable():
-        bad = next(char for char in name if not char.isprintable())
-        return f"a scenario name cannot contain the non-printable character {bad!r}"
+    bad_url = next((char for char in name if char in "?#%"), None)
+    if bad_url is not None:
+        return f"a scenario name cannot contain {bad_url!r} (it changes what a URL holding it means)"
     return None
 
 
