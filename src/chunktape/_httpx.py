@@ -29,7 +29,8 @@ from typing import TYPE_CHECKING, Any, Literal, Self, TypeAlias, TypeVar, overlo
 import httpx
 import httpx2
 
-from chunktape._limits import MAX_DECODED_BYTES, BodyDecodeError, BodyDecoder
+from chunktape import _limits
+from chunktape._limits import BodyDecodeError, BodyDecoder
 
 __all__ = [
     "CONNECT_ERRORS",
@@ -259,9 +260,13 @@ def _encoding(reply: AnyResponse) -> str | None:
 
 def _decoding_error(reply: AnyResponse, error: BodyDecodeError) -> Exception:
     """``error`` as the reply's library raises a body it cannot decode (SDKs map it to a connection error)."""
+    try:
+        request = reply.request
+    except RuntimeError:  # a transport's own response: the client sets its request later
+        request = None
     if isinstance(reply, httpx2.Response):
-        return httpx2.DecodingError(str(error), request=reply.request)
-    return httpx.DecodingError(str(error), request=reply.request)
+        return httpx2.DecodingError(str(error), request=request if isinstance(request, httpx2.Request) else None)
+    return httpx.DecodingError(str(error), request=request if isinstance(request, httpx.Request) else None)
 
 
 def raw_pieces(reply: AnyResponse) -> Iterator[bytes]:
@@ -288,13 +293,11 @@ def _decoded(reply: AnyResponse, encoding: str) -> Iterator[bytes]:
                 yield from decoder.feed(data)
             yield from decoder.close()
         else:
-            total = 0
+            total, limit = 0, _limits.MAX_DECODED_BYTES
             for piece in reply.iter_bytes():
                 total += len(piece)
-                if total > MAX_DECODED_BYTES:
-                    raise BodyDecodeError(
-                        f"the {encoding} body decodes to more than {MAX_DECODED_BYTES:,} bytes", "too-large"
-                    )
+                if total > limit:
+                    raise BodyDecodeError(f"the {encoding} body decodes to more than {limit:,} bytes", "too-large")
                 yield piece
     except BodyDecodeError as error:
         raise _decoding_error(reply, error) from None
@@ -332,15 +335,13 @@ async def _adecoded(reply: AnyResponse, encoding: str) -> AsyncIterator[bytes]:
             for piece in decoder.close():
                 yield piece
         else:
-            total = 0
+            total, limit = 0, _limits.MAX_DECODED_BYTES
             decoded = reply.aiter_bytes()
             try:
                 async for piece in decoded:
                     total += len(piece)
-                    if total > MAX_DECODED_BYTES:
-                        raise BodyDecodeError(
-                            f"the {encoding} body decodes to more than {MAX_DECODED_BYTES:,} bytes", "too-large"
-                        )
+                    if total > limit:
+                        raise BodyDecodeError(f"the {encoding} body decodes to more than {limit:,} bytes", "too-large")
                     yield piece
             finally:
                 await _aclose(decoded)

@@ -135,15 +135,16 @@ class BodyDecoder:
     """Decodes a ``gzip`` or ``deflate`` (zlib, or raw as some servers send it) body fed piece by piece.
 
     ``feed(data)`` returns the decoded pieces (each at most ``PIECE_BYTES``), ``close()`` the rest; both raise
-    ``BodyDecodeError`` for corrupt data, a decoded size past ``limit``, or (``close``) a stream that did not end.
+    ``BodyDecodeError`` for corrupt data, a decoded size past ``limit`` (default: ``MAX_DECODED_BYTES``, read when
+    the decoder is made), or (``close``) a stream that did not end.
     ``supports(encoding)`` says which ``Content-Encoding`` values it decodes.
     """
 
-    def __init__(self, encoding: str, *, limit: int = MAX_DECODED_BYTES) -> None:
+    def __init__(self, encoding: str, *, limit: int | None = None) -> None:
         self.encoding = encoding.strip().lower()
         if self.encoding not in _WBITS:
             raise BodyDecodeError(f"unsupported content-encoding {encoding!r}")
-        self.limit = limit
+        self.limit = MAX_DECODED_BYTES if limit is None else limit
         self.decoded = 0
         self._raw_deflate = False
         self._started = False
@@ -211,7 +212,7 @@ class BodyDecoder:
         return pieces
 
 
-def decode_body(data: bytes, encoding: str, *, limit: int = MAX_DECODED_BYTES) -> bytes:
+def decode_body(data: bytes, encoding: str, *, limit: int | None = None) -> bytes:
     """``data`` decoded (``BodyDecoder``), whole: at most ``limit`` bytes are ever held."""
     decoder = BodyDecoder(encoding, limit=limit)
     return b"".join([*decoder.feed(data), *decoder.close()])

@@ -64,6 +64,8 @@ _HOP_BY_HOP = frozenset(
 )
 """Headers that belong to one connection (or that the next hop computes again), not to the message."""
 _METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
+_KEEP_ALIVE = 32
+"""Idle upstream connections kept for reuse (httpx's default is 20)."""
 
 
 def _forwarded(headers: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
@@ -99,14 +101,11 @@ class _OneLine(logging.Filter):
         if leaves and all(isinstance(leaf, _Reported) for leaf in leaves):
             return False
         if leaves and all(isinstance(leaf, asyncio.CancelledError) for leaf in leaves):
-            summary = "a stream still open was cut as the proxy stopped"
+            line = "chunktape proxy: a stream still open was cut as the proxy stopped"
         else:
             summary = "; ".join(f"{type(leaf).__name__}: {leaf}" for leaf in leaves) or "unknown error"
-        try:
-            message = record.getMessage().strip()
-        except (TypeError, ValueError):
-            message = str(record.msg).strip()
-        record.msg, record.args = f"chunktape proxy: {message}: {summary}", None
+            line = f"chunktape proxy: answering a request failed: {summary}"
+        record.msg, record.args = line, None
         record.exc_info, record.exc_text = None, None
         return True
 
@@ -145,7 +144,13 @@ class RecordingProxy:
             if cassette is None:
                 raise LlmError("a RecordingProxy needs a cassette to record into", ErrorCode.INVALID_CONFIG)
             check_writable(cassette)  # before listening: a session that cannot be saved is refused at once
-            transport = RecordingTransport(httpx2.AsyncHTTPTransport(verify=default_tls()), cassette, **recording)
+            # No cap on upstream connections: httpx's default (100) made the 101st client stream wait for one of
+            # the others to end, for ever when the clients wait on each other. Each client request in flight holds
+            # one upstream connection, as it must; the proxy's clients bound how many there are.
+            upstream_pool = httpx2.Limits(max_connections=None, max_keepalive_connections=_KEEP_ALIVE)
+            transport = RecordingTransport(
+                httpx2.AsyncHTTPTransport(verify=default_tls(), limits=upstream_pool), cassette, **recording
+            )
         self.upstream = upstream.rstrip("/")
         self._unrecorded: set[tuple[str, str]] = set()
         self.transport = transport
@@ -202,7 +207,7 @@ class RecordingProxy:
         if body is None:
             return _dated(problem(413, f"the request body is over {self.limits.max_body} bytes", "REQUEST_TOO_LARGE"))
         self._note_unrecorded(request.method, request.url.path)
-        target = self.upstream + request.url.path + (f"?{request.url.query}" if request.url.query else "")
+        target = self._target(request.url.path, request.url.query)
         outgoing = self._client.build_request(
             request.method, target, headers=_forwarded(request.headers.items()), content=body
         )
@@ -222,6 +227,13 @@ class RecordingProxy:
         return StreamingResponse(
             _pieces(reply, route, self._shown), status_code=reply.status_code, headers=dict(headers)
         )
+
+    def _target(self, path: str, query: str) -> str:
+        """The upstream URL for a request to ``path?query``: the upstream's path then ``path``, the upstream's
+        query (``?key=...``, ``?api-version=...``) then the request's."""
+        base, _, own = self.upstream.partition("?")
+        joined = "&".join(part for part in (own, query) if part)
+        return base.rstrip("/") + path + (f"?{joined}" if joined else "")
 
     def _note_unrecorded(self, method: str, path: str) -> None:
         """Say once per route that its traffic is forwarded but not recorded (another protocol, another API)."""
