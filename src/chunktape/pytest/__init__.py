@@ -1,8 +1,8 @@
 """chunktape's pytest face: the plugin (entry point ``pytest11: chunktape``), its fault matrix and the fault search.
 
-The plugin itself is loaded by pytest; what a test module imports from here is the type of the ``tape`` fixture
-the type of a ``tape_config`` fixture's defaults (``TapeConfig``), and the fault search, which also runs outside pytest (``search_faults(agent, cassette)``; it needs hypothesis:
-``pip install 'chunktape[search]'``).
+The plugin itself is loaded by pytest. What a test module imports from here: the type of the ``tape`` fixture
+(``Tape``), the type of a ``tape_config`` fixture's defaults (``TapeConfig``), and the fault search, which also
+runs outside pytest (``search_faults(agent, cassette)``; it needs hypothesis: ``pip install 'chunktape[search]'``).
 """
 
 import typing as _typing
