@@ -171,12 +171,13 @@ _BUILTIN: dict[str, _Shape] = {
     ),
     # detect-secrets' AWSKeyDetector (1.5): ``aws.{0,20}?(?:key|pwd|pw|password|pass|token).{0,20}?['"]<40>['"]``,
     # case-insensitive; here the value may follow its label by up to 64 characters of anything, line breaks
-    # included (a label in one line or chunk and the value in the next, a remark between them), quoted or not.
+    # included (a label in one line or chunk and the value in the next, a remark between them; a line break may be
+    # a JSON escape, as tool arguments hold one), quoted or not.
     # So loose a rule needs a value that looks random: not hex alone (a commit hash), two classes of character.
     "AWS secret access key (labelled)": _Shape(
         re.compile(
             r"(?is:aws.{0,20}?(?:key|pwd|pw|password|pass|token)|secret[_\-]?(?:access[_\-]?)?key)"
-            r"[\s\S]{0,64}?(?<![A-Za-z0-9/+])(?P<secret>[A-Za-z0-9/+]{40})(?![A-Za-z0-9/+=])"
+            r"[\s\S]{0,64}?(?:(?<![A-Za-z0-9/+])|(?<=\\[nrt]))(?P<secret>[A-Za-z0-9/+]{40})(?![A-Za-z0-9/+=])"
         ),
         ("AWS", "Aws", "aws", *_spellings("secret", "access", "key"), *_spellings("secret", "key")),
         check=lambda found: _random_looking(found[-40:]),
