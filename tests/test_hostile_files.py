@@ -15,6 +15,7 @@ import zlib
 from pathlib import Path
 from typing import Any
 
+import httpx2
 import msgspec
 import pytest
 import yaml
@@ -35,8 +36,10 @@ from chunktape import (
 )
 from chunktape._report.analysis import check_cassette
 from chunktape.cli import app
+from chunktape.http import RecordingTransport
 from chunktape.http._server.scenarios import load_scenarios, parse_scenarios
 from chunktape.http._vcr import read_vcr
+from fake_provider import FakeProvider, FakeResponse
 from helpers import options, text_stream
 
 CHAT = "https://api.example.test/v1/chat/completions"
@@ -389,3 +392,25 @@ def test_every_accepted_name_is_a_valid_header_value_and_route(tmp_path: Path) -
             body = {"model": "m", "messages": [{"role": "user", "content": "q0"}], "stream": True}
             reply = httpx.post(f"{server.url}/scenarios/{name}/v1/chat/completions", json=body, timeout=10)
             assert "x-chunktape-scenario" in reply.headers, (name, reply.status_code, reply.text)
+
+
+async def test_a_streamed_bomb_from_a_provider_stops_at_the_cap_and_the_recording_names_it(
+    fake_provider: FakeProvider, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Through RecordingTransport (what the proxy runs): the client gets a decoding error, never the expansion,
+    and the interaction records INVALID_RESPONSE naming the encoding."""
+    monkeypatch.setattr(_limits, "MAX_DECODED_BYTES", 1 << 20)
+    fake_provider.enqueue(FakeResponse(body=_zeros(64 << 20, 31), headers={"content-encoding": "gzip"}))
+    path = tmp_path / "bomb.msgpack"
+    client = httpx2.AsyncClient(transport=RecordingTransport(httpx2.AsyncHTTPTransport(), path), timeout=10)
+    with pytest.raises(httpx2.DecodingError, match="decodes to more than 1,048,576 bytes"):
+        await client.post(fake_provider.url + "/v1/chat/completions", json=HELLO)
+    await client.aclose()
+    (interaction,) = _loaded(path).interactions
+    assert isinstance(interaction.outcome, Raised)
+    assert interaction.outcome.code == "INVALID_RESPONSE"
+    assert "gzip content-encoding" in interaction.outcome.message
+
+
+def _loaded(path: Path) -> Cassette:
+    return load_cassette(path)
