@@ -151,6 +151,7 @@ def test_the_proxy_reports_each_event_in_one_line_and_the_client_sees_every_fail
         FakeResponse(body=long, reset_after=300),
         FakeResponse(body=b"{}", content_type="application/json"),
         FakeResponse(body=b"{}", content_type="application/json"),
+        FakeResponse(body=b"{}", content_type="application/json"),
         FakeResponse(body=[sse(chunk({"content": "slow"}), done=False), b"data: never\n\n"], release=release),
     )
     path = tmp_path / "events.msgpack"
@@ -176,6 +177,8 @@ def test_the_proxy_reports_each_event_in_one_line_and_the_client_sees_every_fail
                 client.post(url + "/v1/chat/completions", json=ASK)
             for _ in range(2):
                 client.post(url + "/v1/messages", json={"model": "m", "max_tokens": 1, "messages": []})
+            odd = client.post(url + f"/v1/chat/completions?key={QUERY_KEY}", json={"not": "a chat request"})
+            assert odd.status_code == 200  # passed through (a warning raised in the server would be a 500)
         host, port = url.removeprefix("http://").split(":")
         with socket.create_connection((host, int(port))) as raw:  # promises a chunked body, hangs up half-way
             raw.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\n5\r\nab")
@@ -199,6 +202,8 @@ def test_the_proxy_reports_each_event_in_one_line_and_the_client_sees_every_fail
     assert any("does not decode" in line for line in lines), err
     assert any("broke after" in line for line in lines), err
     assert any("hung up before its request body" in line for line in lines), err
+    assert any("passed through unrecorded" in line for line in lines), err
+    assert QUERY_KEY not in err
     assert any("cut as the proxy stopped" in line for line in lines), err
     assert f"saved {path}" in out
     outcomes = [interaction.outcome for interaction in load_cassette(path).interactions]

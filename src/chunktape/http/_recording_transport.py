@@ -67,7 +67,7 @@ from chunktape._httpx import (
 from chunktape._limits import MAX_DECODED_BYTES, MAX_ERROR_BODY_BYTES
 from chunktape._protocol import GenerateOptions, LlmAdapter, StreamChunk, aclose_stream
 from chunktape._recorder import ProviderClock, RecordingAdapter, RecordingCall, raised_from
-from chunktape._secrets import url_secrets
+from chunktape._secrets import redact_url, url_secrets
 from chunktape.http._vcr import SECRET_HEADERS
 from chunktape.wire._http_errors import http_error
 from chunktape.wire._openai_chat import (
@@ -408,6 +408,7 @@ class RecordingTransport(DualTransport):
         journal: bool = True,
         tags: Mapping[str, str] | None = None,
         clock: Callable[[], float] | None = None,
+        on_unrecorded: Callable[[str], None] | None = None,
     ) -> None:
         self.inner = inner
         self._source = _Source()
@@ -421,6 +422,9 @@ class RecordingTransport(DualTransport):
             tags=tags,
         )
         self.clock = clock
+        self.on_unrecorded = on_unrecorded
+        """Told (one line) of a chat-completions request passed through unrecorded; None: an
+        ``UnrecordedRequestWarning`` (a server thread, the proxy, logs it instead)."""
         self._saved = False
 
     @property
@@ -442,11 +446,11 @@ class RecordingTransport(DualTransport):
         try:
             options = decode_chat_request(request.content).options
         except LlmError as error:
-            warnings.warn(
-                f"{request.method} {request.url} passed through unrecorded: {error.message}",
-                UnrecordedRequestWarning,
-                stacklevel=4,
-            )
+            message = f"{request.method} {redact_url(str(request.url))} passed through unrecorded: {error.message}"
+            if self.on_unrecorded is not None:
+                self.on_unrecorded(message)
+            else:
+                warnings.warn(message, UnrecordedRequestWarning, stacklevel=4)
             return None
         clock = ProviderClock(now)
         return _Exchange(self.recorder.begin(options), clock, seen)

@@ -148,6 +148,7 @@ class RecordingProxy:
             # the others to end, for ever when the clients wait on each other. Each client request in flight holds
             # one upstream connection, as it must; the proxy's clients bound how many there are.
             upstream_pool = httpx2.Limits(max_connections=None, max_keepalive_connections=_KEEP_ALIVE)
+            recording.setdefault("on_unrecorded", _unrecorded)
             transport = RecordingTransport(
                 httpx2.AsyncHTTPTransport(verify=default_tls(), limits=upstream_pool), cassette, **recording
             )
@@ -287,6 +288,11 @@ class RecordingProxy:
 
     def __exit__(self, *exc_info: object) -> None:
         self.stop()
+
+
+def _unrecorded(message: str) -> None:
+    """A request the recording cannot represent: one line, from the server's thread (never a warning there)."""
+    logger.warning("chunktape proxy: %s", message)
 
 
 def _dated(response: Response) -> Response:
