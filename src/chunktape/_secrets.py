@@ -439,23 +439,30 @@ _LINE_BREAKS = (b"\n", b"\r\n", b"\\n", b"\\r\\n")
 
 
 def _decoded(
-    text: str, pattern: re.Pattern[str], decode: Callable[[re.Match[str]], list[tuple[str, int]]]
+    text: str,
+    pattern: re.Pattern[str],
+    decode: Callable[[re.Match[str]], list[tuple[str, int]]],
+    with_starts: bool = True,
 ) -> tuple[str, list[int]]:
     """``text`` with every match of ``pattern`` replaced by what ``decode`` makes of it (pieces of text, each with
     the offset in the match where the characters that spell it start), and where each decoded character starts in
-    ``text`` (one entry more: the end), so a match in the decoded text maps back onto the characters that spelled it."""
+    ``text`` (one entry more: the end), so a match in the decoded text maps back onto the characters that spelled it;
+    without ``with_starts``, the text alone (the screen needs no more, and the list costs more than the decoding)."""
     parts: list[str] = []
     starts: list[int] = []
     position = 0
     for match in pattern.finditer(text):
         parts.append(text[position : match.start()])
-        starts.extend(range(position, match.start()))
-        for piece, offset in decode(match):
-            parts.append(piece)
-            starts.extend([match.start() + offset] * len(piece))
+        pieces = decode(match)
+        parts.extend(piece for piece, _ in pieces)
+        if with_starts:
+            starts.extend(range(position, match.start()))
+            for piece, offset in pieces:
+                starts.extend([match.start() + offset] * len(piece))
         position = match.end()
     parts.append(text[position:])
-    starts.extend(range(position, len(text) + 1))
+    if with_starts:
+        starts.extend(range(position, len(text) + 1))
     return "".join(parts), starts
 
 
@@ -466,10 +473,10 @@ def _unicode_escape(match: re.Match[str]) -> list[tuple[str, int]]:
     return [(chr(int(single, 16)), 0)]
 
 
-def _unescaped(text: str) -> tuple[str, list[int]]:
+def _unescaped(text: str, with_starts: bool = True) -> tuple[str, list[int]]:
     """``text`` with its ``\\uXXXX`` escapes decoded, wherever they are (a JSON snippet pasted after an odd
     ``"`` is not tokenised the way it was written), with where each decoded character starts in ``text``."""
-    return _decoded(text, _UNICODE_ESCAPE, _unicode_escape)
+    return _decoded(text, _UNICODE_ESCAPE, _unicode_escape, with_starts)
 
 
 _PERCENT = re.compile(r"(?:%[0-9A-Fa-f]{2})+")
@@ -506,11 +513,11 @@ label, the gap to the value and the value itself (``AWS secret access key (label
 
 def _windowed(
     pattern: re.Pattern[str], decode: Callable[[re.Match[str]], list[tuple[str, int]]]
-) -> Callable[[str], tuple[str, list[int]]]:
+) -> Callable[[str, bool], tuple[str, list[int]]]:
     """A view decoding ``pattern``'s matches in the parts of a text around them only (``_WINDOW`` on each side),
     the parts joined by NUL (which glues to nothing): text far from any escape was searched as it is already."""
 
-    def view(text: str) -> tuple[str, list[int]]:
+    def view(text: str, with_starts: bool = True) -> tuple[str, list[int]]:
         windows: list[tuple[int, int]] = []
         for match in pattern.finditer(text):
             start, end = max(match.start() - _WINDOW, 0), min(match.end() + _WINDOW, len(text))
@@ -521,17 +528,19 @@ def _windowed(
         parts: list[str] = []
         starts: list[int] = []
         for start, end in windows:
-            decoded, offsets = _decoded(text[start:end], pattern, decode)
+            decoded, offsets = _decoded(text[start:end], pattern, decode, with_starts)
             parts.append(decoded + "\x00")
             starts.extend(start + offset for offset in offsets)  # the extra last entry stands for the NUL
-        if not windows or windows == [(0, len(text))]:
-            return (parts[0][:-1], starts) if windows else (text, list(range(len(text) + 1)))
-        return "".join(parts), [*starts, len(text)]
+        if not windows:
+            return text, []  # nothing decodes: callers see the same length and skip the view
+        if windows == [(0, len(text))]:
+            return parts[0][:-1], starts
+        return "".join(parts), [*starts, len(text)] if with_starts else []
 
     return view
 
 
-_VIEWS: tuple[tuple[str, Callable[[str], tuple[str, list[int]]]], ...] = (
+_VIEWS: tuple[tuple[str, Callable[[str, bool], tuple[str, list[int]]]], ...] = (
     ("\\u", _unescaped),
     ("%", _windowed(_PERCENT, _percent_escape)),
     ("&", _windowed(_ENTITY, _html_entity)),
@@ -660,7 +669,7 @@ class Scanner:
             return True
         for trigger, view in _VIEWS:
             if trigger in text:
-                decoded = view(text)[0]
+                decoded = view(text, False)[0]
                 if len(decoded) < len(text) and screen(decoded):
                     return True
         runs = (run for _, _, run in _runs(text, self._run))
@@ -682,10 +691,13 @@ class Scanner:
         for trigger, view in _VIEWS:
             if trigger not in text:
                 continue
-            decoded, starts = view(text)
+            decoded = view(text, False)[0]
             if len(decoded) < len(text):
-                for label, found, start, end in self.matches(decoded, decode=False):
-                    yield Found(label, found, starts[start], starts[end])
+                found_here = list(self.matches(decoded, decode=False))
+                if found_here:
+                    starts = view(text, True)[1]  # built only for a text that holds a credential
+                    for label, found, start, end in found_here:
+                        yield Found(label, found, starts[start], starts[end])
         for start, end, run in _runs(text, _MIN_RUN):
             for decoded in _base64_texts(run):
                 for label, found, _, _ in self.matches(decoded, decode=False):
