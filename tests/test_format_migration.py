@@ -13,6 +13,7 @@ from chunktape import (
     FORMAT_VERSION,
     BlockEnd,
     BlockStart,
+    CallId,
     Cassette,
     Completed,
     ErrorCode,
@@ -107,7 +108,7 @@ def _rich_chunks() -> list[Any]:
         ReasoningDelta(index=0, text="", signature="c2ln"),
         BlockEnd(index=0, block=ReasoningBlock(text="think", signature="c2ln")),
         BlockStart(index=1, block_type="server-tool-call"),
-        ToolCallDelta(index=1, id="srvtoolu_1", name="web_search", arguments_delta='{"query": "x"}'),
+        ToolCallDelta(index=1, id=CallId("srvtoolu_1"), name="web_search", arguments_delta='{"query": "x"}'),
         BlockEnd(index=1, block=ServerToolCallBlock(id="srvtoolu_1", name="web_search", arguments='{"query": "x"}')),
         BlockStart(
             index=2,
