@@ -6,8 +6,7 @@ Rules (each violation raises ``ProtocolViolation`` naming one of these):
                         or inside the right place
 ``index-order``         indexes start at 0 and increase by one; a delta or block-end carries its
                         block's index (no interleaving)
-``arguments-delta``     argumentsDelta pieces concatenate to the block-end's arguments, valid JSON (except the last
-                        block of a stream that finishes for ``length``: a tool call cut by the token limit)
+``arguments-delta``     argumentsDelta pieces concatenate to the block-end's arguments, valid JSON
 ``finish-last``         finish is the last chunk, exactly once
 ``usage-before-finish`` at most one usage chunk, before finish
 ``block-content``       a block-end's block is the concatenation of its deltas, of the started type
@@ -90,7 +89,6 @@ class StreamValidator:
     """
 
     __slots__ = (
-        "_cut",
         "_extras",
         "_finished",
         "_next_index",
@@ -118,8 +116,6 @@ class StreamValidator:
         """The open block's signature pieces (reasoning) or citations (text), in order."""
         self._saw_usage = False
         self._finished = False
-        self._cut: str | None = None
-        """Why the last block's arguments are not JSON: allowed only when the stream finishes for ``length``."""
 
     def feed(self, chunk: StreamChunk) -> None:
         """Accept the next chunk or raise ``ProtocolViolation``."""
@@ -137,10 +133,6 @@ class StreamValidator:
                 self._pieces.append(text)
                 self.position += 1
                 return
-        if self._cut is not None and type(chunk) is not UsageChunk and type(chunk) is not ProviderEvent:
-            if type(chunk) is not Finish or chunk.reason.kind != "length":
-                self._fail("arguments-delta", self._cut)
-            self._cut = None
         if self._finished:
             if type(chunk) is UsageChunk:
                 self._fail("usage-before-finish", "usage arrived after finish")
@@ -209,8 +201,6 @@ class StreamValidator:
         """Declare the end of the stream; by default raises if a block is open or finish is missing."""
         if not self.require_finish:
             return
-        if self._cut is not None:
-            self._fail("arguments-delta", self._cut)
         if self._open_type is not None:
             self._fail("block-pairs", f"stream ended while block {self._open_index} is still open")
         if not self._finished:
@@ -259,8 +249,7 @@ class StreamValidator:
             try:
                 _json_decoder.decode(block.arguments)
             except msgspec.DecodeError:
-                # Only a tool call the token limit cut may end so, as the stream's last block: the next chunk decides.
-                self._cut = f"arguments are not valid JSON: {shortened(block.arguments)}"
+                self._fail("arguments-delta", f"arguments are not valid JSON: {shortened(block.arguments)}")
             if self._open_id is not None and block.id != self._open_id:
                 self._fail("block-content", f"block-end id {block.id!r}, deltas said {self._open_id!r}")
             if self._open_name is not None and block.name != self._open_name:

@@ -63,15 +63,10 @@ from chunktape._httpx import (
 )
 from chunktape._protocol import GenerateOptions, LlmAdapter, StreamChunk, aclose_stream
 from chunktape._recorder import ProviderClock, RecordingAdapter, RecordingCall, raised_from
+from chunktape.http._protocols import CHAT, WireProtocol, protocol_for
 from chunktape.http._vcr import SECRET_HEADERS
 from chunktape.wire._http_errors import http_error
-from chunktape.wire._openai_chat import (
-    DONE,
-    OpenAIChatDecoder,
-    decode_chat_request,
-    decode_openai_completion,
-    not_an_event_stream,
-)
+from chunktape.wire._openai_chat import DONE, not_an_event_stream
 from chunktape.wire._sse import SseEvent, SseParser
 
 __all__ = ["CHAT_PATH", "RecordingTransport", "UnrecordedRequestWarning", "kept_headers"]
@@ -133,7 +128,10 @@ class _Exchange:
     """One recorded request/response, sans I/O: ``piece()`` per body piece as it arrives, then one of
     ``done()``, ``failed(error)`` or ``closed()``; writes the interaction through a ``RecordingCall``."""
 
-    def __init__(self, call: RecordingCall, clock: ProviderClock, secrets: Sequence[str]) -> None:
+    def __init__(
+        self, call: RecordingCall, clock: ProviderClock, secrets: Sequence[str], protocol: WireProtocol = CHAT
+    ) -> None:
+        self.protocol = protocol
         self.call = call
         self.clock = clock
         self.secrets = secrets
@@ -142,7 +140,7 @@ class _Exchange:
         self.streaming = False
         self.meta = ResponseMeta()
         self.parser: SseParser | None = None
-        self.decoder = OpenAIChatDecoder()
+        self.decoder = protocol.decoder()
         self.body: list[bytes] = []
         """The whole body of a JSON answer or an error (small, and read whole by the SDK anyway)."""
         self.finish_sent = False
@@ -171,7 +169,12 @@ class _Exchange:
                 self._end(Raised.from_error(error, t_ns=t_ns))
 
     def _item(self, item: Any, t_ns: int, *, unterminated: bool = False) -> None:
-        if isinstance(item, SseEvent) and item.data is not None and item.data.strip() not in ("", DONE):
+        if (
+            self.protocol is CHAT
+            and isinstance(item, SseEvent)
+            and item.data is not None
+            and item.data.strip() not in ("", DONE)
+        ):
             self._observe(item.data)
         for chunk in self.decoder.feed_item(item, unterminated=unterminated):
             self.call.chunk(t_ns, chunk)
@@ -223,11 +226,15 @@ class _Exchange:
             obj = _decoder.decode(body)
         except msgspec.DecodeError:
             obj = None
-        if not isinstance(obj, dict) or "choices" not in obj:
-            raise not_an_event_stream(body, self.headers.get("content-type"))
-        self.meta = _with_fields(self.meta, obj, "completion")
+        chunks = self.protocol.decode_whole(obj)
+        if chunks is None or not isinstance(obj, dict):
+            raise not_an_event_stream(body, self.headers.get("content-type"), streams=self.protocol.streams)
+        if self.protocol is CHAT:
+            self.meta = _with_fields(self.meta, obj, "completion")
+        else:
+            self.meta = self.protocol.observed_whole(self.meta, obj)
         self.finish_sent = True
-        self._chunks(decode_openai_completion(obj), t_ns)
+        self._chunks(chunks, t_ns)
 
     def _chunks(self, chunks: list[StreamChunk], t_ns: int) -> None:
         for chunk in chunks:
@@ -278,7 +285,11 @@ class _Exchange:
 
     def _end(self, outcome: Raised | Completed | Cancelled) -> None:
         self.broken = True
-        meta = msgspec.structs.replace(self.meta, finish_sent=self.finish_sent or not self.streaming)
+        meta = self.meta
+        if self.protocol is not CHAT and self.streaming:
+            meta = self.protocol.observed(meta, self.decoder)
+        finish_sent = self.finish_sent or not self.streaming or self.protocol is not CHAT
+        meta = msgspec.structs.replace(meta, finish_sent=finish_sent)
         self.call.respond(_redacted(meta, self.secrets))
         self.call.end(outcome)
 
@@ -392,13 +403,15 @@ class RecordingTransport(DualTransport):
         return self.recorder.path
 
     def _start(self, request: AnyRequest, now: Callable[[], float]) -> _Exchange | None:
-        """The recording of ``request``, if it is a chat completion (else None: it passes through unrecorded)."""
-        if request.method != "POST" or not request.url.path.endswith(CHAT_PATH):
+        """The recording of ``request``, if it is a model request (chat completions, Messages, Responses; else None:
+        it passes through unrecorded)."""
+        protocol = protocol_for(request.url.path) if request.method == "POST" else None
+        if protocol is None:
             return None
         seen = self._source.seen
         seen.extend(secret for secret in _credentials(request) if secret not in seen)
         try:
-            options = decode_chat_request(request.content).options
+            options = protocol.decode_request(request.content).options
         except LlmError as error:
             warnings.warn(
                 f"{request.method} {request.url} passed through unrecorded: {error.message}",
@@ -407,7 +420,7 @@ class RecordingTransport(DualTransport):
             )
             return None
         clock = ProviderClock(now)
-        return _Exchange(self.recorder.begin(options), clock, seen)
+        return _Exchange(self.recorder.begin(options), clock, seen, protocol)
 
     def handle(self, request: AnyRequest) -> AnyResponse:
         request.read()

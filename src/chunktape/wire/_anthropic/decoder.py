@@ -19,9 +19,9 @@
   answered with (529 for ``overloaded_error``: recoverable); a body cut before ``message_stop`` and any stop
   reason is ``STREAM_ABORTED``; unparseable data ``INVALID_RESPONSE``.
 
-A tool call whose input is not complete JSON when its block ends is kept as it came when the stream then stops for
-``max_tokens`` (it was cut; the validator allows that last block only in a ``length`` finish), and is
-``INVALID_RESPONSE`` otherwise. A block the provider leaves open when the message ends is closed then.
+A tool call whose input is not complete JSON when its block ends (``max_tokens`` cut it) raises
+``INVALID_RESPONSE``: the protocol's tool calls carry valid JSON, as the chat decoder's do. A block the provider
+leaves open when the message ends is closed then.
 """
 
 from __future__ import annotations
@@ -107,7 +107,7 @@ class AnthropicDecoder:
     Every chunk list returned, concatenated, is a stream that satisfies ``validate()``; a failure raises ``LlmError``.
     """
 
-    __slots__ = ("_cut", "_done", "_next", "_open", "_stop", "_usage", "message")
+    __slots__ = ("_done", "_next", "_open", "_stop", "_usage", "message")
 
     def __init__(self) -> None:
         self._next = 0
@@ -115,8 +115,6 @@ class AnthropicDecoder:
         self._usage: dict[str, Any] | None = None
         self._stop: FinishReason | None = None
         self._done = False
-        self._cut: str | None = None
-        """The tool call whose input ended as incomplete JSON, if one did (allowed only for ``max_tokens``)."""
         self.message: dict[str, Any] | None = None
         """``message_start``'s message, as sent (its id, model and usage), once it came."""
 
@@ -196,8 +194,6 @@ class AnthropicDecoder:
         out: list[StreamChunk] = []
         self._end(out)
         finish = self._stop or finish_from_wire(None)
-        if self._cut is not None and finish.kind != "length":
-            raise _invalid(self._cut)
         if self._usage is not None:
             out.append(UsageChunk(usage=usage_from_wire(self._usage)))
         out.append(Finish(reason=finish))
@@ -212,8 +208,6 @@ class AnthropicDecoder:
 
     def _start(self, payload: Mapping[str, Any], out: list[StreamChunk]) -> None:
         self._end(out)
-        if self._cut is not None:
-            raise _invalid(self._cut)  # a tool call cut by max_tokens can only be the last block
         block = payload.get("content_block")
         if not isinstance(block, dict) or not isinstance(block.get("type"), str):
             raise _invalid(f"content_block_start without a content block: {snippet(repr(payload))}")
@@ -337,10 +331,10 @@ class AnthropicDecoder:
             try:
                 _decoder.decode(text)
             except msgspec.DecodeError:
-                self._cut = (
-                    f"tool call {block.name!r} has input that is not valid JSON, and the stream did not stop for "
-                    f"max_tokens: {snippet(text)}"
-                )
+                raise _invalid(
+                    f"tool call {block.name!r} has input that is not valid JSON when its block ends "
+                    f"(cut by max_tokens?): {snippet(text)}"
+                ) from None
             maker = ToolCallBlock if block.kind == "tool-call" else ServerToolCallBlock
             ended = maker(id=CallId(block.id), name=block.name, arguments=text)
         out.append(BlockEnd(index=block.index, block=ended))
