@@ -131,7 +131,8 @@ async def test_anthropic_non_streamed_message_is_recorded_and_replayed(
     assert reply.content[0].text == "Bonjour"  # type: ignore[union-attr]
     assert seen == ["/v1/messages"]
     (recorded,) = load_cassette(path).interactions
-    assert recorded.response is not None and recorded.response.id == "msg_1"
+    assert recorded.response is not None
+    assert recorded.response.id == "msg_1"
     async with httpx2.AsyncClient(transport=ReplayTransport(path)) as client:
         sdk = anthropic.AsyncAnthropic(base_url=OFFLINE, api_key="test", http_client=client)
         again = await sdk.messages.create(model="claude-x", max_tokens=10, messages=[{"role": "user", "content": "hi"}])

@@ -35,7 +35,6 @@ from chunktape.cli import app
 from chunktape.faults import HttpError
 from chunktape.http import SCENARIO_HEADER, ReplayServer
 from chunktape.http._protocols import CHAT
-from chunktape.http._server import app as server_module
 from chunktape.http._server import listen as listen_module
 from chunktape.http._server.limits import MAX_BODY_BYTES, ServerLimits
 from chunktape.http._server.listen import bind_address
