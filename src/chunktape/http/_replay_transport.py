@@ -138,7 +138,8 @@ class ReplayTransport(DualTransport):
         _warn_across(interaction, protocol, chat.options.model)
         headers = dict(meta.headers) if meta is not None else {}
         outcome = interaction.outcome
-        if type(outcome) is Raised and outcome.status is not None and not interaction.events:
+        in_stream = meta is not None and meta.streamed and protocol.name != "chat"  # an error event after the head
+        if type(outcome) is Raised and outcome.status is not None and not interaction.events and not in_stream:
             held.__exit__(None, None, None)
             return _error(protocol, outcome.status, outcome.message, outcome.retry_after, headers)
         if not chat.streaming:

@@ -87,7 +87,7 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from chunktape._cassettes.codec import LazyCassette, as_cassette, as_lazy
-from chunktape._cassettes.model import ERROR_STATUSES, Cassette
+from chunktape._cassettes.model import ERROR_STATUSES, Cassette, ResponseMeta
 from chunktape._errors import ErrorCode, LlmError
 from chunktape._protocol import StreamChunk
 from chunktape._replayer.options import ReplayKeywords, ReplayOptions
@@ -485,14 +485,19 @@ class ReplayServer:
             return await _abandoned(call)
         except LlmError as exc:
             await chunks.aclose()
-            early = _early_error(exc, headers, protocol)
+            early = None if _in_stream(target, call.hold.index, protocol) else _early_error(exc, headers, protocol)
             if early is not None or not streaming:
                 return early or problem(502, exc.message, exc.code.value, headers=headers, protocol=protocol)
             return _ReplayStream(_body(chunks, None, renderer, error=exc, hold=call.hold), headers)
         _warn_across(target, call.hold.index, protocol, options.model, headers)
+        meta: ResponseMeta | None = None
+        if protocol is not CHAT and call.hold.index is not None:
+            # Messages and Responses streams open with the envelope (message_start, response.created) as recorded.
+            meta = target.playback.source.interaction(call.hold.index).response
+            renderer = protocol.renderer(model=options.model, include_usage=include_usage, meta=meta)
         if not streaming:
             try:
-                complete = _complete(chunks, first, options.model, headers, call.fault_id, protocol)
+                complete = _complete(chunks, first, options.model, headers, call.fault_id, protocol, meta)
                 return await _while_connected(request, complete)
             except _Gone:
                 return await _abandoned(call)
@@ -557,6 +562,15 @@ _HEADER_SAFE = "".join(chr(c) for c in range(0x20, 0x7F) if chr(c) != "%")
 def _header_text(text: str) -> str:
     """``text`` as a header value: printable ASCII as is, anything else (and ``%``) percent-encoded as UTF-8."""
     return quote(text, safe=_HEADER_SAFE)
+
+
+def _in_stream(target: _Target, index: int | None, protocol: WireProtocol) -> bool:
+    """Whether the recorded error came as an event after the stream's head (Anthropic's in-stream
+    ``overloaded_error`` after ``message_start``), not as an HTTP status: then it is replayed so."""
+    if protocol is CHAT or index is None:
+        return False
+    meta = target.playback.source.interaction(index).response
+    return meta is not None and meta.streamed
 
 
 def _warn_across(
@@ -681,6 +695,7 @@ async def _complete(
     headers: dict[str, str],
     fault_id: str | None = None,
     protocol: WireProtocol = CHAT,
+    meta: ResponseMeta | None = None,
 ) -> Response:
     """The whole ``chat.completion``, or an error: a stream that breaks the protocol or ends without a finish
     (a ``Truncate``/``Corrupt`` fault, a recorded violation) is a 502 naming the problem and the fault."""
@@ -702,7 +717,7 @@ async def _complete(
     finally:
         with anyio.CancelScope(shield=True):
             await chunks.aclose()  # type: ignore[attr-defined]
-    return JSONResponse(protocol.completion(collected, model=model), headers=headers)
+    return JSONResponse(protocol.completion(collected, model=model, meta=meta), headers=headers)
 
 
 def _announce(server: ReplayServer) -> None:
