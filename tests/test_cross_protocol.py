@@ -4,6 +4,7 @@ content that maps (text, tool calls, usage) carried over, with a warning naming 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import httpx2
 import pytest
@@ -14,7 +15,7 @@ from fake_provider import FakeProvider, FakeResponse
 from protocol_streams import messages_stream
 from sdk_agents import one_worker, text_and_tool_call
 
-QUESTION = [{"role": "user", "content": "Weather in Paris?"}]
+QUESTION: Any = [{"role": "user", "content": "Weather in Paris?"}]
 
 
 async def _record_chat(fake: FakeProvider, path: Path) -> None:
@@ -23,7 +24,7 @@ async def _record_chat(fake: FakeProvider, path: Path) -> None:
     fake.enqueue(FakeResponse(body=text_and_tool_call()))
     async with httpx2.AsyncClient(transport=RecordingTransport(httpx2.AsyncHTTPTransport(), path)) as client:
         sdk = openai.AsyncOpenAI(base_url=fake.url + "/v1", api_key="sk-test", http_client=client)
-        async for _ in await sdk.chat.completions.create(model="gpt-4o-mini", messages=QUESTION, stream=True):  # type: ignore[arg-type]
+        async for _ in await sdk.chat.completions.create(model="gpt-4o-mini", messages=QUESTION, stream=True):
             pass
 
 
@@ -37,7 +38,7 @@ async def test_a_chat_recording_answers_the_anthropic_sdk(fake_provider: FakePro
     async with httpx2.AsyncClient(transport=transport) as client:
         sdk = anthropic.AsyncAnthropic(base_url="http://127.0.0.1:9", api_key="k", http_client=client, max_retries=0)
         with pytest.warns(CrossProtocolWarning, match="recorded on chat is served as anthropic"):
-            async with sdk.messages.stream(model="claude-x", max_tokens=64, messages=QUESTION) as stream:  # type: ignore[arg-type]
+            async with sdk.messages.stream(model="claude-x", max_tokens=64, messages=QUESTION) as stream:
                 final = await stream.get_final_message()
     text, call = final.content
     assert text.text == "Let me check."  # type: ignore[union-attr]
@@ -61,7 +62,7 @@ async def test_an_anthropic_recording_answers_the_openai_sdk_on_both_routes(
         sdk = openai.AsyncOpenAI(base_url=server.url + "/v1", api_key="k", max_retries=0)
         pieces: list[str] = []
         calls: list[str] = []
-        async for event in await sdk.chat.completions.create(model="gpt-x", messages=QUESTION, stream=True):  # type: ignore[arg-type]
+        async for event in await sdk.chat.completions.create(model="gpt-x", messages=QUESTION, stream=True):
             for choice in event.choices:
                 pieces.append(choice.delta.content or "")
                 calls.extend((call.function.arguments or "") for call in choice.delta.tool_calls or () if call.function)
