@@ -59,17 +59,19 @@ async def test_an_anthropic_recording_answers_the_openai_sdk_on_both_routes(
         async with client.stream("POST", fake_provider.url + "/v1/messages", json=request) as answer:
             await answer.aread()
     with ReplayServer(path, timing=Timing.instant(), match_on="messages", allow_repeats=True) as server:
-        sdk = openai.AsyncOpenAI(base_url=server.url + "/v1", api_key="k", max_retries=0)
-        pieces: list[str] = []
-        calls: list[str] = []
-        async for event in await sdk.chat.completions.create(model="gpt-x", messages=QUESTION, stream=True):
-            for choice in event.choices:
-                pieces.append(choice.delta.content or "")
-                calls.extend((call.function.arguments or "") for call in choice.delta.tool_calls or () if call.function)
-        assert "".join(pieces) == "Checking Paris."
-        assert "".join(calls) == '{"city": "Paris"}'
-        raw = await sdk.responses.with_raw_response.create(model="gpt-x", input="Weather in Paris?")
-        assert "not carried over" in raw.headers["x-chunktape-warning"]
-        assert "anthropic events" in raw.headers["x-chunktape-warning"]  # its pings
-        response = raw.parse()
+        async with openai.AsyncOpenAI(base_url=server.url + "/v1", api_key="k", max_retries=0) as sdk:
+            pieces: list[str] = []
+            calls: list[str] = []
+            async for event in await sdk.chat.completions.create(model="gpt-x", messages=QUESTION, stream=True):
+                for choice in event.choices:
+                    pieces.append(choice.delta.content or "")
+                    calls.extend(
+                        (call.function.arguments or "") for call in choice.delta.tool_calls or () if call.function
+                    )
+            assert "".join(pieces) == "Checking Paris."
+            assert "".join(calls) == '{"city": "Paris"}'
+            raw = await sdk.responses.with_raw_response.create(model="gpt-x", input="Weather in Paris?")
+            assert "not carried over" in raw.headers["x-chunktape-warning"]
+            assert "anthropic events" in raw.headers["x-chunktape-warning"]  # its pings
+            response = raw.parse()
     assert response.output_text == "Checking Paris."
