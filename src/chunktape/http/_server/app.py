@@ -89,6 +89,7 @@ from chunktape._replayer.options import ReplayKeywords, ReplayOptions
 from chunktape._replayer.playback import Hold, Playback, ReplayCall
 from chunktape._replayer.timing import Timing
 from chunktape._validation import StreamValidator
+from chunktape._virtual_time import serving
 from chunktape.faults import fault_id
 from chunktape.http._render import (
     Ending,
@@ -292,7 +293,7 @@ class ReplayServer:
         self.limits = limits
         """What a client may send and how long it may take (request size and read deadlines)."""
         self.app = self._build_app()
-        self._server = quiet_server(self.app, limits)
+        self._server = quiet_server(_Silences(self.app), limits)
         self._quiet_shutdown = _QuietShutdown(self._server)
         self._thread: threading.Thread | None = None
         self._closed = False
@@ -488,6 +489,21 @@ class ReplayServer:
                 return await _abandoned(call)
         batch = target.timing.is_instant and call.fault_id is None
         return _ReplayStream(_body(chunks, first, renderer, batch=batch, hold=call.hold), headers)
+
+
+class _Silences:
+    """The app as served: each request is answered in a task ``serving`` its client, so every wait of its replay
+    (recorded gaps, a stall, latency) is a silence declared towards that client (``chunktape._virtual_time``). A
+    virtual-time client in this process then jumps over it instead of waiting it out in real time, and only the
+    fault's own silence (or the recorded gap) moves its clock."""
+
+    def __init__(self, app: Starlette) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        client = scope.get("client") if scope["type"] == "http" else None
+        with serving(None if client is None else (str(client[0]), int(client[1]))):
+            await self.app(scope, receive, send)
 
 
 class _Gone(Exception):
