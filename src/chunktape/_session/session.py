@@ -72,6 +72,9 @@ class CassetteSession(LlmAdapter):
         """The fault a ``tape_fault_matrix`` run is about (set by the pytest plugin; None elsewhere)."""
         self.fault_id: str | None = None
         """That run's test id (``http-429``), or None."""
+        self.virtual_time = False
+        """Whether this session's replays run in virtual time (set by the pytest plugin for fault runs and timed
+        replays): a sync client's replayed body then waits on a virtual clock of its own (``ReplayTransport``)."""
         self.owner_closes = False
         """True when the session's owner (the pytest fixture, at teardown) saves and closes it: ``aclose()`` and
         leaving ``async with`` then do nothing, so the code under test cannot save it before its outcome is known."""

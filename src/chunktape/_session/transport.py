@@ -55,6 +55,8 @@ class Session(Protocol):
     @property
     def recording(self) -> bool: ...
 
+    virtual_time: bool
+
     def recording_settings(self) -> dict[str, Any]: ...
 
     def replays(self, playback: Playback | None, request: Callable[[], RecordedRequest]) -> bool: ...
@@ -119,7 +121,9 @@ class SessionTransport(DualTransport):
         self.replay: ReplayTransport | None = None
         """What answers the replayed requests (None when the session has no cassette to replay)."""
         if session.replayer is not None:
-            self.replay = ReplayTransport(session.replayer.source, session.replay_options)
+            self.replay = ReplayTransport(
+                session.replayer.source, session.replay_options, virtual_time=session.virtual_time
+            )
             session.attach_http(playback=self.replay.playback)
         self.recording: RecordingTransport | None = None
         """What records the others, once one was recorded."""

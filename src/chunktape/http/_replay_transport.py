@@ -86,6 +86,7 @@ class _Streamed(NamedTuple):
     headers: dict[str, str]
     pieces: AsyncIterator[bytes]
     held: Reservation[int]
+    hold: Hold
 
 
 def _error(status: int, message: str, retry_after: float | None, headers: Mapping[str, str] = {}) -> _Whole:
@@ -116,6 +117,16 @@ class ReplayTransport(DualTransport):
         self.virtual_time = virtual_time
         """For sync clients: whether a body's waits (timing, stalls, the read timeout) run on a virtual clock of its
         own, which jumps over them, rather than in real time. An async client's loop decides for itself."""
+
+    @classmethod
+    def over(cls, playback: Playback, *, virtual_time: bool = False) -> ReplayTransport:
+        """A transport answering from ``playback``, a replay engine another face shares (one set of play counts,
+        call numbers and faults for both: the fault search's stand-in for ``tape``)."""
+        transport = cls.__new__(cls)
+        transport.playback = playback
+        check_faults(playback.fault_plan)
+        transport.virtual_time = virtual_time
+        return transport
 
     @property
     def plan(self) -> FaultPlan:
@@ -170,7 +181,7 @@ class ReplayTransport(DualTransport):
         pieces = self._events(request, interaction, index, renderer, active, hold)
         if active is not None:
             pieces = _faulty(pieces, active, request)
-        return _Streamed(headers, pieces, held)
+        return _Streamed(headers, pieces, held, hold)
 
     async def _events(
         self,
@@ -258,3 +269,5 @@ async def _release(timed: TimedBody, answer: _Streamed) -> None:
         await timed.aclose()
     finally:
         answer.held.__exit__(None, None, None)
+        if timed.timed_out:  # the client gave up waiting: whatever it had, it never took the answer
+            answer.hold.release()

@@ -54,6 +54,8 @@ class TimedBody:
         self._ready: list[bytes] = []
         self._failed: BaseException | None = None
         self._ended = False
+        self.timed_out = False
+        """Whether the read timeout fired: the client gave up on this answer, whatever part of it it had."""
 
     async def _next(self) -> bytes:
         """The next piece; the request's ``ReadTimeout`` when it is late (``_Late`` carries it)."""
@@ -67,6 +69,7 @@ class TimedBody:
         except TimeoutError:
             if not scope.expired():
                 raise
+            self.timed_out = True
             message = f"no data within the read timeout of {seconds:g} s (replayed in process)"
             raise _Late(read_error(self._request, message, timeout=True)) from None
 

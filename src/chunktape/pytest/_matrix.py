@@ -7,7 +7,8 @@
   the fault off the first call.
 - ``wants_virtual_time`` says which tests run on chunktape's virtual clock (``chunktape._virtual_time``): every
   run of a fault matrix (the stalls, the recorded timing and the agent's own retry back-offs then cost no wall
-  time) and a ``tape`` test with recorded timing or a time fault; pytest-asyncio (1.4 or later) gives them that
+  time) and a ``tape`` test with recorded timing or any fault (a 429's Retry-After and the SDK's own back-off
+  then cost none either); pytest-asyncio (1.4 or later) gives them that
   loop through its ``pytest_asyncio_loop_factories`` hook. ini ``tape_virtual_time = false`` or
   ``@pytest.mark.tape(virtual_time=False)`` turns it off. ``mark_items``: under pytest-xdist's ``loadgroup`` the
   runs of one test share an ``xdist_group``.
@@ -29,10 +30,7 @@ from chunktape._errors import ErrorCode, LlmError
 from chunktape._replayer.timing import Timing
 from chunktape.faults import (
     STANDARD_FAULTS,
-    Disconnect,
     Fault,
-    Latency,
-    Stall,
     Targeted,
     fault_id,
     parse_fault,
@@ -128,13 +126,10 @@ def _target(fault: Fault, calls: list[int] | None) -> Fault:
 
 
 def uses_time(faults: Sequence[Fault], timing: Timing) -> bool:
-    """Whether a replay waits on the loop's clock: recorded or fixed timing, a stall, latency, a timed disconnect."""
-    if not timing.is_instant:
-        return True
-    return any(
-        isinstance(leaf, Stall | Latency) or (isinstance(leaf, Disconnect) and leaf.after_s is not None)
-        for leaf in FaultPlan(faults).stream_faults()
-    )
+    """Whether a replay's run waits on the loop's clock: recorded or fixed timing, or any fault (a stall, latency, a
+    timed disconnect wait themselves; an error's Retry-After and every failure's retry back-off are waited by the
+    code under test, the SDK's own retry included)."""
+    return not timing.is_instant or bool(FaultPlan(faults))
 
 
 def baseline_nodeid(nodeid: str, ident: str) -> str:
@@ -144,7 +139,7 @@ def baseline_nodeid(nodeid: str, ident: str) -> str:
 
 def wants_virtual_time(item: pytest.Item) -> bool:
     """Whether ``item`` runs on a virtual clock: a ``tape`` test in the fault matrix, or one whose replay waits on
-    the clock (recorded or fixed timing, a time fault). ``@pytest.mark.tape(virtual_time=...)``, then the ini
+    the clock (recorded or fixed timing, any fault). ``@pytest.mark.tape(virtual_time=...)``, then the ini
     ``tape_virtual_time`` (default true), may turn it off; a test with its own ``looptime`` marker keeps that.
 
     A recording made on that clock stays true: while a socket is waited on, the clock runs at the real pace."""

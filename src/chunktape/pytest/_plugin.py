@@ -364,6 +364,7 @@ def tape(
     except LlmError as error:  # an unreadable cassette: the message says what to do
         raise pytest.fail.Exception(redact_text(f"{shown(request.config, path)}: {error}"), pytrace=False) from None
     session.owner_closes = True  # saved below, once the test's outcome is known
+    session.virtual_time = wants_virtual_time(item)
     if _tape_fault is not None:
         session.fault, session.fault_id = _tape_fault.fault, _tape_fault.ident
     item.stash[_tape_key] = session

@@ -111,6 +111,7 @@ __all__ = [
     "SCENARIO_HEADER",
     "CassetteSource",
     "ReplayServer",
+    "replay_server_for",
     "serve",
 ]
 
@@ -212,12 +213,13 @@ class _Target:
         source: Cassette | LazyCassette | str | os.PathLike[str],
         replay_options: ReplayOptions,
         description: str = "",
+        playback: Playback | None = None,
     ) -> None:
         self.name = name
         self.source = as_lazy(source)  # opened once: a reset replays the same content without re-reading it
         self.replay_options = replay_options
         self.description = description
-        self.playback = self._build()
+        self.playback = self._build() if playback is None else playback
 
     @property
     def timing(self) -> Timing:
@@ -688,6 +690,15 @@ async def _complete(
         with anyio.CancelScope(shield=True):
             await chunks.aclose()  # type: ignore[attr-defined]
     return JSONResponse(completion_from_chunks(collected, model=model), headers=headers)
+
+
+def replay_server_for(playback: Playback) -> ReplayServer:
+    """A replay server (not started) whose default routes answer from ``playback``, an engine another face shares:
+    one set of play counts, call numbers and faults for both (the fault search's ``tape_server_url``)."""
+    server = ReplayServer(playback.source, replay_options=playback.replay_options)
+    assert server._default is not None  # built over a cassette
+    server._default = _Target(None, playback.source, playback.replay_options, playback=playback)
+    return server
 
 
 def _announce(server: ReplayServer) -> None:
