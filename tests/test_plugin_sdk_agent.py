@@ -88,7 +88,7 @@ class Agent:
         return asyncio.get_running_loop().time() - self.started
 '''
 
-TESTS = '''
+TESTS = """
 import os
 
 import pytest
@@ -152,7 +152,7 @@ async def test_search(tape, run):
 async def test_search_over_the_socket(tape_server_url, tape, run):
     agent = Agent(tape_server_url + "/v1")
     assert await agent.ask(QUESTION) == ANSWER
-'''
+"""
 
 
 @pytest.fixture
