@@ -1,6 +1,6 @@
 """CLI start: ``chunktape --version`` and ``chunktape --help`` vs a bare ``python -c pass``, in fresh processes.
 
-DESIGN §13: the CLI starts within 0.25 s of the bare interpreter. Each command runs as its own process (the
+The CLI starts within 0.25 s of the bare interpreter. Each command runs as its own process (the
 installed console script, as a user types it), the three taking turns; the figure is the difference of the medians.
 """
 

@@ -1,4 +1,4 @@
-"""Core figures (DESIGN §13), measured side by side in one run and printed as ratios.
+"""Core figures, measured side by side in one run and printed as ratios.
 
 - instant replay vs a bare async generator yielding the same prebuilt chunks; and a fresh cassette file replayed
   once through (open, match, decode, yield) vs the same generator;
@@ -298,7 +298,7 @@ def bench_recording(repeat: int, folder: Path, streams: int = 20, per_stream: in
         return lambda: asyncio.run(run())
 
     def limit() -> None:
-        """DESIGN §13's limit: each chunk msgspec-encoded twice (journal, cassette) plus a buffered append."""
+        """The recording limit: each chunk msgspec-encoded twice (journal, cassette) plus a buffered append."""
         journal, cassette = msgspec.json.Encoder().encode, msgspec.msgpack.Encoder().encode
         buffer = bytearray()
         for _ in range(streams):
@@ -653,7 +653,7 @@ def bench_memory(total: int = 1_000_000) -> dict[str, float]:
 
 
 def cassetter_rows(files: dict[str, float], shape: str, missing: str | None) -> list[Row]:
-    """Open and decode vs cassetter (DESIGN §13: open at least 3x, decode at least 1x its load + the SSE parse)."""
+    """Open and decode vs cassetter (targets: open at least 3x, decode at least 1x its load + the SSE parse)."""
     rows = []
     for key in ("msgpack", "json"):
         open_name = f"open-to-first-match, {key} vs cassetter YAML ({shape})"

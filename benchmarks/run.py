@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from bench_core import Row
 
-# The figures of DESIGN §13 the table must hold (a row's name starts with one of these).
+# The figures the table must hold (a row's name starts with one of these).
 EXPECTED_ROWS = (
     "instant replay speed",
     "fresh cassette replayed once",

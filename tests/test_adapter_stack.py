@@ -21,6 +21,7 @@ from chunktape import (
     WrappingAdapter,
     use_cassette,
 )
+from chunktape.pytest import Tape
 from helpers import PacedAdapter, collect, collect_until_error, options, paced, run_pytest, text_stream
 from test_pytest_plugin import project
 
@@ -124,10 +125,9 @@ async def test_a_session_remembers_its_first_miss_even_when_the_caller_catches_i
     assert session.miss is error
 
 
-async def test_a_session_its_owner_closes_ignores_aclose(tmp_path: Path) -> None:
+async def test_the_tape_fixtures_session_ignores_aclose_the_fixture_saves_it(tmp_path: Path) -> None:
     path = tmp_path / "c.msgpack"
-    session = use_cassette(path, live=lambda: PacedAdapter(paced(text_stream("x"))), mode="once")
-    session.owner_closes = True
+    session = Tape(path, live=lambda: PacedAdapter(paced(text_stream("x"))), mode="once")
     async with session:
         await collect(session.stream(options()))
     await session.aclose()

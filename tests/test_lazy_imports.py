@@ -1,5 +1,5 @@
 """``import chunktape`` and the CLI's start load no HTTP or server stack, no pytest, not even the protocol's msgspec
-and asyncio or the CLI's rich (the CLI-start figure, DESIGN §13, is measured in ``benchmarks/bench_cli.py``); the
+and asyncio or the CLI's rich (the CLI-start figure is measured in ``benchmarks/bench_cli.py``); the
 lazily loaded names stay the same objects."""
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ FACES = [
 ]
 """The modules a user imports. Every other module has an underscore in its dotted name: it is the implementation."""
 
-# Names DESIGN.md promises users; a release may add names, never drop these.
+# Names the design contract promises users; a release may add names, never drop these.
 PROMISED = {
     "chunktape": {
         "AbortController",

@@ -471,8 +471,8 @@ README = Path(__file__).resolve().parent.parent / "README.md"
 
 
 def test_the_readme_example_records_then_replays(pytester: pytest.Pytester) -> None:
-    """The README's "Testing an agent offline" files, as written there: no drift between docs and code."""
-    section = README.read_text().split("## Testing an agent offline", 1)[1].split("\n## ", 1)[0]
+    """The README's "Record and replay in pytest" files, as written there: no drift between docs and code."""
+    section = README.read_text().split("## Record and replay in pytest", 1)[1].split("\n## ", 1)[0]
     files = dict(re.findall(r"```\w+ (\S+)\n(.*?)```", section, flags=re.DOTALL))
     assert sorted(files) == ["conftest.py", "pyproject.toml", "test_agent.py"]
     for name, text in files.items():

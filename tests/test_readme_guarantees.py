@@ -1,4 +1,4 @@
-"""Every promise in the README's "What chunktape guarantees" names a test, and every test it names exists."""
+"""Every promise in ``docs/guarantees.md`` names a test, and every test it names exists."""
 
 from __future__ import annotations
 
@@ -10,10 +10,7 @@ NAMED = re.compile(r"`(test_\w+)::(test_\w+)`")
 
 
 def _section() -> str:
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    start = readme.index("## What chunktape guarantees")
-    end = readme.index("\n## ", start + 1)
-    return readme[start:end]
+    return (ROOT / "docs" / "guarantees.md").read_text(encoding="utf-8")
 
 
 def test_every_guarantee_names_a_test_that_exists() -> None:

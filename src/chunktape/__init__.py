@@ -65,7 +65,8 @@ if _typing.TYPE_CHECKING:
     from chunktape._recorder import RecordingAdapter, StreamViolationWarning
     from chunktape._replayer import ReplayAdapter, Timing
     from chunktape._replayer.options import ReplayOptions
-    from chunktape._session.session import CassetteSession, RecordMode, SessionCall, use_cassette
+    from chunktape._session.modes import RecordMode, SessionCall
+    from chunktape._session.session import CassetteSession, use_cassette
     from chunktape._validation import StreamValidator, validate
 
 # The modules behind the lazily loaded names, each with its own ``__all__``; a name loads the first that lists it.
@@ -76,6 +77,7 @@ _LAZY_HOMES = (
     "chunktape._cassettes",
     "chunktape._recorder",
     "chunktape._replayer",
+    "chunktape._session.modes",
     "chunktape._session.session",
 )
 

@@ -38,6 +38,7 @@ __all__ = [
     "ReasoningOption",
     "Reply",
     "ReplyBuilder",
+    "RequestFields",
     "Role",
     "StreamChunk",
     "TextBlock",
@@ -196,8 +197,9 @@ class ToolSpec(_Wire, frozen=True, kw_only=True):
     """A JSON schema."""
 
 
-class GenerateOptions(_Wire, frozen=True, kw_only=True):
-    """One request to an adapter. ``signal`` is runtime-only and never recorded."""
+class RequestFields(_Wire, frozen=True, kw_only=True):
+    """The fields of a request to an adapter, declared once: what ``GenerateOptions`` sends and what a cassette's
+    ``RecordedRequest`` records."""
 
     model: str
     messages: list[Message]
@@ -208,6 +210,22 @@ class GenerateOptions(_Wire, frozen=True, kw_only=True):
     """An opaque reasoning-effort id from the adapter's ``reasoning_options()``; never an enum."""
     extra: dict[str, Any] = {}
     """Provider-specific request fields."""
+
+    def request_fields(self) -> dict[str, Any]:
+        """These fields as the keywords that build either kind of request, their lists and dicts copied (agents
+        often append to the list they passed in)."""
+        return {name: _copied(getattr(self, name)) for name in RequestFields.__struct_fields__}
+
+
+def _copied(value: object) -> object:
+    if isinstance(value, list):
+        return list(value)
+    return dict(value) if isinstance(value, dict) else value
+
+
+class GenerateOptions(RequestFields, frozen=True, kw_only=True):
+    """One request to an adapter. ``signal`` is runtime-only and never recorded."""
+
     signal: AbortSignal | None = None
 
 

@@ -465,20 +465,25 @@ class RecordingAdapter(WrappingAdapter):
         holds what was never saved anywhere else, so it is never replaced (nor removed by a later save)."""
         return save_new(cassette, (failed_path(self.path, number) for number in range(1, 1000)), mode=mode)
 
-    def save(self, *, failed: bool = False, secret_advice: str = LIBRARY_SECRET_ADVICE) -> Cassette | None:
+    def save(self, *, failed: bool | None = False, secret_advice: str = LIBRARY_SECRET_ADVICE) -> Cassette | None:
         """Write what was recorded (nothing is written if nothing was recorded) and drop the journal.
 
         ``failed=True`` keeps a recording that must not replace the cassette (its test failed, nothing was
-        streamed) beside it instead, for inspection: in ``failed_path``, or ``<name>.failed-2<suffix>`` (-3, ...)
-        when an earlier one is there; ``written`` names the file. A credential found at save is never written,
-        nor is the recording lost: it is kept the same way with every credential replaced (mode 0600) and
-        ``SECRET_DETECTED`` says so; ``secret_advice`` tells the user how to allow a value that is not a real
-        credential, in the words of the face they use. Failed recordings are never removed by chunktape.
+        streamed) beside it instead; ``failed=None`` decides by the recording itself: kept aside if no call
+        completed (a down server, a wrong URL or key, an interrupt before the reply), since replaying it would
+        replay the failure rather than the provider. Kept aside means, for inspection: in ``failed_path``, or
+        ``<name>.failed-2<suffix>`` (-3, ...) when an earlier one is there; ``written`` names the file. A
+        credential found at save is never written, nor is the recording lost: it is kept the same way with every
+        credential replaced (mode 0600) and ``SECRET_DETECTED`` says so; ``secret_advice`` tells the user how to
+        allow a value that is not a real credential, in the words of the face they use. Failed recordings are
+        never removed by chunktape.
         """
         if not self._slots and not self._tool_runs:
             self._drop_journal()
             self.written = None
             return None
+        if failed is None:
+            failed = none_completed(self.interactions)
         destination = self.failed_path if failed else self.path
         cassette = self.cassette()
         literals = [*self.inner.secrets, *env_secrets().values()]

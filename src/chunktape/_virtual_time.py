@@ -166,10 +166,17 @@ class _Selector(selectors.BaseSelector):
 
 class VirtualTimeLoop(asyncio.SelectorEventLoop):
     """An asyncio loop on a virtual clock starting at ``start``; ``end``: the loop time at which every task still
-    running is cancelled (``deadline_reached`` then says so), so a run that hangs ends."""
+    running is cancelled (``deadline_reached`` then says so), so a run that hangs ends.
 
-    def __init__(self, *, start: float = 0.0, end: float | None = None) -> None:
+    ``virtual=False`` makes it an ordinary loop on the real clock until ``virtual`` is set: the pytest plugin
+    creates every ``tape`` test's loop so and turns the clock on once the test's settings say it wants it. The
+    clock never jumps back when it is switched, either way."""
+
+    def __init__(self, *, start: float = 0.0, end: float | None = None, virtual: bool = True) -> None:
         self._now = float(start)
+        self._offset = self._now - time.monotonic()
+        """On the real clock: ``time()`` is ``time.monotonic() + _offset``."""
+        self._virtual = virtual
         self._end = end
         self._jobs: set[asyncio.Future[Any]] = set()
         self.deadline_reached = False
@@ -180,8 +187,21 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
         self._own = frozenset(key.fd for key in selector.get_map().values())
         selector._idle = self._idle
 
+    @property
+    def virtual(self) -> bool:
+        """Whether the clock is virtual now (else the loop runs on the real clock, as any loop does)."""
+        return self._virtual
+
+    @virtual.setter
+    def virtual(self, on: bool) -> None:
+        if on and not self._virtual:
+            self._now = time.monotonic() + self._offset
+        elif not on and self._virtual:
+            self._offset = self._now - time.monotonic()
+        self._virtual = on
+
     def time(self) -> float:
-        return self._now
+        return self._now if self._virtual else time.monotonic() + self._offset
 
     def run_in_executor(  # type: ignore[override]  # the same call, typed loosely: it only watches the job
         self, executor: Any, func: Callable[..., _T], *args: Any
@@ -193,6 +213,8 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
 
     def _idle(self, inner: selectors.BaseSelector, timeout: float | None) -> list[Any]:
         """Nothing is ready: wait in real time for what only the outside can bring, jump over the rest."""
+        if not self._virtual:
+            return inner.select(timeout)
         silences: list[Silence] = []
         if self._jobs or self._waits_on_io(inner, silences):
             # In slices: a server may declare a silence meanwhile, and from then on the clock need not wait.

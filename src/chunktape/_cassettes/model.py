@@ -14,7 +14,7 @@ from typing import Annotated, Any, TypeAlias
 import msgspec
 
 from chunktape._errors import ErrorCode, LlmError
-from chunktape._protocol import PROTOCOL, GenerateOptions, Message, ReasoningOption, StreamChunk, ToolSpec
+from chunktape._protocol import PROTOCOL, GenerateOptions, ReasoningOption, RequestFields, StreamChunk
 
 __all__ = [
     "ERROR_STATUSES",
@@ -108,43 +108,20 @@ class Cancelled(_Wire, frozen=True, kw_only=True, tag_field="type", tag="cancell
 Outcome: TypeAlias = Completed | Raised | Cancelled
 
 
-class RecordedRequest(_Wire, frozen=True, kw_only=True):
+class RecordedRequest(RequestFields, frozen=True, kw_only=True):
     """A ``GenerateOptions`` without its runtime-only ``signal``, plus a ``fingerprint`` for matching."""
 
-    model: str
-    messages: list[Message]
-    tools: list[ToolSpec] = []
-    max_tokens: int | None = None
-    temperature: float | None = None
-    reasoning: str | None = None
-    extra: dict[str, Any] = {}
     fingerprint: str = ""
     """sha256 of the request's canonical JSON (keys sorted, fingerprint excluded)."""
 
     @classmethod
-    def from_options(cls, options: GenerateOptions | RecordedRequest) -> RecordedRequest:
-        """The request as recorded. Lists are copied: agents often append to the list they passed in."""
-        request = cls(
-            model=options.model,
-            messages=list(options.messages),
-            tools=list(options.tools),
-            max_tokens=options.max_tokens,
-            temperature=options.temperature,
-            reasoning=options.reasoning,
-            extra=dict(options.extra),
-        )
+    def from_options(cls, options: RequestFields) -> RecordedRequest:
+        """The request as recorded, from a ``GenerateOptions`` (or another recorded request)."""
+        request = cls(**options.request_fields())
         return msgspec.structs.replace(request, fingerprint=request_fingerprint(request))
 
     def to_options(self) -> GenerateOptions:
-        return GenerateOptions(
-            model=self.model,
-            messages=list(self.messages),
-            tools=list(self.tools),
-            max_tokens=self.max_tokens,
-            temperature=self.temperature,
-            reasoning=self.reasoning,
-            extra=dict(self.extra),
-        )
+        return GenerateOptions(**self.request_fields())
 
 
 def request_fingerprint(request: RecordedRequest) -> str:

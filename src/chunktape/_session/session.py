@@ -23,7 +23,6 @@ from chunktape._replayer.adapter import ReplayAdapter
 from chunktape._replayer.options import ReplayKeywords, ReplayOptions
 from chunktape._replayer.playback import Playback
 from chunktape._session.modes import MISS_CODES, RecordMode, SessionCall
-from chunktape.faults import Fault
 from chunktape.harness._tools import Tool, ToolRunner
 from chunktape.harness._tooltape import (
     RecordingToolRunner,
@@ -36,7 +35,7 @@ from chunktape.harness._tooltape import (
 if TYPE_CHECKING:
     from chunktape._session.transport import SessionTransport
 
-__all__ = ["MISS_CODES", "CassetteSession", "HttpKind", "RecordMode", "SessionCall", "use_cassette"]
+__all__ = ["CassetteSession", "use_cassette"]
 
 
 class CassetteSession(LlmAdapter):
@@ -68,16 +67,9 @@ class CassetteSession(LlmAdapter):
         self.calls: list[SessionCall] = []
         self.miss: LlmError | None = None
         """The first cassette miss (not found, mismatch, exhausted) a call raised, even if the caller caught it."""
-        self.fault: Fault | None = None
-        """The fault a ``tape_fault_matrix`` run is about (set by the pytest plugin; None elsewhere)."""
-        self.fault_id: str | None = None
-        """That run's test id (``http-429``), or None."""
         self.virtual_time = False
-        """Whether this session's replays run in virtual time (set by the pytest plugin for fault runs and timed
+        """Whether this session's replays run in virtual time (the pytest plugin sets it for fault runs and timed
         replays): a sync client's replayed body then waits on a virtual clock of its own (``ReplayTransport``)."""
-        self.owner_closes = False
-        """True when the session's owner (the pytest fixture, at teardown) saves and closes it: ``aclose()`` and
-        leaving ``async with`` then do nothing, so the code under test cannot save it before its outcome is known."""
         self._live_factory = live
         self._live: LlmAdapter | None = None
         self._validate = validate
@@ -359,7 +351,7 @@ class CassetteSession(LlmAdapter):
         return self.written
 
     async def aclose(self) -> None:
-        """Save what was recorded and close the live adapter (once); nothing when ``owner_closes``."""
+        """Save what was recorded and close the live adapter (once)."""
         await self._finish(failed=None)
 
     async def __aexit__(self, *exc_info: object) -> None:
@@ -367,7 +359,7 @@ class CassetteSession(LlmAdapter):
         await self._finish(failed=True if exc_info and exc_info[0] is not None else None)
 
     async def _finish(self, *, failed: bool | None) -> None:
-        if self.owner_closes or (self._closed and self._save_done):
+        if self._closed and self._save_done:
             return
         self._closed = True
         try:

@@ -20,12 +20,13 @@ import typer
 from rich.console import Console
 
 from chunktape._errors import LlmError
-from chunktape._protocol import GenerateOptions, Message, ToolSpec
+from chunktape._protocol import GenerateOptions, Message, StreamChunk, ToolSpec
 from chunktape._secrets import redact_text
 from chunktape.cli._common import EXIT_USAGE, CliError, check_output_suffix, console, err_console
 from chunktape.cli._render import ChunkPrinter, tool_result_line
-from chunktape.harness._events import ToolCallEvent, ToolResultEvent
-from chunktape.harness._tools import Tool, tool_error
+from chunktape.harness._conversation import MAX_TOOL_ROUNDS, Conversation
+from chunktape.harness._events import ToolResultEvent
+from chunktape.harness._tools import Tool
 from chunktape.harness._tooltape import RecordingToolRunner
 from chunktape.wire._openai_chat import (
     DEEPSEEK_BASE_URL,
@@ -35,13 +36,11 @@ from chunktape.wire._openai_chat import (
 )
 
 if TYPE_CHECKING:
-    from chunktape._recorder import RecordingAdapter
+    pass
 
 __all__ = ["record"]
 
 _EXIT_WORDS = ("/exit", "/quit")
-_MAX_TOOL_ROUNDS = 25
-"""Tool-call turns answered in a row before the user is asked again (a model that never stops calling tools)."""
 
 
 class _InputEnded(BaseException):
@@ -139,87 +138,34 @@ def _prompted_tools(specs: Sequence[ToolSpec], out: Console) -> dict[str, Tool]:
     return {spec.name: prompter(spec.name) for spec in specs}
 
 
-class _Session:
-    """One recording session: the conversation so far, the recorder every turn goes through, and the runner (if
-    any) that answers tool calls."""
+class _Screen:
+    """What the person sees of a conversation: each reply as it streams, each tool result, each failure (with the
+    credentials in use masked: a provider may echo the key in a 401 body)."""
 
-    def __init__(
-        self,
-        recorder: RecordingAdapter,
-        out: Console,
-        options: GenerateOptions,
-        secrets: Sequence[str],
-        tools: Mapping[str, Tool] | None = None,
-    ) -> None:
-        self.recorder = recorder
+    def __init__(self, out: Console, secrets: Sequence[str]) -> None:
         self.out = out
-        self.options = options
         self.secrets = secrets
-        self.runner = None if tools is None else RecordingToolRunner(tools, recorder.record_tool)
+        self.printer = ChunkPrinter(out)
 
-    async def turn(self) -> LlmError | None:
-        """Stream one reply to the conversation so far, live; the reply joins the conversation."""
-        printer = ChunkPrinter(self.out)
+    def chunk(self, chunk: StreamChunk) -> None:
+        self.printer.feed(chunk)
+
+    def tool_result(self, result: ToolResultEvent) -> None:
+        self.printer.done()
+        line = tool_result_line(result.name, result.content, is_error=result.is_error)
+        self.out.print(line, style="dim", markup=False, soft_wrap=True)
+
+    async def agent_turn(self, conversation: Conversation) -> LlmError | None:
         try:
-            async for chunk in self.recorder.stream(self.options):
-                printer.feed(chunk)
-        except LlmError as error:
-            shown = _without_secrets(error, self.secrets)
-            printer.error(shown)
-            return shown
+            failure = await conversation.agent_turn()
         finally:
-            printer.done()
-        said = printer.reply
-        reply = Message(
-            role="assistant",
-            content=said.text or None,
-            tool_calls=said.tool_calls,
-            # DeepSeek wants the reasoning back only on tool-call turns.
-            reasoning_content=(said.reasoning or None) if said.tool_calls else None,
-        )
-        self.add(reply)
-        return None
-
-    async def agent_turn(self) -> LlmError | None:
-        """A model turn, then (with a tool runner) its tool results and the next model turn, until one makes no
-        tool calls: every tool call is answered before the user is asked again."""
-        for _ in range(_MAX_TOOL_ROUNDS):
-            failure = await self.turn()
-            last = self.options.messages[-1]
-            if failure is not None or self.runner is None or last.role != "assistant" or not last.tool_calls:
-                return failure
-            for result in await self._answer(last):
-                line = tool_result_line(result.name, result.content, is_error=result.is_error)
-                self.out.print(line, style="dim", markup=False, soft_wrap=True)
-                self.add(Message(role="tool", tool_call_id=result.tool_call_id, content=result.content))
-        self.out.print(f"(stopped after {_MAX_TOOL_ROUNDS} tool-call turns in a row)", style="dim")
-        return None
-
-    async def _answer(self, reply: Message) -> list[ToolResultEvent]:
-        assert self.runner is not None
-        calls: list[ToolCallEvent] = []
-        bad: dict[int, ToolResultEvent] = {}
-        for index, block in enumerate(reply.tool_calls):
-            try:
-                calls.append(ToolCallEvent.from_block(block, index))
-            except LlmError as error:  # the model's arguments are not a JSON object: tell it so
-                call = ToolCallEvent(
-                    id=block.id, name=block.name, arguments={}, raw_arguments=block.arguments, index=index
-                )
-                bad[index] = tool_error(call, error.message)
-        answered = iter(await self.runner.run_turn(calls))
-        results = [bad[index] if index in bad else next(answered) for index in range(len(reply.tool_calls))]
-        return [result for result in results if result is not None]
-
-    def mark(self) -> int:
-        return len(self.options.messages)
-
-    def rewind(self, mark: int) -> None:
-        """Back to the conversation as it was at ``mark`` (a failed turn: the user can try again)."""
-        self.options = msgspec.structs.replace(self.options, messages=self.options.messages[:mark])
-
-    def add(self, message: Message) -> None:
-        self.options = msgspec.structs.replace(self.options, messages=[*self.options.messages, message])
+            self.printer.done()
+        if failure is not None:
+            failure = _without_secrets(failure, self.secrets)
+            self.printer.error(failure)
+        elif conversation.messages[-1].role == "tool":  # answered, but the model is not asked again
+            self.out.print(f"(stopped after {MAX_TOOL_ROUNDS} tool-call turns in a row)", style="dim")
+        return failure
 
 
 def _read_user_line(out: Console) -> str | None:
@@ -299,13 +245,13 @@ def record(
     if prompt is None and messages is None and not chat:
         raise CliError("give --prompt, --messages FILE or --chat", EXIT_USAGE)
     check_output_suffix(output, "--output")
-    conversation: list[Message] = []
+    history: list[Message] = []
     if system is not None:
-        conversation.append(Message(role="system", content=system))
+        history.append(Message(role="system", content=system))
     if messages is not None:
-        conversation.extend(load_messages(messages))
+        history.extend(load_messages(messages))
     if prompt is not None:
-        conversation.append(Message(role="user", content=prompt))
+        history.append(Message(role="user", content=prompt))
     tool_specs = load_tools(tools) if tools is not None else []
     if tools_module is not None and tools is None:
         raise CliError("--tools-module needs --tools FILE (the tools the model is offered)", EXIT_USAGE)
@@ -316,7 +262,7 @@ def record(
     if output.is_dir():
         raise CliError(f"{output} is a directory; give the cassette file name with -o")
     options = GenerateOptions(
-        model=model, messages=conversation, tools=tool_specs, max_tokens=max_tokens, temperature=temperature
+        model=model, messages=history, tools=tool_specs, max_tokens=max_tokens, temperature=temperature
     )
     try:
         options_to_openai_request(options)  # a conversation the provider cannot take fails here, unrecorded
@@ -324,48 +270,52 @@ def record(
         where = f"messages file {messages}: " if messages is not None else ""
         raise CliError(f"{where}cannot be sent: {error.message}") from None
     out = console()
-    from chunktape._recorder import RecordingAdapter, none_completed
+    from chunktape._recorder import RecordingAdapter
     from chunktape.providers._openai_compat import OpenAICompatAdapter  # httpx: only when recording
 
     adapter = OpenAICompatAdapter(base_url=base_url, api_key=api_key, model=model)
     recorder = RecordingAdapter(adapter, output, append=append, allow_secrets=allow_secret or ())
-    secrets = [api_key]  # redact_text adds the environment's
     if implementations is None and chat and tool_specs:
         implementations = _prompted_tools(tool_specs, out)
-    session = _Session(recorder, out, options, secrets, implementations)
+    screen = _Screen(out, [api_key])  # redact_text adds the environment's credentials
+    conversation = Conversation(
+        recorder,
+        options,
+        tools=None if implementations is None else RecordingToolRunner(implementations, recorder.record_tool),
+        on_chunk=screen.chunk,
+        on_tool_result=screen.tool_result,
+    )
     failure: LlmError | None = None
     interrupted = False
     with asyncio.Runner() as runner:
         try:
-            if conversation and conversation[-1].role in ("user", "tool"):
-                start = session.mark()
-                failure = runner.run(session.agent_turn())
+            if conversation.messages and conversation.messages[-1].role in ("user", "tool"):
+                start = conversation.mark()
+                failure = runner.run(screen.agent_turn(conversation))
                 if failure is not None and chat:
-                    session.rewind(start - 1)
+                    conversation.rewind(start - 1)
             while chat:
                 line = _read_user_line(out)
                 if line is None or line.strip() in _EXIT_WORDS:
                     break
                 if not line.strip():
                     continue
-                start = session.mark()
-                session.add(Message(role="user", content=line))
-                turn_failure = runner.run(session.agent_turn())
+                start = conversation.mark()
+                conversation.add(Message(role="user", content=line))
+                turn_failure = runner.run(screen.agent_turn(conversation))
                 if turn_failure is not None:
                     failure = turn_failure
-                    session.rewind(start)  # the user can try again; the failure stays recorded
+                    conversation.rewind(start)  # the user can try again; the failure stays recorded
         except _InputEnded:
             pass
         except KeyboardInterrupt:
             interrupted = True
         finally:
-            # A down server, a wrong --base-url or key, a Ctrl-C before the reply: not the provider's answer.
-            aside = not force and none_completed(recorder.interactions)
-            try:
-                written = recorder.save(failed=aside, secret_advice=_SECRET_ADVICE)
+            try:  # a run in which no call completed is kept aside unless --force: not the provider's answer
+                written = recorder.save(failed=False if force else None, secret_advice=_SECRET_ADVICE)
             finally:
                 runner.run(adapter.aclose())
-    if aside:
+    if recorder.written is not None and recorder.written != output:
         state = "was left as it was" if output.exists() else "was not written"
         reason = f": {failure}" if failure is not None else ": interrupted" if interrupted else ""
         raise CliError(

@@ -1,7 +1,8 @@
-"""The reference consumer: ``stream_with_retry``, the agent loop ``run_agent`` (with its tools on tape), and their
-events, policy and metrics."""
+"""The reference consumer: ``stream_with_retry``, the agent loop ``run_agent`` (with its tools on tape), a
+person-driven ``Conversation``, and their events, policy and metrics."""
 
 from chunktape.harness._agent import run_agent
+from chunktape.harness._conversation import Conversation
 from chunktape.harness._events import (
     DoneEvent,
     DoneReason,
@@ -38,6 +39,7 @@ from chunktape.harness._tooltape import (
 )
 
 __all__ = [
+    "Conversation",
     "DoneEvent",
     "DoneReason",
     "ErrorClass",

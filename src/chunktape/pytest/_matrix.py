@@ -5,13 +5,12 @@
   The rule of ``chunktape.faults._specs`` applies unchanged: a transient fault fires once, a permanent fault on
   every call; ``calls=`` (1-based numbers over every call, retries included, as ``Targeted`` counts them) moves
   the fault off the first call.
-- ``wants_virtual_time`` says which tests run on chunktape's virtual clock (``chunktape._virtual_time``): every
-  run of a fault matrix (the stalls, the recorded timing and the agent's own retry back-offs then cost no wall
-  time) and a ``tape`` test with recorded timing or any fault (a 429's Retry-After and the SDK's own back-off
-  then cost none either); pytest-asyncio (1.4 or later) gives them that
-  loop through its ``pytest_asyncio_loop_factories`` hook. ini ``tape_virtual_time = false`` or
-  ``@pytest.mark.tape(virtual_time=False)`` turns it off. ``mark_items``: under pytest-xdist's ``loadgroup`` the
-  runs of one test share an ``xdist_group``.
+- ``wants_virtual_time`` says which tests run on chunktape's virtual clock (``chunktape._virtual_time``, given
+  by ``chunktape.pytest._clock``): every run of a fault matrix (the stalls, the recorded timing and the agent's
+  own retry back-offs then cost no wall time) and a ``tape`` test with recorded timing or any fault (a 429's
+  Retry-After and the SDK's own back-off then cost none either).
+  ``virtual_time=False`` (marker, ``tape_config``) or the ini ``tape_virtual_time = false`` turns it off.
+  ``mark_items``: under pytest-xdist's ``loadgroup`` the runs of one test share an ``xdist_group``.
 - ``BaselineGate``: under pytest-xdist, a fault run whose cassette the ``[no-fault]`` run is about to record
   waits until that run is over (it runs first on its own worker: items keep their order per worker).
 """
@@ -45,11 +44,9 @@ __all__ = [
     "BaselineGate",
     "MatrixRun",
     "baseline_nodeid",
-    "REAL_TIME_ITEMS",
     "mark_items",
     "matrix_runs",
     "uses_time",
-    "virtual_time_supported",
     "wants_virtual_time",
 ]
 
@@ -137,58 +134,26 @@ def baseline_nodeid(nodeid: str, ident: str) -> str:
     return nodeid.replace(f"[{ident}]", f"[{BASELINE_ID}]").replace(f"-{ident}]", f"-{BASELINE_ID}]")
 
 
-def wants_virtual_time(item: pytest.Item) -> bool:
-    """Whether ``item`` runs on a virtual clock: a ``tape`` test in the fault matrix, or one whose replay waits on
-    the clock (recorded or fixed timing, any fault). ``@pytest.mark.tape(virtual_time=...)``, then the ini
-    ``tape_virtual_time`` (default true), may turn it off; a test with its own ``looptime`` marker keeps that.
-
-    A recording made on that clock stays true: while a socket is waited on, the clock runs at the real pace."""
-    if "tape" not in getattr(item, "fixturenames", ()) or item.get_closest_marker("looptime") is not None:
-        return False
-    marker = item.get_closest_marker("tape")
-    kwargs = {} if marker is None else marker.kwargs
-    flag = kwargs.get("virtual_time")
-    if flag is None:
-        flag = bool(item.config.getini("tape_virtual_time"))
-    if not flag:
-        return False
-    if item.get_closest_marker("tape_fault_matrix") is not None:
-        return True
-    timing = kwargs.get("timing") or Timing.instant()
-    try:
-        faults = parse_faults(kwargs.get("faults", ()))
-    except LlmError:
-        return False  # the tape fixture reports the bad marker
-    return isinstance(timing, Timing) and uses_time(faults, timing)
-
-
-def virtual_time_supported(config: pytest.Config) -> bool:
-    """Whether this run can put an async test on chunktape's clock: pytest-asyncio 1.4 or later asks plugins for its
-    loops (``pytest_asyncio_loop_factories``)."""
-    return config.pluginmanager.hasplugin("asyncio") and hasattr(config.hook, "pytest_asyncio_loop_factories")
+def wants_virtual_time(*, in_matrix: bool, faults: Sequence[Fault], timing: Timing) -> bool:
+    """Whether a ``tape`` test whose settings allow virtual time gets it: every run of a fault matrix, and a test
+    whose replay waits on the clock (recorded or fixed timing, any fault). A recording made on that clock stays
+    true: while a socket is waited on, the clock runs at the real pace."""
+    return in_matrix or uses_time(faults, timing)
 
 
 BASELINE_SELECTED = pytest.StashKey[bool]()
 """On a fault run's item: whether its ``[no-fault]`` run is part of this session (so it is worth waiting for)."""
 
-REAL_TIME_ITEMS = pytest.StashKey[int]()
-"""On the config: how many collected tests wanted virtual time that this run could not give them."""
-
 
 def mark_items(items: Sequence[pytest.Item]) -> None:
-    """Add the ``xdist_group`` markers the matrix runs need, note which baselines will run, and count the tests
-    that want virtual time where the run cannot give it."""
+    """Add the ``xdist_group`` markers the matrix runs need, and note which baselines will run."""
     if not items:
         return
-    config = items[0].config
-    xdist = config.pluginmanager.has_plugin("xdist")
-    supported = virtual_time_supported(config)
+    xdist = items[0].config.pluginmanager.has_plugin("xdist")
     baselines: set[str] = set()
     fault_runs: list[tuple[pytest.Item, MatrixRun]] = []
-    real_time = 0
     for item in items:
-        fixtures = getattr(item, "fixturenames", ())
-        if "tape" not in fixtures:
+        if "tape" not in getattr(item, "fixturenames", ()):
             continue
         callspec = getattr(item, "callspec", None)
         param = None if callspec is None else callspec.params.get("_tape_fault", BASELINE_ID)
@@ -197,14 +162,11 @@ def mark_items(items: Sequence[pytest.Item]) -> None:
             baselines.add(item.nodeid)
         if isinstance(param, MatrixRun):
             fault_runs.append((item, param))
-        if not supported and wants_virtual_time(item):
-            real_time += 1
         if xdist and in_matrix:
             group = item.nodeid.split("[", 1)[0]
             item.add_marker(pytest.mark.xdist_group(group))
     for item, run in fault_runs:
         item.stash[BASELINE_SELECTED] = baseline_nodeid(item.nodeid, run.ident) in baselines
-    config.stash[REAL_TIME_ITEMS] = real_time
 
 
 class BaselineGate:

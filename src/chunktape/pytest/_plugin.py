@@ -4,11 +4,12 @@ The ``tape`` fixture is this test's adapter: it replays ``<test dir>/cassettes/<
 or records it through the ``tape_live_adapter`` fixture, per the record mode. Where a setting comes from,
 first match wins:
 
-- record mode: ``--tape-mode`` > ``@pytest.mark.tape(mode=...)`` > ini ``tape_mode`` > ``none``
+- record mode: ``--tape-mode`` > ``@pytest.mark.tape(mode=...)`` > ``tape_config`` > ini ``tape_mode`` > ``none``
+- replay settings (faults, timing, match_on, allow_repeats, allow_secrets, redact) and ``virtual_time``: the marker
+  > a ``tape_config`` fixture (override it per module or folder in ``conftest.py``) > the ini options
+  (``tape_match_on``, ``tape_virtual_time``) > the defaults; they have no command-line flag
 - cassette folder: a ``tape_dir`` fixture override > ``--tape-dir`` > ini ``tape_dir`` > next to the test file
 - strict playback: ``--tape-strict`` > ini ``tape_strict`` > off
-- request matchers: ``@pytest.mark.tape(match_on=...)`` > ini ``tape_match_on`` > the default matchers (like the
-  other replay options, they have no command-line flag)
 
 Saving happens at teardown, once the test's outcome is known (a sync fixture, so it works the same under
 pytest-asyncio and anyio): a test that did not pass never replaces its cassette, its recording is kept beside
@@ -24,24 +25,29 @@ HTTP code uses the same cassette: ``tape.transport()`` / ``tape.http_client()`` 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import inspect
 import uuid
-from collections.abc import Callable, Generator, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, TypeAlias
+from typing import Any, TypedDict
 
 import pytest
 
+from chunktape._cassettes.matching import Matcher
 from chunktape._errors import Advice, AdviceWords, ErrorCode, LlmError
 from chunktape._protocol import LlmAdapter, WrappingAdapter
 from chunktape._replayer.options import ReplayOptions
+from chunktape._replayer.timing import Timing
 from chunktape._secrets import redact_text
-from chunktape._session.session import MISS_CODES, CassetteSession, RecordMode, use_cassette
-from chunktape._virtual_time import VirtualTimeLoop
+from chunktape._session.modes import MISS_CODES, RecordMode
+from chunktape._session.session import CassetteSession
+from chunktape.faults import Fault
+from chunktape.pytest._clock import loop_factory, virtual_time
 from chunktape.pytest._matrix import (
     BASELINE_ID,
     BASELINE_SELECTED,
     MATRIX_SIGNATURE,
-    REAL_TIME_ITEMS,
     BadMatrix,
     BaselineGate,
     MatrixRun,
@@ -52,21 +58,53 @@ from chunktape.pytest._matrix import (
 )
 from chunktape.pytest._paths import cassette_file_name, checked_name, shown, test_name
 
-__all__ = ["BASELINE_ID", "Tape"]
+__all__ = ["BASELINE_ID", "Tape", "TapeConfig"]
 
-Tape: TypeAlias = CassetteSession
-"""What the ``tape`` fixture yields, for annotations (``def test_agent(tape: Tape)``): the test's session, with
-``fault`` set to the fault a ``tape_fault_matrix`` run injects. It is saved and closed at teardown, once the
-test's outcome is known, so ``aclose()`` and ``async with tape`` do nothing (``owner_closes``)."""
+
+class Tape(CassetteSession):
+    """What the ``tape`` fixture yields: the test's session (``CassetteSession``), with what only pytest knows of it.
+
+    It is saved and closed at teardown, once the test's outcome is known (a test that did not pass never replaces
+    its cassette), so ``aclose()`` and leaving ``async with tape`` do nothing here."""
+
+    fault: Fault | None = None
+    """The fault a ``tape_fault_matrix`` run injects (None outside the matrix and in its ``[no-fault]`` run)."""
+    fault_id: str | None = None
+    """That run's test id (``http-429``), or None."""
+
+    async def aclose(self) -> None:
+        """Nothing: the fixture saves and closes the session at teardown."""
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        """Nothing: the fixture saves and closes the session at teardown."""
+
+
+class TapeConfig(TypedDict, total=False):
+    """What a ``tape_config`` fixture returns: defaults for the ``tape`` of every test it reaches (override it in a
+    module or a ``conftest.py``), each key as ``@pytest.mark.tape`` takes it; the marker's own arguments win."""
+
+    mode: str
+    faults: Sequence[object]
+    timing: Timing
+    match_on: str | Sequence[str | Matcher]
+    allow_repeats: bool
+    allow_secrets: Sequence[str]
+    redact: bool | Sequence[str]
+    virtual_time: bool
+
 
 LiveAdapter = LlmAdapter | Callable[[], LlmAdapter]
 """What a ``tape_live_adapter`` fixture returns: a factory (called only to record) or an adapter."""
 
 _MODES = [mode.value for mode in RecordMode]
-_REPLAY_ARGS = ("faults", "timing", "match_on", "allow_repeats", "allow_secrets")
+_REPLAY_ARGS = ("faults", "timing", "match_on", "allow_repeats", "allow_secrets", "redact")
 """The marker's arguments that are replay options (``ReplayOptions`` checks them)."""
-_TAPE_ARGS = ("name", "mode", *_REPLAY_ARGS, "virtual_time")
+_CONFIG_ARGS = ("mode", *_REPLAY_ARGS, "virtual_time")
+"""What ``tape_config`` may set: every argument of the marker but the cassette's name."""
+_TAPE_ARGS = ("name", *_CONFIG_ARGS)
 _PROPERTY = "chunktape"
+_REAL_TIME = "chunktape-real-time"
+"""A report's property: the async test wanted virtual time, and its run could not give it."""
 
 _SECRET_ADVICE = "list its value in @pytest.mark.tape(allow_secrets=[...])"
 _ADVICE: AdviceWords = {
@@ -78,7 +116,9 @@ _ADVICE: AdviceWords = {
 }
 """The next steps of a cassette miss in pytest's knobs: its options and the tape marker's arguments."""
 
-_tape_key = pytest.StashKey[CassetteSession]()
+_tape_key = pytest.StashKey[Tape]()
+_clocked_key = pytest.StashKey[set[str]]()
+"""The async tests (by their node id before parametrization) whose loop is chunktape's clock."""
 _run_key = pytest.StashKey[str]()
 _reports_key = pytest.StashKey[dict[str, pytest.TestReport]]()
 
@@ -167,20 +207,18 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[_run_key] = str(run) if run else uuid.uuid4().hex
 
 
-def _record_mode(config: pytest.Config, marker_mode: object) -> RecordMode:
-    """Command line > marker > ini > ``none``."""
+def _record_mode(config: pytest.Config, chosen: object, where: str = "@pytest.mark.tape") -> RecordMode:
+    """Command line > ``chosen`` (the marker's, else ``tape_config``'s; ``where`` names it) > ini > ``none``."""
     cli = config.getoption("tape_mode")
     if cli is not None:
         return RecordMode(cli)
-    if marker_mode is not None:
-        if not isinstance(marker_mode, str):
-            pytest.fail(f"@pytest.mark.tape(mode=...) must be one of {', '.join(_MODES)}", pytrace=False)
+    if chosen is not None:
+        if not isinstance(chosen, str):
+            pytest.fail(f"{where}: mode= must be one of {', '.join(_MODES)}", pytrace=False)
         try:
-            return RecordMode.parse(marker_mode)
+            return RecordMode.parse(chosen)
         except LlmError as error:
-            raise pytest.fail.Exception(
-                redact_text(f"@pytest.mark.tape(mode=...): {error.message}"), pytrace=False
-            ) from None
+            raise pytest.fail.Exception(redact_text(f"{where}: mode=: {error.message}"), pytrace=False) from None
     ini = str(config.getini("tape_mode"))
     return RecordMode(ini) if ini else RecordMode.NONE
 
@@ -235,10 +273,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def pytest_asyncio_loop_factories(
     config: pytest.Config, item: pytest.Item
 ) -> Mapping[str, Callable[[], asyncio.AbstractEventLoop]]:
-    """pytest-asyncio (1.4 or later) asks which loop an async test runs on: chunktape's virtual clock for the tests
-    that want it, the usual loop for every other (a conftest's own answer comes first and wins)."""
-    if wants_virtual_time(item):
-        return {"chunktape-virtual-time": VirtualTimeLoop}
+    """pytest-asyncio (1.4 or later) asks which loop an async test runs on: a ``tape`` test gets chunktape's
+    clock, which its ``tape`` fixture turns virtual if the test's settings want it; every other test the usual
+    loop. A conftest's own answer comes first and wins; so does a test's own ``looptime`` marker."""
+    if "tape" in getattr(item, "fixturenames", ()) and item.get_closest_marker("looptime") is None:
+        config.stash.setdefault(_clocked_key, set()).add(item.nodeid)
+        return {"chunktape": loop_factory}
     return {"asyncio": asyncio.new_event_loop}
 
 
@@ -313,31 +353,62 @@ def _live(value: LiveAdapter) -> Callable[[], LlmAdapter]:
 
 
 @pytest.fixture
+def tape_config() -> TapeConfig:
+    """Override in a test module or a ``conftest.py`` to set defaults for every ``tape`` below it (``TapeConfig``:
+    mode, faults, timing, match_on, allow_repeats, allow_secrets, redact, virtual_time); a test's
+    ``@pytest.mark.tape(...)`` arguments win over it, and it wins over the ini options."""
+    return {}
+
+
+def _settings(item: pytest.Item, config: TapeConfig) -> dict[str, Any]:
+    """The test's ``tape`` settings: the marker's arguments over ``tape_config``'s (each checked for its keys)."""
+    marker = _marker_kwargs(item)
+    if not isinstance(config, Mapping):
+        pytest.fail(f"tape_config must return a dict (TapeConfig), got {type(config).__name__}", pytrace=False)
+    unknown = sorted(set(config) - set(_CONFIG_ARGS))
+    if unknown:
+        pytest.fail(f"tape_config: unknown {unknown}; valid: {', '.join(_CONFIG_ARGS)}", pytrace=False)
+    return {**config, **{key: value for key, value in marker.items() if value is not None}}
+
+
+@pytest.fixture
 def tape(
-    request: pytest.FixtureRequest, tape_dir: Path, tape_live_adapter: LiveAdapter, _tape_fault: MatrixRun | None
-) -> Iterator[CassetteSession]:
+    request: pytest.FixtureRequest,
+    tape_dir: Path,
+    tape_live_adapter: LiveAdapter,
+    tape_config: TapeConfig,
+    _tape_fault: MatrixRun | None,
+) -> Iterator[Tape]:
     """This test's adapter: replays its cassette, or records it per the record mode; saved at teardown.
 
     ``tape.tools(real_tools)`` is the ``ToolRunner`` for an agent run on it: records the tools' executions, or
     answers from them without calling a tool (``verify=True``: runs them and reports divergences)."""
     item = request.node
     assert isinstance(item, pytest.Item)
-    options = _marker_kwargs(item)
-    mode = _record_mode(request.config, options.get("mode"))
+    settings = _settings(item, tape_config)
+    marker = _marker_kwargs(item)
+    chosen_mode = marker.get("mode")
+    mode = _record_mode(
+        request.config,
+        tape_config.get("mode") if chosen_mode is None else chosen_mode,
+        "@pytest.mark.tape" if chosen_mode is not None else "tape_config",
+    )
+    in_matrix = item.get_closest_marker("tape_fault_matrix") is not None
     matrix_id = None
     if _tape_fault is not None:
         matrix_id = _tape_fault.ident  # the id the test was parametrized with, which names may override
-    elif item.get_closest_marker("tape_fault_matrix") is not None:
+    elif in_matrix:
         matrix_id = BASELINE_ID
+    replay_settings = {key: settings[key] for key in _REPLAY_ARGS if settings.get(key) is not None}
+    ini_match_on = _ini_match_on(request.config)
+    if ini_match_on is not None:
+        replay_settings.setdefault("match_on", ini_match_on)
     try:
-        name = checked_name(options["name"]) if options.get("name") is not None else test_name(item, matrix_id)
-        settings = {key: options[key] for key in _REPLAY_ARGS if options.get(key) is not None}
-        ini_match_on = _ini_match_on(request.config)
-        if ini_match_on is not None:
-            settings.setdefault("match_on", ini_match_on)
-        replay = ReplayOptions(**settings)
+        name = checked_name(marker["name"]) if marker.get("name") is not None else test_name(item, matrix_id)
+        replay = ReplayOptions(**replay_settings)
     except LlmError as error:
-        raise pytest.fail.Exception(redact_text(f"@pytest.mark.tape: {error.message}"), pytrace=False) from None
+        where = "tape_config" if tape_config and not set(marker) & set(_TAPE_ARGS) else "@pytest.mark.tape"
+        raise pytest.fail.Exception(redact_text(f"{where}: {error.message}"), pytrace=False) from None
     path = tape_dir / cassette_file_name(name)
     gate = _baseline_gate(request)
     if _tape_fault is not None:
@@ -354,7 +425,7 @@ def tape(
                 pytrace=False,
             )
     try:
-        session = use_cassette(
+        session = Tape(
             path,
             live=None if mode is RecordMode.NONE else _live(tape_live_adapter),
             mode=mode,
@@ -363,32 +434,40 @@ def tape(
         )
     except LlmError as error:  # an unreadable cassette: the message says what to do
         raise pytest.fail.Exception(redact_text(f"{shown(request.config, path)}: {error}"), pytrace=False) from None
-    session.owner_closes = True  # saved below, once the test's outcome is known
-    session.virtual_time = wants_virtual_time(item)
     if _tape_fault is not None:
         session.fault, session.fault_id = _tape_fault.fault, _tape_fault.ident
     item.stash[_tape_key] = session
     if gate is not None and _tape_fault is None and matrix_id == BASELINE_ID:
         # Finalizers run last in, first out: this one after the teardown below saved; its fault runs may go.
         request.addfinalizer(lambda: gate.done(path))  # noqa: PT021 - after the save below, even a failed one
-    yield session
-    reports = item.stash.get(_reports_key, {})
-    call = reports.get("call")
-    passed = call is not None and call.passed and not hasattr(call, "wasxfail")
-    try:
-        written = session.close(failed=not passed, secret_advice=_SECRET_ADVICE)
-    except LlmError as error:  # a secret left in the recording: kept aside, redacted
-        if session.written is not None:
+    with contextlib.ExitStack() as clock:
+        flag = settings.get("virtual_time")
+        if flag is None:
+            flag = bool(request.config.getini("tape_virtual_time"))
+        if flag and wants_virtual_time(in_matrix=in_matrix, faults=replay.faults, timing=replay.timing):
+            session.virtual_time = True  # a sync client's replayed bodies too
+            if item.nodeid.split("[", 1)[0] in request.config.stash.get(_clocked_key, set()):
+                clock.enter_context(virtual_time())
+            elif inspect.iscoroutinefunction(getattr(item, "obj", None)):
+                item.user_properties.append((_REAL_TIME, True))
+        yield session
+        reports = item.stash.get(_reports_key, {})
+        call = reports.get("call")
+        passed = call is not None and call.passed and not hasattr(call, "wasxfail")
+        try:
+            written = session.close(failed=not passed, secret_advice=_SECRET_ADVICE)
+        except LlmError as error:  # a secret left in the recording: kept aside, redacted
+            if session.written is not None:
+                recorded = sum(1 for made in session.calls if made.recorded)
+                kept = {"path": shown(request.config, session.written), "interactions": recorded, "failed": True}
+                item.user_properties.append((_PROPERTY, kept))
+            raise pytest.fail.Exception(redact_text(f"{shown(request.config, path)}: {error}"), pytrace=False) from None
+        if written is not None:
             recorded = sum(1 for made in session.calls if made.recorded)
-            kept = {"path": shown(request.config, session.written), "interactions": recorded, "failed": True}
-            item.user_properties.append((_PROPERTY, kept))
-        raise pytest.fail.Exception(redact_text(f"{shown(request.config, path)}: {error}"), pytrace=False) from None
-    if written is not None:
-        recorded = sum(1 for made in session.calls if made.recorded)
-        total = len(session.cassette.interactions) if passed else recorded
-        item.user_properties.append(
-            (_PROPERTY, {"path": shown(request.config, written), "interactions": total, "failed": not passed})
-        )
+            total = len(session.cassette.interactions) if passed else recorded
+            item.user_properties.append(
+                (_PROPERTY, {"path": shown(request.config, written), "interactions": total, "failed": not passed})
+            )
 
 
 @pytest.fixture
@@ -405,7 +484,7 @@ def tape_upstream() -> str:
 
 
 @pytest.fixture
-def tape_server_url(tape: CassetteSession, request: pytest.FixtureRequest) -> Iterator[str]:
+def tape_server_url(tape: Tape, request: pytest.FixtureRequest) -> Iterator[str]:
     """This test's cassette over HTTP on 127.0.0.1, for sync code and agents in a subprocess or another language
     (an OpenAI client wants ``tape_server_url + "/v1"``): a ``ReplayServer`` with the test's replay options (its
     faults, the fault matrix's, its timing) when the test replays; a recording proxy to ``tape_upstream`` when it
@@ -516,11 +595,14 @@ class _Summary:
         self.config = config
         self.written: dict[str, int] = {}
         self.failed: dict[str, tuple[int, str]] = {}
+        self.real_time: set[str] = set()
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if report.when != "teardown":
             return
         for name, value in report.user_properties:
+            if name == _REAL_TIME:
+                self.real_time.add(report.nodeid)
             if name == _PROPERTY and isinstance(value, dict):
                 if value["failed"]:
                     self.failed[value["path"]] = (value["interactions"], report.nodeid)
@@ -528,14 +610,13 @@ class _Summary:
                     self.written[value["path"]] = max(value["interactions"], self.written.get(value["path"], 0))
 
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
-        real_time = self.config.stash.get(REAL_TIME_ITEMS, 0)
-        if not self.written and not self.failed and not real_time:
+        if not self.written and not self.failed and not self.real_time:
             return
         terminalreporter.write_sep("-", "chunktape")
-        if real_time:
+        if self.real_time:
             terminalreporter.write_line(
-                f"chunktape: {real_time} test(s) wanted virtual time and waited in real time: it needs "
-                "pytest-asyncio >= 1.4 (pip install 'chunktape[pytest]')"
+                f"chunktape: {len(self.real_time)} async test(s) wanted virtual time and waited in real time: it "
+                "needs pytest-asyncio >= 1.4 (pip install 'chunktape[pytest]')"
             )
         if self.written:
             total = sum(self.written.values())
