@@ -61,7 +61,19 @@ def test_sync_httpx2_client_records_chunks_and_metadata(fake_provider: FakeProvi
         created=1764681305,
         system_fingerprint="fp_test",
         headers={"x-request-id": "req_123", "openai-processing-ms": "12"},
-        extras={"first": {"obfuscation": "x"}},
+        extras={
+            "first": {"obfuscation": "x"},
+            **{f"{place}.choice": {"logprobs": None} for place in ("first", "delta", "finish")},
+            "usage.usage": {
+                "usage": {
+                    "prompt_tokens": 417,
+                    "completion_tokens": 44,
+                    "total_tokens": 461,
+                    "prompt_tokens_details": {"cached_tokens": 0, "audio_tokens": 0},
+                    "completion_tokens_details": {"reasoning_tokens": 0},
+                }
+            },
+        },
     )
     text = path.read_text()
     assert KEY not in text
@@ -115,7 +127,10 @@ async def test_async_httpx_client_records_json_answers_and_errors(fake_provider:
     ]
     assert succeeded.response is not None
     assert (succeeded.response.streamed, succeeded.response.model) == (False, "gpt-4o-mini-2024-07-18")
-    assert succeeded.response.extras == {"completion": {"service_tier": "default"}}
+    assert succeeded.response.extras == {
+        "completion": {"service_tier": "default"},
+        "completion.usage": {"usage": {"completion_tokens": 2, "prompt_tokens": 3, "total_tokens": 5}},
+    }
     assert succeeded.attempt == 2  # the same request again: a retry
 
 

@@ -40,8 +40,8 @@ from typing import Any
 
 import msgspec
 
-from chunktape._cassettes.model import Cancelled, Completed, Raised, ResponseMeta
-from chunktape._cassettes.redaction import env_secrets, redact_text
+from chunktape._cassettes.model import Cancelled, Completed, Raised
+from chunktape._cassettes.response import ResponseObserver, redacted_meta
 from chunktape._errors import ErrorCode, LlmError
 from chunktape._httpx import (
     HTTP_ERRORS,
@@ -74,31 +74,16 @@ from chunktape.wire._openai_chat import (
 )
 from chunktape.wire._sse import SseEvent, SseParser
 
-__all__ = ["CHAT_PATH", "RecordingTransport", "UnrecordedRequestWarning", "kept_headers"]
+__all__ = ["CHAT_PATH", "RecordingTransport", "UnrecordedRequestWarning"]
 
 CHAT_PATH = "/chat/completions"
 """Requests to a path ending like this are chat completions (``/v1/chat/completions``, ``/openai/...``)."""
 
-_KEPT_HEADERS = frozenset({"x-request-id", "request-id", "retry-after", "retry-after-ms", "x-groq-region"})
-_KEPT_PREFIXES = ("openai-", "x-ratelimit-", "ratelimit-", "anthropic-ratelimit-")
-_STANDARD = frozenset({"id", "object", "created", "model", "system_fingerprint", "choices", "usage"})
-"""Top-level fields of a chunk or completion that the renderer writes itself: everything else is an extra."""
 _decoder = msgspec.json.Decoder()
-_meta_encoder = msgspec.json.Encoder()
-_meta_decoder = msgspec.json.Decoder(ResponseMeta)
 
 
 class UnrecordedRequestWarning(UserWarning):
     """A chat-completions request that the chunk cassette cannot represent passed through unrecorded."""
-
-
-def kept_headers(headers: Mapping[str, str]) -> dict[str, str]:
-    """The response headers a replay sends again: request ids, ``openai-*``, rate limits, ``Retry-After``."""
-    return {
-        name: value
-        for name, value in ((name.lower(), value) for name, value in headers.items())
-        if name not in SECRET_HEADERS and (name in _KEPT_HEADERS or name.startswith(_KEPT_PREFIXES))
-    }
 
 
 def _credentials(request: AnyRequest) -> list[str]:
@@ -140,12 +125,11 @@ class _Exchange:
         self.status = 0
         self.headers: dict[str, str] = {}
         self.streaming = False
-        self.meta = ResponseMeta()
+        self.observer = ResponseObserver()
         self.parser: SseParser | None = None
         self.decoder = OpenAIChatDecoder()
         self.body: list[bytes] = []
         """The whole body of a JSON answer or an error (small, and read whole by the SDK anyway)."""
-        self.finish_sent = False
         self.broken = False
         """True once the outcome is recorded: later bytes only pass through."""
 
@@ -156,7 +140,7 @@ class _Exchange:
         self.headers = dict(reply.headers.items())
         content_type = reply.headers.get("content-type", "")
         self.streaming = 200 <= self.status < 300 and content_type.startswith("text/event-stream")
-        self.meta = ResponseMeta(headers=kept_headers(reply.headers), streamed=self.streaming)
+        self.observer = ResponseObserver(reply.headers.multi_items(), streamed=self.streaming)
         self.parser = SseParser() if self.streaming else None
 
     def piece(self, data: bytes) -> None:
@@ -177,26 +161,12 @@ class _Exchange:
             self.call.chunk(t_ns, chunk)
 
     def _observe(self, data: str) -> None:
-        """Keep the response metadata this chunk JSON carries (the first value of each field wins)."""
+        """Keep the response metadata this chunk JSON carries (``ResponseObserver``)."""
         try:
             obj = _decoder.decode(data)
         except msgspec.DecodeError:
             return  # the decoder reports it
-        if not isinstance(obj, dict):
-            return
-        meta = self.meta
-        choices = obj.get("choices")
-        first = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else {}
-        if first.get("finish_reason") is not None:
-            self.finish_sent = True
-            where = "finish"
-        elif choices == [] and obj.get("usage") is not None:
-            where = "usage"
-        elif meta.id is None and meta.model is None:
-            where = "first"
-        else:
-            where = "delta"
-        self.meta = _with_fields(meta, obj, where)
+        self.observer.event(obj)
 
     def done(self) -> None:
         """The body ended: decode what is left and record the outcome."""
@@ -225,8 +195,7 @@ class _Exchange:
             obj = None
         if not isinstance(obj, dict) or "choices" not in obj:
             raise not_an_event_stream(body, self.headers.get("content-type"))
-        self.meta = _with_fields(self.meta, obj, "completion")
-        self.finish_sent = True
+        self.observer.completion(obj)
         self._chunks(decode_openai_completion(obj), t_ns)
 
     def _chunks(self, chunks: list[StreamChunk], t_ns: int) -> None:
@@ -261,7 +230,7 @@ class _Exchange:
         if self.call.ended:
             return
         t_ns = self.clock.arrived()
-        if self.parser is not None and (self.decoder.done or self.finish_sent):
+        if self.parser is not None and (self.decoder.done or self.observer.finish_sent):
             try:
                 self._chunks(self.decoder.close(), t_ns)
             except LlmError as error:
@@ -278,28 +247,8 @@ class _Exchange:
 
     def _end(self, outcome: Raised | Completed | Cancelled) -> None:
         self.broken = True
-        meta = msgspec.structs.replace(self.meta, finish_sent=self.finish_sent or not self.streaming)
-        self.call.respond(_redacted(meta, self.secrets))
+        self.call.respond(redacted_meta(self.observer.meta(), self.secrets))
         self.call.end(outcome)
-
-
-def _with_fields(meta: ResponseMeta, obj: dict[str, Any], where: str) -> ResponseMeta:
-    changes: dict[str, Any] = {}
-    for field, kind in (("id", str), ("model", str), ("created", int), ("system_fingerprint", str)):
-        value = obj.get(field)
-        if getattr(meta, field) is None and isinstance(value, kind) and not isinstance(value, bool):
-            changes[field] = value
-    extra = {key: value for key, value in obj.items() if key not in _STANDARD}
-    if extra and where not in meta.extras:
-        changes["extras"] = {**meta.extras, where: extra}
-    return msgspec.structs.replace(meta, **changes) if changes else meta
-
-
-def _redacted(meta: ResponseMeta, secrets: Sequence[str]) -> ResponseMeta:
-    """``meta`` with the credentials in use and key-shaped strings replaced (its JSON, redacted as text)."""
-    text = _meta_encoder.encode(meta).decode()
-    cleaned = redact_text(text, [*secrets, *env_secrets().values()])
-    return meta if cleaned == text else _meta_decoder.decode(cleaned)
 
 
 def _passed_on(reply: AnyResponse) -> list[tuple[str, str]]:

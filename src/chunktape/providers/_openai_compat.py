@@ -23,7 +23,10 @@ from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, 
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
+import msgspec
+
 from chunktape._abort import AbortSignal
+from chunktape._cassettes.response import ResponseObserver, response_sink
 from chunktape._errors import ErrorCode, LlmError
 from chunktape._httpx import (
     CONNECT_ERRORS,
@@ -154,9 +157,14 @@ class OpenAICompatAdapter(LlmAdapter):
         guard = _Guard(signal)
         response: AnyResponse | None = None
         raw: AsyncIterator[bytes] | None = None
+        sink = response_sink().get()  # set while a recorder records this stream: it keeps the answer's metadata
+        observer: ResponseObserver | None = None
         try:
             headers = self._headers_for_request()
             response = await guard.run(lambda: post_streaming(client, url, body, headers), "no response headers")
+            if sink is not None:
+                streamed = response.headers.get("content-type", "").startswith("text/event-stream")
+                observer = sink.observer = ResponseObserver(response.headers.multi_items(), streamed=streamed)
             if response.status_code >= 300:
                 raise await self._http_error(response, guard)
             parser = SseParser()
@@ -180,6 +188,8 @@ class OpenAICompatAdapter(LlmAdapter):
                         raise not_an_event_stream(bytes(unparsed), response.headers.get("content-type"), who=self.name)
                 for item in items:
                     chunks = decoder.feed_item(item, unterminated=item is parser.unterminated)
+                    if observer is not None and isinstance(item, SseEvent) and item.data:
+                        _observe(observer, item.data)
                     if isinstance(item, SseEvent) and item.data and not item.data.isspace() and self.idle_timeout:
                         # Only real data moves the idle deadline; keep-alive comments and blank data do not.
                         guard.deadline = loop.time() + self.idle_timeout
@@ -229,6 +239,15 @@ class OpenAICompatAdapter(LlmAdapter):
             error.message = redact_text(error.message, self.secrets)
             error.args = (error.message,)
         return error
+
+
+_json = msgspec.json.Decoder()
+
+
+def _observe(observer: ResponseObserver, data: str) -> None:
+    """One event's JSON for the recorder's metadata (what does not decode, the decoder has reported)."""
+    with contextlib.suppress(msgspec.DecodeError):
+        observer.event(_json.decode(data))
 
 
 class _Guard:

@@ -82,7 +82,7 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from chunktape._cassettes.codec import LazyCassette, as_cassette, as_lazy
-from chunktape._cassettes.model import ERROR_STATUSES, Cassette
+from chunktape._cassettes.model import ERROR_STATUSES, Cassette, ResponseMeta
 from chunktape._errors import ErrorCode, LlmError
 from chunktape._protocol import StreamChunk
 from chunktape._replayer.options import ReplayKeywords, ReplayOptions
@@ -471,7 +471,6 @@ class ReplayServer:
             headers["x-chunktape-fault"] = _header_text(call.fault_id)
         if target.name is not None:
             headers["x-chunktape-scenario"] = _header_text(target.name)
-        renderer = SseRenderer(model=options.model, include_usage=include_usage)
         try:
             # Watched: a client that leaves during a stall before the first byte gives the interaction back now,
             # before its retry arrives, not when the stall would have ended.
@@ -479,14 +478,24 @@ class ReplayServer:
         except _Gone:
             return await _abandoned(call)
         except LlmError as exc:
+            meta = _recorded(target.playback, call.hold)
+            headers = {**(meta.headers if meta is not None else {}), **headers}
             await chunks.aclose()
             early = _early_error(exc, headers)
             if early is not None or not streaming:
                 return early or problem(502, exc.message, exc.code.value, headers=headers)
+            renderer = SseRenderer(model=options.model, include_usage=include_usage, meta=meta)
             return _ReplayStream(_body(chunks, None, renderer, error=exc, hold=call.hold), headers)
+        # The interaction is held now: its recorded answer's metadata (id, model, headers...) is what goes out.
+        meta = _recorded(target.playback, call.hold)
+        if meta is not None:
+            headers = {**meta.headers, **headers}
+        renderer = SseRenderer(model=options.model, include_usage=include_usage, meta=meta)
         if not streaming:
             try:
-                return await _while_connected(request, _complete(chunks, first, options.model, headers, call.fault_id))
+                return await _while_connected(
+                    request, _complete(chunks, first, options.model, headers, call.fault_id, meta)
+                )
             except _Gone:
                 return await _abandoned(call)
         batch = target.timing.is_instant and call.fault_id is None
@@ -506,6 +515,17 @@ class _Silences:
         client = scope.get("client") if scope["type"] == "http" else None
         with serving(None if client is None else (str(client[0]), int(client[1]))):
             await self.app(scope, receive, send)
+
+
+def _recorded(playback: Playback, hold: Hold) -> ResponseMeta | None:
+    """The provider's recorded answer metadata of the interaction ``hold`` holds (None: none held, none recorded,
+    or the interaction does not decode, which the replay itself reports)."""
+    if hold.index is None:
+        return None
+    try:
+        return playback.source.interaction(hold.index).response
+    except LlmError:
+        return None
 
 
 class _Gone(Exception):
@@ -668,6 +688,7 @@ async def _complete(
     model: str,
     headers: dict[str, str],
     fault_id: str | None = None,
+    meta: ResponseMeta | None = None,
 ) -> Response:
     """The whole ``chat.completion``, or an error: a stream that breaks the protocol or ends without a finish
     (a ``Truncate``/``Corrupt`` fault, a recorded violation) is a 502 naming the problem and the fault."""
@@ -689,7 +710,7 @@ async def _complete(
     finally:
         with anyio.CancelScope(shield=True):
             await chunks.aclose()  # type: ignore[attr-defined]
-    return JSONResponse(completion_from_chunks(collected, model=model), headers=headers)
+    return JSONResponse(completion_from_chunks(collected, model=model, meta=meta), headers=headers)
 
 
 def replay_server_for(playback: Playback) -> ReplayServer:
