@@ -88,6 +88,7 @@ class FakeProvider:
                 Route("/chat/completions", self._handle, methods=["POST"]),
                 Route("/v1/chat/completions", self._handle, methods=["POST"]),
                 Route("/v1/messages", self._handle, methods=["POST"]),  # Anthropic's: answered the same way
+                Route("/openai/deployments/{deployment}/chat/completions", self._handle, methods=["POST"]),  # Azure
             ]
         )
         config = uvicorn.Config(

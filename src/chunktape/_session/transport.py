@@ -35,8 +35,9 @@ from chunktape._replayer.adapter import ReplayAdapter
 from chunktape._replayer.options import ReplayOptions
 from chunktape._replayer.playback import Playback
 from chunktape._session.modes import SessionCall
-from chunktape.http._recording_transport import CHAT_PATH, RecordingTransport
+from chunktape.http._recording_transport import RecordingTransport
 from chunktape.http._replay_transport import ReplayTransport
+from chunktape.http._routes import is_chat, route_model
 from chunktape.wire._openai_chat import decode_chat_request
 
 
@@ -91,10 +92,11 @@ def client_for(transport: DualTransport, *, kind: HttpKind, sync: bool, **client
 
 def _chat_request(request: AnyRequest) -> RecordedRequest | None:
     """The chat request ``request`` carries, as a recorded request; None for any other request."""
-    if request.method != "POST" or not request.url.path.endswith(CHAT_PATH):
+    if not is_chat(request.method, request.url.path):
         return None
     try:
-        return RecordedRequest.from_options(decode_chat_request(request.content).options)
+        chat = decode_chat_request(request.content, model=route_model(request.url.path))
+        return RecordedRequest.from_options(chat.options)
     except LlmError:
         return None
 

@@ -75,8 +75,9 @@ from chunktape.faults import Fault, HttpError
 from chunktape.faults._plan import ActiveFault, FaultPlan, FiredFault
 from chunktape.faults._sse import check_faults, faulted
 from chunktape.http._render import error_body, error_headers
+from chunktape.http._routes import route_model
 from chunktape.http._timeouts import TimedBody
-from chunktape.wire._openai_chat import REASONING_FIELDS, options_from_openai_request
+from chunktape.wire._openai_chat import decode_chat_request
 
 __all__ = ["FaultTransport"]
 
@@ -112,8 +113,7 @@ class FaultTransport(DualTransport):
 
     async def _options(self, request: AnyRequest) -> GenerateOptions:
         try:
-            body = _decoder.decode(await request.aread())
-            return options_from_openai_request(body, reasoning=REASONING_FIELDS)
+            return decode_chat_request(await request.aread(), model=route_model(request.url.path)).options
         except Exception:  # not a chat request: selectors that read the body simply do not match
             return _NO_OPTIONS
 

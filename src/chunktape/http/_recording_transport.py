@@ -63,6 +63,7 @@ from chunktape._httpx import (
 )
 from chunktape._protocol import GenerateOptions, LlmAdapter, StreamChunk, aclose_stream
 from chunktape._recorder import ProviderClock, RecordingAdapter, RecordingCall, raised_from
+from chunktape.http._routes import CHAT_PATH, is_chat, route_model
 from chunktape.http._vcr import SECRET_HEADERS
 from chunktape.wire._http_errors import http_error
 from chunktape.wire._openai_chat import (
@@ -75,9 +76,6 @@ from chunktape.wire._openai_chat import (
 from chunktape.wire._sse import SseEvent, SseParser
 
 __all__ = ["CHAT_PATH", "RecordingTransport", "UnrecordedRequestWarning"]
-
-CHAT_PATH = "/chat/completions"
-"""Requests to a path ending like this are chat completions (``/v1/chat/completions``, ``/openai/...``)."""
 
 _decoder = msgspec.json.Decoder()
 
@@ -342,12 +340,12 @@ class RecordingTransport(DualTransport):
 
     def _start(self, request: AnyRequest, now: Callable[[], float]) -> _Exchange | None:
         """The recording of ``request``, if it is a chat completion (else None: it passes through unrecorded)."""
-        if request.method != "POST" or not request.url.path.endswith(CHAT_PATH):
+        if not is_chat(request.method, request.url.path):
             return None
         seen = self._source.seen
         seen.extend(secret for secret in _credentials(request) if secret not in seen)
         try:
-            options = decode_chat_request(request.content).options
+            options = decode_chat_request(request.content, model=route_model(request.url.path)).options
         except LlmError as error:
             warnings.warn(
                 f"{request.method} {request.url} passed through unrecorded: {error.message}",

@@ -56,8 +56,8 @@ from chunktape._replayer.playback import Hold, Playback
 from chunktape._virtual_time import VirtualTimeLoop
 from chunktape.faults._plan import ActiveFault, FaultPlan, Reservation
 from chunktape.faults._sse import check_faults, faulted
-from chunktape.http._recording_transport import CHAT_PATH
 from chunktape.http._render import SseRenderer, completion_from_chunks, error_body, error_headers, render_sse
+from chunktape.http._routes import CHAT_PATH, is_chat, route_model
 from chunktape.http._timeouts import TimedBody
 from chunktape.wire._openai_chat import decode_chat_request
 
@@ -142,13 +142,13 @@ class ReplayTransport(DualTransport):
         self.playback.assert_all_played()
 
     def _answer(self, request: AnyRequest) -> _Whole | _Streamed:
-        if request.method != "POST" or not request.url.path.endswith(CHAT_PATH):
+        if not is_chat(request.method, request.url.path):
             raise LlmError(
                 f"{request.method} {request.url} is no chat completion: a ReplayTransport answers POST "
                 f"...{CHAT_PATH} only",
                 ErrorCode.CASSETTE_MISMATCH,
             )
-        chat = decode_chat_request(request.content)
+        chat = decode_chat_request(request.content, model=route_model(request.url.path))
         engine = self.playback
         _, active = engine.begin(chat.options)
         failed = active.http_error if active is not None else None

@@ -4,8 +4,11 @@ Routes (``base`` is ``ReplayServer.url``; OpenAI SDKs take ``base_url=f"{base}/v
 
 - ``POST /chat/completions`` and ``POST /v1/chat/completions``: the default cassette(s). With an
   ``X-Chunktape-Scenario: <name>`` header, the named scenario instead.
-- ``POST /scenarios/<name>/chat/completions`` and ``POST /scenarios/<name>/v1/chat/completions``: one
-  scenario (a cassette with its own faults and timing, from a ``chunktape.http._server.scenarios`` file).
+- ``POST /openai/deployments/<deployment>/chat/completions?api-version=...`` (Azure OpenAI, ``openai.AzureOpenAI``):
+  the default cassette(s), the deployment standing for the model when the body names none (as recorded).
+- ``POST /scenarios/<name>/chat/completions``, ``POST /scenarios/<name>/v1/chat/completions`` and
+  ``POST /scenarios/<name>/openai/deployments/<deployment>/chat/completions``: one scenario (a cassette with its
+  own faults and timing, from a ``chunktape.http._server.scenarios`` file).
 - ``GET /scenarios``: the scenarios as JSON (name, description, cassette, fault ids, timing, path, calls).
 - ``POST /reset``: forget what was played and every fault's call count, as if the server had just started.
 
@@ -98,6 +101,7 @@ from chunktape.http._render import (
     error_body,
     error_headers,
 )
+from chunktape.http._routes import AZURE_ROUTE
 from chunktape.http._server.limits import ServerLimits, read_body
 from chunktape.http._server.listen import listen_socket
 from chunktape.http._server.problems import MISS_STATUS, MISS_TYPE, MISSES, miss_message, problem
@@ -409,7 +413,9 @@ class ReplayServer:
             routes=[
                 Route("/chat/completions", self._completions, methods=["POST"]),
                 Route("/v1/chat/completions", self._completions, methods=["POST"]),
+                Route(AZURE_ROUTE, self._completions, methods=["POST"]),
                 Route("/scenarios/{scenario}/chat/completions", self._completions, methods=["POST"]),
+                Route("/scenarios/{scenario}" + AZURE_ROUTE, self._completions, methods=["POST"]),
                 Route("/scenarios/{scenario}/v1/chat/completions", self._completions, methods=["POST"]),
                 Route("/scenarios", self._list_scenarios, methods=["GET"]),
                 Route("/reset", self._reset, methods=["POST"]),
@@ -459,7 +465,7 @@ class ReplayServer:
             # the 413 rather than a reset), for at most ServerLimits.body_timeout.
             return problem(413, message, "INVALID_REQUEST")
         try:
-            options, streaming, include_usage = decode_chat_request(raw)
+            options, streaming, include_usage = decode_chat_request(raw, model=request.path_params.get("deployment"))
         except LlmError as exc:
             return problem(400, exc.message, "INVALID_REQUEST")
         # The call's number and fault are chosen now, before any await: the headers describe THIS call even
