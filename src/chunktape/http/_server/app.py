@@ -107,6 +107,7 @@ from chunktape.http._server.listen import listen_socket
 from chunktape.http._server.problems import MISS_STATUS, MISS_TYPE, MISSES, miss_message, problem
 from chunktape.http._server.running import quiet_server
 from chunktape.http._server.scenarios import Scenario, load_scenarios
+from chunktape.http._server.scripted import Script, ScriptEngine, load_script
 from chunktape.wire._openai_chat import decode_chat_request
 
 __all__ = [
@@ -217,13 +218,13 @@ class _Target:
         source: Cassette | LazyCassette | str | os.PathLike[str],
         replay_options: ReplayOptions,
         description: str = "",
-        playback: Playback | None = None,
+        playback: Playback | ScriptEngine | None = None,
     ) -> None:
         self.name = name
         self.source = as_lazy(source)  # opened once: a reset replays the same content without re-reading it
         self.replay_options = replay_options
         self.description = description
-        self.playback = self._build() if playback is None else playback
+        self.playback: Playback | ScriptEngine = self._build() if playback is None else playback
 
     @property
     def timing(self) -> Timing:
@@ -233,7 +234,10 @@ class _Target:
         return Playback(self.source, self.replay_options)
 
     def reset(self) -> None:
-        self.playback = self._build()
+        if isinstance(self.playback, ScriptEngine):
+            self.playback.reset()
+        else:
+            self.playback = self._build()
 
     def describe(self) -> dict[str, Any]:
         playback = self.playback
@@ -272,6 +276,8 @@ class ReplayServer:
         scenarios: str | os.PathLike[str] | Sequence[Scenario] | None = None,
         allow_remote: bool = False,
         limits: ServerLimits = ServerLimits(),  # noqa: B008 - ServerLimits is frozen
+        script: str | os.PathLike[str] | Script | None = None,
+        record: str | os.PathLike[str] | None = None,
         **replay: Unpack[ReplayKeywords],
     ) -> None:
         sources: list[CassetteSource] = (
@@ -281,6 +287,20 @@ class ReplayServer:
         """How the default routes replay; each scenario replaces its ``timing``, ``faults`` (and ``match_on``, when it
         sets one) with its own."""
         self._default: _Target | None = None
+        self.script: ScriptEngine | None = None
+        """With ``script``: the scripted provider answering the default routes (``chunktape._server.scripted``),
+        which records what it answered into ``record`` (saved when the server stops)."""
+        if script is not None:
+            if sources:
+                raise LlmError("serve either cassettes or a script, not both", ErrorCode.INVALID_CONFIG)
+            loaded = script if isinstance(script, Script) else load_script(Path(script))
+            where = "the script" if isinstance(script, Script) else str(script)
+            self.script = ScriptEngine(
+                loaded, self.replay_options, record=None if record is None else Path(record), path=where
+            )
+            self._default = _Target(None, Cassette(), self.replay_options, playback=self.script)
+        elif record is not None:
+            raise LlmError("record= goes with script=: a replay records nothing", ErrorCode.INVALID_CONFIG)
         if sources:
             self._default = _Target(None, _merge(sources), self.replay_options)
         if isinstance(scenarios, str | os.PathLike):
@@ -331,7 +351,14 @@ class ReplayServer:
         """The replay engine behind the default routes."""
         if self._default is None:
             raise LlmError("this server has no default cassette, only scenarios", ErrorCode.INVALID_CONFIG)
-        return self._default.playback
+        engine = self._default.playback
+        if isinstance(engine, ScriptEngine):
+            raise LlmError("this server answers from a script: see ReplayServer.script", ErrorCode.INVALID_CONFIG)
+        return engine
+
+    def _save_script(self) -> None:
+        if self.script is not None:
+            self.script.save()
 
     def start(self) -> ReplayServer:
         """Serve in a background thread; returns at once (the socket already accepts connections)."""
@@ -359,6 +386,7 @@ class ReplayServer:
                 logging.getLogger("uvicorn.error").removeFilter(self._quiet_shutdown)
         if not self._running:
             self._release()
+            self._save_script()
 
     def run(self) -> None:
         """Serve in this thread until Ctrl-C, SIGTERM or ``stop()``; returns normally after a clean shutdown."""
@@ -375,6 +403,7 @@ class ReplayServer:
             self._running = False
             self._release()
             logging.getLogger("uvicorn.error").removeFilter(self._quiet_shutdown)
+            self._save_script()
 
     def _quiet_logs(self) -> None:
         logger = logging.getLogger("uvicorn.error")
@@ -523,10 +552,10 @@ class _Silences:
             await self.app(scope, receive, send)
 
 
-def _recorded(playback: Playback, hold: Hold) -> ResponseMeta | None:
+def _recorded(playback: Playback | ScriptEngine, hold: Hold) -> ResponseMeta | None:
     """The provider's recorded answer metadata of the interaction ``hold`` holds (None: none held, none recorded,
     or the interaction does not decode, which the replay itself reports)."""
-    if hold.index is None:
+    if hold.index is None or not isinstance(playback, Playback):
         return None
     try:
         return playback.source.interaction(hold.index).response
@@ -746,6 +775,8 @@ def serve(
     allow_remote: bool = False,
     limits: ServerLimits = ServerLimits(),  # noqa: B008 - ServerLimits is frozen
     on_ready: Callable[[ReplayServer], None] | None = None,
+    script: str | os.PathLike[str] | Script | None = None,
+    record: str | os.PathLike[str] | None = None,
     **replay: Unpack[ReplayKeywords],
 ) -> None:
     """Run the replay server in the foreground until Ctrl-C (what ``chunktape serve`` does).
@@ -763,6 +794,8 @@ def serve(
         scenarios=scenarios,
         allow_remote=allow_remote,
         limits=limits,
+        script=script,
+        record=record,
         **replay,
     )
     (on_ready or _announce)(server)
