@@ -316,13 +316,14 @@ def test_non_chat_requests_pass_through_unrecorded(tmp_path: Path) -> None:
     path = tmp_path / "none.json"
     transport = RecordingTransport(httpx2.MockTransport(answer), path)
     with httpx2.Client(transport=transport) as client:
-        assert (
-            client.post("http://127.0.0.1/v1/messages", json={"model": "claude", "messages": []}).json()["type"]
-            == "message"
-        )
+        with pytest.warns(UnrecordedRequestWarning, match=r"POST /v1/messages is not recorded.*pass through") as said:
+            for _ in range(2):  # said once per route
+                reply = client.post("http://127.0.0.1/v1/messages", json={"model": "claude", "messages": []})
+                assert reply.json()["type"] == "message"
+        assert len(said) == 1
         with pytest.warns(UnrecordedRequestWarning, match="passed through unrecorded"):
             client.post("http://127.0.0.1/v1/chat/completions", json={"model": 5})
-    assert seen == ["/v1/messages", "/v1/chat/completions"]
+    assert seen == ["/v1/messages", "/v1/messages", "/v1/chat/completions"]
     assert not path.exists()  # nothing was recorded, so nothing was written
 
 

@@ -180,3 +180,20 @@ def test_serve_script_records_in_one_command(tmp_path: Path) -> None:
     assert process.returncode == 0, err
     assert f"saved {cassette}" in out
     assert len(load_cassette(cassette).interactions) == 2
+
+
+def test_record_against_a_loopback_provider_needs_no_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from typer.testing import CliRunner
+
+    from chunktape.cli import app
+
+    monkeypatch.delenv("DEEPSEEK_API_KEY", raising=False)
+    script = _script(tmp_path, '[[turns]]\ntext = "Hello there."\n')
+    cassette = tmp_path / "hello.msgpack"
+    with ReplayServer(script=script) as server:
+        result = CliRunner().invoke(
+            app, ["record", "--prompt", "Say hello", "-o", str(cassette), "--base-url", server.url + "/v1"]
+        )
+    assert result.exit_code == 0, result.output
+    assert "Hello there." in result.output
+    assert len(load_cassette(cassette).interactions) == 1

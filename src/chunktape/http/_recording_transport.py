@@ -333,14 +333,29 @@ class RecordingTransport(DualTransport):
         )
         self.clock = clock
         self._saved = False
+        self._warned: set[str] = set()
 
     @property
     def path(self) -> Path:
         return self.recorder.path
 
+    def _unrecorded(self, request: AnyRequest) -> None:
+        """Traffic the chunk cassette cannot hold (another route or protocol): said once per route, then passed on."""
+        route = f"{request.method} {request.url.path}"
+        if request.method == "GET" or route in self._warned:
+            return  # a model list or a health check: nothing a replay would need
+        self._warned.add(route)
+        warnings.warn(
+            f"{route} is not recorded into {self.path}: chunktape records chat completions (POST "
+            f".../chat/completions); this route's requests pass through to the provider unrecorded",
+            UnrecordedRequestWarning,
+            stacklevel=5,
+        )
+
     def _start(self, request: AnyRequest, now: Callable[[], float]) -> _Exchange | None:
         """The recording of ``request``, if it is a chat completion (else None: it passes through unrecorded)."""
         if not is_chat(request.method, request.url.path):
+            self._unrecorded(request)
             return None
         seen = self._source.seen
         seen.extend(secret for secret in _credentials(request) if secret not in seen)
