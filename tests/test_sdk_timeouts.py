@@ -261,3 +261,24 @@ def test_a_request_the_client_gave_up_on_is_not_counted_as_played(tmp_path: Path
         assert virtual(served)[0] == ["timeout", ANSWERS[0]]
         assert server.playback.play_counts == [1, 0, 0]
     assert len(load_cassette(path).interactions) == 3
+
+
+async def test_a_sync_client_replays_with_a_fault_inside_a_running_event_loop(conversation: Path) -> None:
+    """A sync SDK called from async code: the body's private loop runs in a thread of its own."""
+    transport = ReplayTransport(
+        conversation, faults=["stall-30s"], timing=Timing.fixed(0.001, 0.001), virtual_time=True
+    )
+    messages: Any = [{"role": "user", "content": QUESTIONS[0]}]
+    sdk = openai.OpenAI(
+        base_url="http://127.0.0.1:9/v1",
+        api_key="k",
+        timeout=5.0,
+        max_retries=0,
+        http_client=httpx2.Client(transport=transport),
+    )
+    with sdk:
+        with pytest.raises(openai.APITimeoutError):
+            for _ in sdk.chat.completions.create(model="gpt-4o-mini", messages=messages, stream=True):
+                pass
+        stream = sdk.chat.completions.create(model="gpt-4o-mini", messages=messages, stream=True)
+        assert "".join(event.choices[0].delta.content or "" for event in stream if event.choices) == ANSWERS[0]
