@@ -282,3 +282,38 @@ async def test_a_sync_client_replays_with_a_fault_inside_a_running_event_loop(co
                 pass
         stream = sdk.chat.completions.create(model="gpt-4o-mini", messages=messages, stream=True)
         assert "".join(event.choices[0].delta.content or "" for event in stream if event.choices) == ANSWERS[0]
+
+
+@pytest.mark.xdist_group("langchain-openai")
+def test_a_framework_times_out_at_the_stall_and_its_retry_gets_the_reply(conversation: Path) -> None:
+    """langchain-openai, in process and through serve: its timeout error at the SDK's timeout, then the reply."""
+    from langchain_openai import ChatOpenAI
+
+    async def ask(base_url: str, client: Any) -> tuple[list[str], float]:
+        model = ChatOpenAI(
+            model="gpt-4o-mini",
+            base_url=base_url,
+            api_key="k",  # type: ignore[arg-type]
+            timeout=5.0,
+            max_retries=0,
+            http_async_client=client,
+        )
+        outcomes: list[str] = []
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        for _ in range(2):
+            try:
+                outcomes.append("".join([str(piece.content) async for piece in model.astream(QUESTIONS[0])]))
+            except openai.APITimeoutError:
+                outcomes.append("timeout")
+        await client.aclose()
+        return outcomes, loop.time() - start
+
+    transport = ReplayTransport(conversation, faults=["stall-30s"])
+    (outcomes, took), _ = virtual(lambda: ask("http://127.0.0.1:9/v1", httpx2.AsyncClient(transport=transport)))
+    assert outcomes == ["timeout", ANSWERS[0]]
+    assert took == pytest.approx(5.0, abs=0.01)
+    with ReplayServer(conversation, faults=["stall-30s"]) as server:
+        (outcomes, took), _ = virtual(lambda: ask(server.url + "/v1", httpx2.AsyncClient()))
+    assert outcomes == ["timeout", ANSWERS[0]]
+    assert 5.0 <= took < 10.0
