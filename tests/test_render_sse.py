@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from chunktape import (
     Cancelled,
@@ -17,10 +19,14 @@ from chunktape import (
     LlmError,
     Message,
     Raised,
+    ReasoningDelta,
     StreamChunk,
+    TextDelta,
     load_cassette,
 )
+from chunktape._cassettes.model import ResponseMeta
 from chunktape.http import render_sse
+from chunktape.http._render import SseRenderer
 from chunktape.providers import OpenAICompatAdapter
 from chunktape.wire._sse import SseEvent, parse_sse
 from helpers import drain, interaction_of, recorded_request, run_sync, text_stream
@@ -140,3 +146,34 @@ def test_an_in_band_error_event_carries_retry_after() -> None:
     events = [item for item in parse_sse(body) if isinstance(item, SseEvent)]
     assert events[-1].data is not None
     assert '"retry_after":2.5' in events[-1].data
+
+
+_METAS = [
+    None,
+    ResponseMeta(id="chatcmpl-9", model="gpt-x", created=17, system_fingerprint="fp_1"),
+    ResponseMeta(
+        id="gen-1",
+        extras={"delta": {"provider": "p", "usage": None}, "delta.choice": {"native": "x"}, "delta.delta": {"r": 1}},
+    ),
+    # The recorded delta carries the text field itself: no template, every event rendered whole.
+    ResponseMeta(extras={"delta.delta": {"content": "as sent", "reasoning_content": "as sent"}}),
+]
+
+
+@settings(max_examples=200)
+@given(text=st.text(), reasoning=st.booleans(), meta=st.sampled_from(_METAS))
+def test_a_delta_rendered_from_its_template_is_the_event_rendered_whole(
+    text: str, reasoning: bool, meta: ResponseMeta | None
+) -> None:
+    chunk: StreamChunk = ReasoningDelta(index=0, text=text) if reasoning else TextDelta(index=0, text=text)
+    renderer = SseRenderer(model="m", meta=meta)
+    renderer.chunk(chunk)  # the first builds the template, the second uses it
+    assert renderer.chunk(chunk) == SseRenderer(model="m", meta=meta)._render(chunk)
+
+
+def test_a_text_that_spells_the_template_stand_in_is_rendered_as_itself() -> None:
+    stand_in = "\x00chunktape-text\x01"
+    renderer = SseRenderer(model="m")
+    body = renderer.chunk(TextDelta(index=0, text=stand_in)) + renderer.chunk(TextDelta(index=0, text="ok"))
+    events = [event for event in parse_sse(body) if isinstance(event, SseEvent)]
+    assert [json.loads(event.data)["choices"][0]["delta"]["content"] for event in events] == [stand_in, "ok"]

@@ -34,6 +34,7 @@ __all__ = [
     "Renderer",
     "StreamDecoder",
     "WireProtocol",
+    "across_message",
     "carried_over",
     "protocol_for",
     "recorded_protocol",
@@ -305,6 +306,17 @@ def carried_over(interaction: Interaction, protocol: WireProtocol, lost: Iterabl
         f"an interaction recorded on {source} is served as {protocol.name}: text, reasoning, tool calls and usage "
         f"carry over{detail}"
     )
+
+
+def across_message(interaction: Interaction, protocol: WireProtocol, model: str) -> str | None:
+    """What the cross-protocol warning says when ``interaction`` was recorded on another protocol than ``protocol``
+    (naming what its renderer could not carry), else None."""
+    if carried_over(interaction, protocol) is None:
+        return None
+    renderer = protocol.renderer(model=model)
+    for event in interaction.events:
+        renderer.chunk(event.chunk)
+    return carried_over(interaction, protocol, getattr(renderer, "lost", ()))
 
 
 def refuse(path: str) -> LlmError:

@@ -22,9 +22,11 @@ import math
 from collections.abc import Iterable
 from typing import Any, NamedTuple
 
+import msgspec
+
 from chunktape._cassettes.model import Cancelled, Completed, Interaction, Outcome, Raised, ResponseMeta
 from chunktape._errors import ErrorCode, LlmError
-from chunktape._protocol import Finish, ReplyBuilder, StreamChunk
+from chunktape._protocol import Finish, ReasoningDelta, ReplyBuilder, StreamChunk, TextDelta
 from chunktape._secrets import redact_text
 from chunktape.wire._http_errors import clamp_retry_after
 from chunktape.wire._openai_chat import (
@@ -110,14 +112,26 @@ _IN_BAND = frozenset({ErrorCode.PROVIDER_HTTP_ERROR, ErrorCode.CASSETTE_CORRUPT,
 _MALFORMED = frozenset({ErrorCode.INVALID_RESPONSE, ErrorCode.PROTOCOL_VIOLATION})
 
 
+_encode_text = msgspec.json.Encoder().encode
+_SENTINEL = "\x00chunktape-text\x01"
+"""Stands for a delta's text while a stream's delta event is rendered once as a template (``SseRenderer``): its JSON
+form (``"\\u0000chunktape-text\\u0001"``) is found in the rendered bytes and split around."""
+_ENCODED_SENTINEL = _encode_text(_SENTINEL)
+_NO_TEMPLATE = (b"", b"")
+
+
 class SseRenderer:
     """Renders one stream incrementally: ``head()``, ``chunk(c)`` per StreamChunk, then ``end()`` or an error.
 
     With ``meta`` (recorded by ``RecordingTransport``), the stream carries the provider's own id, answered
     model, ``created``, ``system_fingerprint`` and extra fields, and no ``finish_reason`` where it sent none.
+
+    Text and reasoning deltas, most of a stream, are rendered from a template: the stream's delta event is rendered
+    once, the slow way, with a stand-in text, and each delta is then the bytes around it with its own text encoded in
+    between: the same bytes as rendering the whole event, at a fraction of the cost (a test holds them equal).
     """
 
-    __slots__ = ("_encoder", "_meta", "_usage_sent", "include_usage")
+    __slots__ = ("_encoder", "_meta", "_templates", "_usage_sent", "include_usage")
 
     def __init__(
         self,
@@ -133,6 +147,7 @@ class SseRenderer:
             created = created if meta.created is None else meta.created
         self._encoder = OpenAIChatEncoder(model=model, created=created, id=id)
         self._meta = meta
+        self._templates: dict[type, tuple[bytes, bytes]] = {}
         self._usage_sent = False
         self.include_usage = include_usage
         """Whether ``end()`` writes the usage-only ``choices: []`` chunk. OpenAI sends it only to a request with
@@ -148,6 +163,45 @@ class SseRenderer:
         return self._event(self._encoder.start(), "first")
 
     def chunk(self, chunk: StreamChunk) -> bytes:
+        if isinstance(chunk, TextDelta | ReasoningDelta):
+            kind = type(chunk)
+            template = self._templates.get(kind) or self._template(kind)
+            if template is not _NO_TEMPLATE:
+                return template[0] + _encode_text(chunk.text) + template[1]
+        return self._render(chunk)
+
+    def chunks(self, chunks: Iterable[StreamChunk]) -> bytes:
+        """``chunk(c)`` of every chunk, joined: a whole body's events in one pass (``render_sse``); each run of text
+        deltas is one join of their encoded texts, the bytes between two events standing between them."""
+        text = self._templates.get(TextDelta) or self._template(TextDelta)
+        if text is _NO_TEMPLATE:
+            return b"".join([self.chunk(chunk) for chunk in chunks])
+        before, after = text
+        between = after + before
+        parts: list[bytes] = []
+        run: list[str] = []
+        for chunk in chunks:
+            if type(chunk) is TextDelta:
+                run.append(chunk.text)
+                continue
+            if run:
+                parts += (before, between.join(map(_encode_text, run)), after)
+                run = []
+            parts.append(self.chunk(chunk))
+        if run:
+            parts += (before, between.join(map(_encode_text, run)), after)
+        return b"".join(parts)
+
+    def _template(self, kind: type[TextDelta] | type[ReasoningDelta]) -> tuple[bytes, bytes]:
+        """The bytes before and after a delta's text in its event (``_NO_TEMPLATE`` where the recorded metadata
+        puts the text field itself, so the stand-in is not there once)."""
+        rendered = self._render(kind(index=0, text=_SENTINEL))  # a delta's event depends on nothing but its text
+        before, found, after = rendered.partition(_ENCODED_SENTINEL)
+        template = (before, after) if found and _ENCODED_SENTINEL not in after else _NO_TEMPLATE
+        self._templates[kind] = template
+        return template
+
+    def _render(self, chunk: StreamChunk) -> bytes:
         objects = self._encoder.feed(chunk)
         if not objects:
             return b""
@@ -217,10 +271,8 @@ def render_sse(interaction: Interaction, *, model: str | None = None, include_us
     renderer = SseRenderer(
         model=model or interaction.request.model, include_usage=include_usage, meta=interaction.response
     )
-    parts = [renderer.head()]
-    parts.extend(renderer.chunk(event.chunk) for event in interaction.events)
-    parts.append(renderer.outcome(interaction.outcome).data)
-    return b"".join(parts)
+    body = renderer.chunks([event.chunk for event in interaction.events])
+    return b"".join((renderer.head(), body, renderer.outcome(interaction.outcome).data))
 
 
 def completion_from_chunks(

@@ -59,8 +59,9 @@ from chunktape._replayer.playback import Hold, Playback
 from chunktape._virtual_time import VirtualTimeLoop
 from chunktape.faults._plan import ActiveFault, FaultPlan, Reservation
 from chunktape.faults._sse import check_faults, faulted
-from chunktape.http._protocols import CrossProtocolWarning, Renderer, WireProtocol, carried_over, protocol_for
+from chunktape.http._protocols import CrossProtocolWarning, Renderer, WireProtocol, across_message, protocol_for
 from chunktape.http._render import error_headers
+from chunktape.http._rendered import Rendered
 from chunktape.http._routes import route_model
 from chunktape.http._timeouts import TimedBody
 
@@ -122,6 +123,8 @@ class ReplayTransport(DualTransport):
         self.virtual_time = virtual_time
         """For sync clients: whether a body's waits (timing, stalls, the read timeout) run on a virtual clock of its
         own, which jumps over them, rather than in real time. An async client's loop decides for itself."""
+        self._rendered: Rendered[bytes] = Rendered()
+        self._warnings: Rendered[str | None] = Rendered()
 
     @classmethod
     def over(cls, playback: Playback, *, virtual_time: bool = False) -> ReplayTransport:
@@ -131,6 +134,8 @@ class ReplayTransport(DualTransport):
         transport.playback = playback
         check_faults(playback.fault_plan)
         transport.virtual_time = virtual_time
+        transport._rendered = Rendered()
+        transport._warnings = Rendered()
         return transport
 
     @property
@@ -168,7 +173,7 @@ class ReplayTransport(DualTransport):
         index = held.__enter__()
         interaction = engine.source.interaction(index)
         meta = interaction.response
-        _warn_across(interaction, protocol, chat.options.model)
+        self._warn_across(index, interaction, protocol, chat.options.model)
         headers = dict(meta.headers) if meta is not None else {}
         outcome = interaction.outcome
         in_stream = meta is not None and meta.streamed and protocol.name != "chat"  # an error event after the head
@@ -185,7 +190,11 @@ class ReplayTransport(DualTransport):
         broken = type(outcome) is Raised and outcome.code in _BROKEN
         if active is None and engine.replay_options.timing.is_instant and not broken:
             held.__exit__(None, None, None)
-            content = protocol.render(interaction, model=chat.options.model, include_usage=chat.include_usage)
+            key = (protocol.name, chat.options.model, chat.include_usage)
+            content = self._rendered.get(index, interaction, key)
+            if content is None:  # rendered once; a later play (allow_repeats) sends the same bytes
+                content = protocol.render(interaction, model=chat.options.model, include_usage=chat.include_usage)
+                self._rendered.put(index, interaction, key, content, len(content))
             return _Whole(200, headers, content)
         renderer = protocol.renderer(model=chat.options.model, include_usage=chat.include_usage, meta=meta)
         pieces = self._events(request, interaction, index, renderer, active, hold)
@@ -262,17 +271,15 @@ class ReplayTransport(DualTransport):
     def _loop_factory(self) -> Callable[[], asyncio.AbstractEventLoop]:
         return VirtualTimeLoop if self.virtual_time else asyncio.new_event_loop
 
-
-def _warn_across(interaction: Interaction, protocol: WireProtocol, model: str) -> None:
-    """Warn when the interaction was recorded on another protocol than the route it is served on."""
-    if carried_over(interaction, protocol) is None:
-        return
-    renderer = protocol.renderer(model=model)
-    for event in interaction.events:
-        renderer.chunk(event.chunk)
-    message = carried_over(interaction, protocol, getattr(renderer, "lost", ()))
-    if message is not None:
-        warnings.warn(message, CrossProtocolWarning, stacklevel=6)
+    def _warn_across(self, index: int, interaction: Interaction, protocol: WireProtocol, model: str) -> None:
+        """Warn when the interaction was recorded on another protocol than the route it is served on (the message is
+        worked out once per interaction and route: it scans every event)."""
+        key = (protocol.name, model)
+        message = self._warnings.get(index, interaction, key)
+        if message is None:
+            message = self._warnings.put(index, interaction, key, across_message(interaction, protocol, model) or "")
+        if message:
+            warnings.warn(message, CrossProtocolWarning, stacklevel=6)
 
 
 async def _faulty(pieces: AsyncIterator[bytes], active: ActiveFault, request: AnyRequest) -> AsyncIterator[bytes]:
