@@ -29,10 +29,11 @@ from chunktape import (
     save_cassette,
 )
 from chunktape._cassettes.model import ResponseMeta
-from chunktape.faults import Corrupt, Disconnect, FailFirst, HttpError
+from chunktape.faults import Corrupt, Disconnect, FailFirst, HttpError, Truncate
 from chunktape.http import RecordingTransport, ReplayTransport
-from chunktape.wire._openai_chat import decode_openai_sse
+from chunktape.wire._openai_chat import decode_openai_sse, options_to_openai_request
 from fake_provider import chunk, sse, tool_delta
+from helpers import interaction_of, text_stream
 
 T = TypeVar("T", Interaction, ResponseMeta)
 MESSAGES: list[ChatCompletionMessageParam] = [{"role": "user", "content": "weather?"}]
@@ -316,3 +317,22 @@ async def test_a_message_field_this_library_does_not_name_is_recorded_and_matche
         with pytest.raises(LlmError) as miss:
             await _reply(sdk, "deepseek-chat", _prefix_completion(False))
     assert miss.value.code is ErrorCode.CASSETTE_MISMATCH
+
+
+def test_a_body_played_again_through_one_transport_is_the_same_and_a_fault_still_applies() -> None:
+    # An instant, fault-free body is rendered once and sent again on every later play (allow_repeats); a call with
+    # a fault is rendered as it goes, and the recorded body comes back after it.
+    recorded = interaction_of(text_stream("Hel", "lo"), content="hi", model="m", start_ns=0)
+    request = options_to_openai_request(recorded.request.to_options())
+    transport = ReplayTransport(Cassette(interactions=[recorded]), allow_repeats=True)
+    with httpx2.Client(transport=transport, base_url="http://127.0.0.1:9") as client:
+        bodies = [client.post("/v1/chat/completions", json=request).content for _ in range(3)]
+    assert bodies[0].endswith(b"data: [DONE]\n\n")
+    assert bodies == [bodies[0]] * 3
+    faulty = ReplayTransport(
+        Cassette(interactions=[recorded]), allow_repeats=True, faults=[FailFirst(1, Truncate(after_chunks=1))]
+    )
+    with httpx2.Client(transport=faulty, base_url="http://127.0.0.1:9") as client:
+        first, second = (client.post("/v1/chat/completions", json=request).content for _ in range(2))
+    assert not first.endswith(b"data: [DONE]\n\n")
+    assert second == bodies[0]

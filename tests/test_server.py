@@ -565,3 +565,33 @@ async def test_stopping_with_a_stream_in_flight_logs_no_error(caplog: pytest.Log
             await asyncio.gather(task, return_exceptions=True)
     errors = [record for record in caplog.records if record.levelno >= logging.ERROR]
     assert errors == []
+
+
+async def test_a_body_played_again_is_sent_as_it_was_first_sent_every_outcome_and_violation_included() -> None:
+    # Instant and fault-free, a body is kept once sent: every later play (--repeat) sends those bytes, so a
+    # recorded error, a reset, a cut-short recording and a recorded violation each end as they did the first time.
+    complete = interaction_of(text_stream("Hel", "lo"), content="question 8", model="m", start_ns=0)
+    violation = interaction_of(text_stream("a", "b")[1:], content="question 9", model="m", start_ns=0)
+    cassette = synthetic(
+        Raised(t_ns=9, code="PROVIDER_HTTP_ERROR", message="Token limit reached", status=400),
+        Raised(t_ns=9, code="STREAM_ABORTED", message="peer closed the connection"),
+        Cancelled(t_ns=9),
+    )
+    cassette = Cassette(interactions=[complete, *cassette.interactions, violation])
+    async with ReplayServer(cassette, timing=INSTANT, allow_repeats=True) as server:
+        async with httpx.AsyncClient(base_url=server.url) as client:
+            for recorded in cassette.interactions:
+                body = options_to_openai_request(recorded.request.to_options())
+                plays: list[tuple[bytes, str | None]] = []
+                for _ in range(3):
+                    try:
+                        async with client.stream("POST", "/v1/chat/completions", json=body) as reply:
+                            plays.append((await reply.aread(), None))
+                    except httpx.RemoteProtocolError as exc:
+                        plays.append((b"", type(exc).__name__))
+                assert plays[1:] == [plays[0], plays[0]]
+                if recorded is complete:
+                    assert plays[0][0].endswith(b"data: [DONE]\n\n")
+                if recorded is not violation:
+                    check(recorded, *await replay(server, recorded.request.to_options()))
+        assert server.playback.play_counts == [4, 4, 4, 4, 3]

@@ -67,6 +67,7 @@ The server binds 127.0.0.1 (or another loopback address) only, unless ``allow_re
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ipaddress
 import logging
 import os
@@ -77,7 +78,7 @@ import weakref
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any, TypeAlias, TypeVar, Unpack
+from typing import Any, NamedTuple, TypeAlias, TypeVar, Unpack
 from urllib.parse import quote, unquote
 
 import anyio
@@ -90,7 +91,7 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from chunktape._cassettes.codec import LazyCassette, as_cassette, as_lazy
-from chunktape._cassettes.model import ERROR_STATUSES, Cassette, ResponseMeta
+from chunktape._cassettes.model import ERROR_STATUSES, Cassette, Interaction, ResponseMeta
 from chunktape._errors import ErrorCode, LlmError
 from chunktape._protocol import StreamChunk
 from chunktape._replayer.options import ReplayKeywords, ReplayOptions
@@ -99,8 +100,9 @@ from chunktape._replayer.timing import Timing
 from chunktape._validation import StreamValidator
 from chunktape._virtual_time import serving
 from chunktape.faults import fault_id
-from chunktape.http._protocols import CHAT, PROTOCOLS, Renderer, WireProtocol, carried_over, protocol_for
+from chunktape.http._protocols import CHAT, PROTOCOLS, Renderer, WireProtocol, across_message, protocol_for
 from chunktape.http._render import Ending, error_headers
+from chunktape.http._rendered import Rendered
 from chunktape.http._routes import AZURE_ROUTE
 from chunktape.http._server.limits import ServerLimits, read_body
 from chunktape.http._server.listen import listen_socket
@@ -224,6 +226,12 @@ class _Target:
         self.replay_options = replay_options
         self.description = description
         self.playback: Playback | ScriptEngine = self._build() if playback is None else playback
+        self.bodies: Rendered[_Sent] = Rendered()
+        """Instant, fault-free bodies as first sent, per interaction, protocol, model and usage: later plays
+        (``--repeat``, many clients on one stream) send the same bytes without rendering them again
+        (``chunktape.http._rendered``)."""
+        self.warnings: Rendered[str] = Rendered()
+        """The cross-protocol message per interaction and route ("" for none): it scans every event."""
 
     @property
     def timing(self) -> Timing:
@@ -545,7 +553,16 @@ class ReplayServer:
             except _Gone:
                 return await _abandoned(call)
         batch = target.timing.is_instant and call.fault_id is None
-        return _ReplayStream(_body(chunks, first, renderer, batch=batch, hold=call.hold), headers)
+        keep = None
+        if batch and isinstance(target.playback, Playback) and call.hold.index is not None:
+            index = call.hold.index
+            keep = _Keep(
+                target.bodies,
+                index,
+                target.playback.source.interaction(index),
+                (protocol.name, options.model, include_usage),
+            )
+        return _ReplayStream(_body(chunks, first, renderer, batch=batch, hold=call.hold, keep=keep), headers)
 
 
 class _Silences:
@@ -652,13 +669,11 @@ def _warn_across(
     if index is None or not isinstance(target.playback, Playback):  # a script is written for every route
         return
     interaction = target.playback.source.interaction(index)
-    if carried_over(interaction, protocol) is None:
-        return
-    renderer = protocol.renderer(model=model)
-    for event in interaction.events:
-        renderer.chunk(event.chunk)
-    message = carried_over(interaction, protocol, getattr(renderer, "lost", ()))
-    if message is not None:
+    key = (protocol.name, model)
+    message = target.warnings.get(index, interaction, key)
+    if message is None:
+        message = target.warnings.put(index, interaction, key, across_message(interaction, protocol, model) or "")
+    if message:
         headers["x-chunktape-warning"] = _header_text(message)
         logging.getLogger("chunktape").warning("%s", message)
 
@@ -701,6 +716,22 @@ def _early_error(exc: LlmError, headers: dict[str, str], protocol: WireProtocol 
 _BATCH_BYTES = 64 * 1024
 
 
+class _Sent(NamedTuple):
+    """A whole body as it was sent: its bytes, and why the connection was then broken (None: it was not)."""
+
+    data: bytes
+    reset: str | None
+
+
+class _Keep(NamedTuple):
+    """Where a body that may be sent again is kept: the target's bodies, the interaction and the key."""
+
+    bodies: Rendered[_Sent]
+    at: int
+    interaction: Interaction
+    key: tuple[str, str, bool]
+
+
 async def _body(
     chunks: AsyncIterator[StreamChunk],
     first: StreamChunk | None,
@@ -709,17 +740,31 @@ async def _body(
     batch: bool = False,
     error: LlmError | None = None,
     hold: Hold | None = None,
+    keep: _Keep | None = None,
 ) -> AsyncGenerator[bytes, None]:
     """The SSE body from ``first`` on (or, given ``error``, a body that fails at once), ending as
     ``SseRenderer.ending`` says; with ``batch`` (instant timing, no fault) events are written in 64 KiB slabs.
+    With ``keep``, the body as sent is kept, and a body kept before is sent as it was (the engine still plays the
+    interaction through, so it is used up as before), neither validated nor rendered again.
 
     The interaction counts as played once the body's last bytes were written; if the body stops before (the
     client left), ``hold`` is released: the next matching request replays it."""
-    validator = StreamValidator()
-    pending: list[bytes] = [renderer.head()]
-    size = 0
     delivered = False
+    kept = None if keep is None else keep.bodies.get(keep.at, keep.interaction, keep.key)
     try:
+        if kept is not None:
+            with contextlib.suppress(LlmError):  # the recorded ending, sent as kept
+                async for _chunk in chunks:
+                    pass
+            yield kept.data
+            delivered = True
+            if kept.reset is not None:
+                raise _Reset(kept.reset)
+            return
+        validator = StreamValidator()
+        pending: list[bytes] = [renderer.head()]
+        sent: list[bytes] | None = [] if keep is not None else None
+        size = 0
         chunk = first if error is None else None
         while chunk is not None:
             try:
@@ -732,7 +777,10 @@ async def _body(
                 pending.append(piece)
                 size += len(piece)
                 if not batch or size >= _BATCH_BYTES:
-                    yield b"".join(pending)
+                    slab = b"".join(pending)
+                    if sent is not None:
+                        sent.append(slab)
+                    yield slab
                     pending, size = [], 0
             try:
                 chunk = await anext(chunks, None)
@@ -748,8 +796,14 @@ async def _body(
             except LlmError:
                 # Only a stream cut short (a Truncate fault, no finish) fails at its end: it ends without [DONE].
                 ending = Ending(renderer.end(done=False))
-        yield b"".join(pending) + ending.data
+        last = b"".join(pending) + ending.data
+        yield last
         delivered = True  # the recorded ending was written (a reset is the recorded ending too)
+        if keep is not None and sent is not None:
+            whole = b"".join([*sent, last])
+            keep.bodies.put(
+                keep.at, keep.interaction, keep.key, _Sent(whole, str(error) if ending.reset else None), len(whole)
+            )
         if ending.reset:
             raise _Reset(str(error)) from error
     finally:
