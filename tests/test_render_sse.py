@@ -176,4 +176,4 @@ def test_a_text_that_spells_the_template_stand_in_is_rendered_as_itself() -> Non
     renderer = SseRenderer(model="m")
     body = renderer.chunk(TextDelta(index=0, text=stand_in)) + renderer.chunk(TextDelta(index=0, text="ok"))
     events = [event for event in parse_sse(body) if isinstance(event, SseEvent)]
-    assert [json.loads(event.data)["choices"][0]["delta"]["content"] for event in events] == [stand_in, "ok"]
+    assert [json.loads(event.data or "")["choices"][0]["delta"]["content"] for event in events] == [stand_in, "ok"]
