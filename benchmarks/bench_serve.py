@@ -2,22 +2,24 @@
 
 Both servers run as their own process on 127.0.0.1 and serve one chat-completions stream of ``PIECES`` text
 pieces of 20 characters (aimock's ``--chunk-size 20`` cuts its fixture into the same pieces), so both send the
-same number of SSE events per stream (role, pieces, finish, ``[DONE]``). One asyncio client process opens
-``clients`` concurrent connections, each reading streams in a loop (raw sockets, ``Connection: close``, so the
-client costs both sides the same and little; a stream ends with its chunked body); the figure is SSE events
-received per second of wall time, the sides measured in turns, median of the rounds. A last row reads short
-streams one after another over one keep-alive httpx connection: the case a missing ``TCP_NODELAY`` slows to
-~25 streams/s.
+same number of SSE events per stream (role, pieces, finish, ``[DONE]``). The clients are httpx2 ``AsyncClient``s in
+one asyncio process (this one), ``clients`` of them at once, each on its own kept-alive connection reading streams
+in a loop to their end; the figure is SSE events (chunks) received per second of wall time, the sides measured in
+turns, median of the rounds. Beside it, the events each server sent per CPU second of its own process (user +
+system time of all its threads, from ``/proc``): the server-to-server figure, which the client's share of the two
+cores does not blur. A last row reads short streams one after another over one keep-alive httpx connection: the
+case a missing ``TCP_NODELAY`` slows to ~25 streams/s.
 
-aimock (``@copilotkit/aimock`` on npm) is installed at bench time into ``benchmarks/.work/aimock`` (ignored by
-git). Without npm, or with ``--quick``, its rows say "peer unavailable"/"not measured", never a pass.
+aimock (``@copilotkit/aimock`` on npm, pinned) is installed at bench time into ``benchmarks/.work/aimock`` (ignored
+by git; ``_peers.ensure_aimock``). Without npm, or with ``--quick`` and nothing installed, its rows say "peer
+unavailable", never a pass.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import shutil
+import os
 import socket
 import statistics
 import subprocess
@@ -28,7 +30,9 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
+import _peers
 import httpx
+import httpx2
 
 from chunktape import (
     Cassette,
@@ -41,10 +45,7 @@ from chunktape import (
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_core import Row, print_table, recorded, text_stream
 
-WORK = Path(__file__).parent / ".work"
-PEER_DIR = WORK / "aimock"
-PEER_PACKAGE = "@copilotkit/aimock"
-PEER_CLI = PEER_DIR / "node_modules" / "@copilotkit" / "aimock" / "dist" / "cli.js"
+WORK = _peers.WORK
 PIECE = 20
 PIECES = 497
 PROMPT = "stream a lot"
@@ -82,42 +83,49 @@ def _short_streams(port: int, streams: int) -> float:
         return streams / (time.perf_counter() - start)
 
 
-def _request(port: int) -> bytes:
-    body = json.dumps(
-        {"model": OPTIONS.model, "stream": True, "messages": [{"role": "user", "content": PROMPT}]}
-    ).encode()
-    head = (
-        f"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n"
-        f"Authorization: Bearer bench\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n"
-    )
-    return head.encode() + body
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds the process ``pid`` (all its threads) has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-async def _one_stream(port: int, request: bytes) -> int:
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    writer.write(request)
-    received = bytearray()
-    # Read to the end of the chunked body: aimock keeps the connection open despite ``Connection: close``.
-    while not received.endswith(b"\r\n0\r\n\r\n") and (piece := await reader.read(1 << 16)):
-        received += piece
-    writer.close()
-    await writer.wait_closed()
-    if not received.startswith(b"HTTP/1.1 200"):
-        raise RuntimeError(f"the server answered {bytes(received[:200])!r}")
-    return received.count(b"data: ")
+async def _one_stream(client: httpx2.AsyncClient, body: dict[str, object]) -> int:
+    """One streamed request read to its end; the SSE events it held."""
+    events, tail = 0, b""
+    async with client.stream("POST", "/v1/chat/completions", json=body) as reply:
+        if reply.status_code != 200:
+            raise RuntimeError(f"the server answered {reply.status_code}: {(await reply.aread())[:200]!r}")
+        async for piece in reply.aiter_bytes():
+            joined = tail + piece  # an event's "data: " may be split across two reads
+            events += joined.count(b"data: ") - tail.count(b"data: ")
+            tail = joined[-5:]
+    return events
 
 
-async def _drive(port: int, clients: int, streams: int) -> tuple[float, int]:
-    """Events/s with ``clients`` concurrent clients reading ``streams`` streams each; and events per stream."""
-    request = _request(port)
-    per_stream = await _one_stream(port, request)  # warm up, and check the server answers
+async def _drive(port: int, clients: int, streams: int, pid: int) -> tuple[float, int, float]:
+    """Events/s with ``clients`` concurrent httpx2 clients (one connection each, kept alive) reading ``streams``
+    streams each; events per stream; and events per CPU second of the server process ``pid``."""
+    body: dict[str, object] = {
+        "model": OPTIONS.model,
+        "stream": True,
+        "messages": [{"role": "user", "content": PROMPT}],
+    }
+    headers = {"authorization": "Bearer bench"}
+    pool = [httpx2.AsyncClient(base_url=f"http://127.0.0.1:{port}", headers=headers) for _ in range(clients)]
+    try:
+        per_stream = await _one_stream(pool[0], body)  # warm up, and check the server answers
 
-    async def client() -> int:
-        return sum([await _one_stream(port, request) for _ in range(streams)])
+        async def client(http: httpx2.AsyncClient) -> int:
+            return sum([await _one_stream(http, body) for _ in range(streams)])
 
-    start = time.perf_counter()
-    counts = await asyncio.gather(*(client() for _ in range(clients)))
-    return sum(counts) / (time.perf_counter() - start), per_stream
+        cpu = _cpu_seconds(pid)
+        start = time.perf_counter()
+        counts = await asyncio.gather(*(client(http) for http in pool))
+        wall = time.perf_counter() - start
+        cpu = _cpu_seconds(pid) - cpu
+    finally:
+        await asyncio.gather(*(http.aclose() for http in pool))
+    return sum(counts) / wall, per_stream, sum(counts) / max(cpu, 1e-9)
 
 
 def _free_port() -> int:
@@ -140,11 +148,11 @@ def _wait_listening(port: int, process: subprocess.Popen[bytes], deadline_s: flo
 
 
 @contextmanager
-def _process(command: list[str], port: int) -> Iterator[int]:
+def _process(command: list[str], port: int) -> Iterator[tuple[int, int]]:
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         _wait_listening(port, process)
-        yield port
+        yield port, process.pid
     finally:
         process.terminate()
         try:
@@ -154,42 +162,22 @@ def _process(command: list[str], port: int) -> Iterator[int]:
             process.wait()
 
 
-def chunktape_server(path: Path) -> AbstractContextManager[int]:
+def chunktape_server(path: Path) -> AbstractContextManager[tuple[int, int]]:
     port = _free_port()
     command = [sys.executable, "-m", "chunktape", "serve", str(path), "--port", str(port), "--instant", "--repeat"]
     return _process(command, port)
 
 
-def install_peer() -> str | None:
-    """Installs aimock into ``benchmarks/.work/aimock`` once; returns why it is unavailable, or None."""
-    if PEER_CLI.is_file():
-        return None
-    if shutil.which("npm") is None or shutil.which("node") is None:
-        return "node/npm not found"
-    PEER_DIR.mkdir(parents=True, exist_ok=True)
-    done = subprocess.run(
-        ["npm", "install", "--no-audit", "--no-fund", "--prefix", str(PEER_DIR), PEER_PACKAGE],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    if done.returncode != 0 or not PEER_CLI.is_file():
-        last = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
-        return f"npm install {PEER_PACKAGE} failed: {last[0]}"
-    return None
-
-
-def peer_server(fixture: Path) -> AbstractContextManager[int]:
+def peer_server(fixture: Path) -> AbstractContextManager[tuple[int, int]]:
     port = _free_port()
-    command = ["node", str(PEER_CLI), "-p", str(port), "-h", "127.0.0.1", "-f", str(fixture)]
+    command = ["node", str(_peers.AIMOCK_CLI), "-p", str(port), "-h", "127.0.0.1", "-f", str(fixture)]
     return _process([*command, "-c", str(PIECE), "--log-level", "silent"], port)
 
 
 def measure(quick: bool = False) -> tuple[dict[int, dict[str, float]], str | None]:
     """Per client count: events/s of each side (and events per stream); and why the peer is missing, if it is."""
     count, rounds, events_per_client, short_streams = (60, 1, 600, 20) if quick else (PIECES, 3, 20_000, 300)
-    missing = "not measured in --quick" if quick else install_peer()
+    missing = _peers.ensure_aimock(install=not quick)
     WORK.mkdir(exist_ok=True)
     results: dict[int, dict[str, float]] = {}
     with tempfile.TemporaryDirectory(dir=WORK) as folder:
@@ -201,29 +189,36 @@ def measure(quick: bool = False) -> tuple[dict[int, dict[str, float]], str | Non
             for prompt, n in ((PROMPT, count), (SHORT_PROMPT, SHORT_PIECES))
         ]
         fixture.write_text(json.dumps({"fixtures": fixtures}))
-        sides: dict[str, Callable[[], AbstractContextManager[int]]] = {"chunktape": lambda: chunktape_server(path)}
+        sides: dict[str, Callable[[], AbstractContextManager[tuple[int, int]]]] = {
+            "chunktape": lambda: chunktape_server(path)
+        }
         if missing is None:
             sides["aimock"] = lambda: peer_server(fixture)
         runs: dict[tuple[str, int], list[float]] = {}
+        cpu_runs: dict[tuple[str, int], list[float]] = {}
         for _ in range(rounds):
             for name, start in sides.items():
-                with start() as port:
+                with start() as (port, pid):
                     for n in CLIENTS:
                         streams = max(1, events_per_client // (count + 3) // n)
-                        rate, per_stream = asyncio.run(_drive(port, n, streams))
+                        rate, per_stream, per_cpu = asyncio.run(_drive(port, n, streams, pid))
                         runs.setdefault((name, n), []).append(rate)
+                        cpu_runs.setdefault((name, n), []).append(per_cpu)
                         results.setdefault(n, {})[f"{name}_events_per_stream"] = per_stream
                     runs.setdefault((name, SHORT), []).append(_short_streams(port, short_streams))
                     results.setdefault(SHORT, {})
         for (name, n), rates in runs.items():
             results[n][name] = statistics.median(rates)
+        for (name, n), rates in cpu_runs.items():
+            results[n][f"{name}_per_cpu_s"] = statistics.median(rates)
     return results, missing
 
 
-NAME = "replay server: SSE events/s, chunktape serve vs aimock, {n} client(s)"
+NAME = "replay server: chunks/s, chunktape serve vs aimock, {n} httpx2 client(s)"
 SHORT = 0
 """The key of the short-stream figure in ``measure``'s results."""
 SHORT_NAME = "replay server: short streams/s, one keep-alive httpx client, vs aimock"
+TARGET = 3.0
 
 
 def main(quick: bool = False) -> list[Row]:
@@ -231,16 +226,24 @@ def main(quick: bool = False) -> list[Row]:
     rows: list[Row] = []
     for n, figures in results.items():
         ours = figures["chunktape"]
-        name, unit = (SHORT_NAME, "streams/s") if n == SHORT else (NAME.format(n=n), "events/s")
+        short = n == SHORT
+        name, unit, target = (SHORT_NAME, "streams/s", 1.0) if short else (NAME.format(n=n), "chunks/s", TARGET)
+        detail = f"chunktape {ours:,.0f} {unit}"
+        if not short:
+            detail += f", {figures['chunktape_per_cpu_s']:,.0f} per server CPU-second"
         if missing is not None:
-            rows.append(Row(name, "peer unavailable", ">= 1x", None, f"chunktape {ours:,.0f} {unit}; {missing}"))
+            rows.append(Row(name, "peer unavailable", f">= {target:g}x", None, f"{detail}; {missing}"))
             continue
         peer = figures["aimock"]
-        detail = f"chunktape {ours:,.0f} {unit}, aimock {peer:,.0f}"
-        if n != SHORT:
-            events = f"{figures['chunktape_events_per_stream']:.0f} vs {figures['aimock_events_per_stream']:.0f}"
-            detail += f" ({events} events per stream)"
-        rows.append(Row(name, f"{ours / peer:.2f}x", ">= 1x", ours >= peer, detail))
+        detail = f"{detail}; aimock {peer:,.0f}"
+        if not short:
+            per_cpu = figures["chunktape_per_cpu_s"] / figures["aimock_per_cpu_s"]
+            detail += (
+                f", {figures['aimock_per_cpu_s']:,.0f} per server CPU-second (chunktape/aimock {per_cpu:.2f}x); "
+                f"{figures['chunktape_events_per_stream']:.0f} vs {figures['aimock_events_per_stream']:.0f} events "
+                "per stream"
+            )
+        rows.append(Row(name, f"{ours / peer:.2f}x", f">= {target:g}x", ours >= target * peer, detail))
     return rows
 
 

@@ -16,7 +16,6 @@ never in the virtualenv) and put on that one suite's ``PYTHONPATH``; ``--quick``
 from __future__ import annotations
 
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -25,7 +24,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_core import Row, pip_peer, print_table, recorded, text_stream
+import _peers
+from bench_core import Row, print_table, recorded, text_stream
 
 from chunktape import (
     Cassette,
@@ -36,8 +36,7 @@ from chunktape import (
 )
 from chunktape.http import ReplayServer
 
-PEER = "pytest-recording"
-PEER_DIR = Path(__file__).parent / ".work" / PEER
+PEER = _peers.PYTEST_RECORDING.package
 TESTS = 200
 MODULES = 4
 PIECES = 50
@@ -56,13 +55,58 @@ def pytest_runtest_logreport(report):
 
 
 def pytest_sessionfinish(session):
+    plugins = sorted(name for name, _ in session.config.pluginmanager.list_name_plugin() if name)
     with open(os.environ["{OUT_ENV}"], "w") as out:
-        json.dump({{"seconds": sum(_seconds), "tests": session.testscollected}}, out)
+        json.dump({{"seconds": sum(_seconds), "tests": session.testscollected, "plugins": plugins}}, out)
 '''
+SHARED = {
+    # One SDK client per session on each side, built the same way (one httpx2.Client, one openai.OpenAI on it):
+    # a test pays for replaying its stream, not for constructing a client.
+    "transport": '''
+import httpx2, openai, pytest
+
+
+class _Current(httpx2.BaseTransport):
+    """The session's client sends each request to the running test's tape."""
+
+    transport = None
+
+    def handle_request(self, request):
+        return self.transport.handle_request(request)
+
+
+_CURRENT = _Current()
+
+
+@pytest.fixture(scope="session")
+def shared_sdk():
+    with httpx2.Client(transport=_CURRENT) as http:
+        with openai.OpenAI(base_url="http://127.0.0.1:9/v1", api_key="test", max_retries=0, http_client=http) as sdk:
+            yield sdk
+
+
+@pytest.fixture
+def sdk(tape, shared_sdk):
+    _CURRENT.transport = tape.transport(sync=True)
+    yield shared_sdk
+    _CURRENT.transport = None
+''',
+    PEER: f'''
+import httpx2, openai, os, pytest
+
+
+@pytest.fixture(scope="session")
+def sdk():
+    with httpx2.Client() as http:
+        base_url = os.environ["{URL_ENV}"] + "/v1"
+        with openai.OpenAI(base_url=base_url, api_key="test", max_retries=0, http_client=http) as sdk:
+            yield sdk
+''',
+}
 HEAD = {
     "tape": "from chunktape import GenerateOptions, Message, TextDelta\n",
-    "transport": "import openai\n",
-    PEER: f"import os, openai, pytest\nURL = os.environ['{URL_ENV}']\n",
+    "transport": "",
+    PEER: "import pytest\n",
 }
 TEST = {
     "tape": """
@@ -72,21 +116,18 @@ async def test_{n}(tape):
     assert text.startswith("piece0 ")
 """,
     "transport": """
-def test_{n}(tape):
-    with openai.OpenAI(base_url="http://127.0.0.1:9/v1", api_key="test", max_retries=0,
-                       http_client=tape.http_client(sync=True)) as client:
-        stream = client.chat.completions.create(
-            model="m", messages=[{{"role": "user", "content": "question {n}"}}], stream=True)
-        text = "".join(part.choices[0].delta.content or "" for part in stream if part.choices)
+def test_{n}(sdk):
+    stream = sdk.chat.completions.create(
+        model="m", messages=[{{"role": "user", "content": "question {n}"}}], stream=True)
+    text = "".join(part.choices[0].delta.content or "" for part in stream if part.choices)
     assert text.startswith("piece0 ")
 """,
     PEER: """
 @pytest.mark.vcr
-def test_{n}():
-    with openai.OpenAI(base_url=URL + "/v1", api_key="test", max_retries=0) as client:
-        stream = client.chat.completions.create(
-            model="m", messages=[{{"role": "user", "content": "question {n}"}}], stream=True)
-        text = "".join(part.choices[0].delta.content or "" for part in stream if part.choices)
+def test_{n}(sdk):
+    stream = sdk.chat.completions.create(
+        model="m", messages=[{{"role": "user", "content": "question {n}"}}], stream=True)
+    text = "".join(part.choices[0].delta.content or "" for part in stream if part.choices)
     assert text.startswith("piece0 ")
 """,
 }
@@ -102,7 +143,7 @@ def write_suite(root: Path, suite: str, tests: int) -> Path:
     folder = root / suite
     folder.mkdir()
     (folder / "pytest.ini").write_text("[pytest]\nasyncio_mode = auto\nasyncio_default_fixture_loop_scope = function\n")
-    (folder / "conftest.py").write_text(CONFTEST)
+    (folder / "conftest.py").write_text(CONFTEST + SHARED.get(suite, ""))
     per = -(-tests // MODULES)
     for module in range(MODULES):
         numbers = range(module * per, min(tests, (module + 1) * per))
@@ -125,20 +166,26 @@ def run_suite(folder: Path, env: dict[str, str], *args: str) -> tuple[float, flo
     if done.returncode != 0:
         raise RuntimeError(f"the {folder.name} suite failed:\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
     figures = json.loads(out.read_text())
+    # Each suite sees its own plugins only: pytest-recording where it replays, neither peer in ours (both peers
+    # register --record-mode; cassetter's is never on a suite's path).
+    peers = {peer.plugin for peer in _peers.PIP_PEERS} & set(figures["plugins"])
+    expected = {_peers.PYTEST_RECORDING.plugin} if folder.name == PEER else set()
+    if peers != expected:
+        raise RuntimeError(f"the {folder.name} suite loaded the peer plugins {sorted(peers)}, not {sorted(expected)}")
     return figures["seconds"], wall, figures["tests"]
 
 
 def measure(quick: bool = False) -> tuple[dict[str, dict[str, float]], str | None]:
     """Per suite: ms per test and wall seconds (medians of the rounds); and why the peer is missing, if it is."""
     tests, rounds = (8, 1) if quick else (TESTS, 3)
-    missing = pip_peer(PEER, "pytest_recording", PEER_DIR, install=not quick)
-    base = {key: value for key, value in os.environ.items() if key not in ("PYTHONPATH", "PYTEST_ADDOPTS")}
+    missing = _peers.ensure(_peers.PYTEST_RECORDING, install=not quick)
+    base = _peers.env(None)
     suites = [name for name in SUITES if name != PEER or missing is None]
     runs: dict[str, list[tuple[float, float]]] = {name: [] for name in suites}
     with tempfile.TemporaryDirectory() as temp:
         root = Path(temp)
         folders = {name: write_suite(root, name, tests) for name in suites}
-        peer_env = {**base, "PYTHONPATH": str(PEER_DIR)}
+        peer_env = _peers.env(_peers.PYTEST_RECORDING)
         if missing is None:
             source = Cassette(interactions=[_interaction(n) for n in range(tests)])
             with ReplayServer(source, allow_repeats=True) as server:
@@ -163,7 +210,7 @@ def measure(quick: bool = False) -> tuple[dict[str, dict[str, float]], str | Non
 
 NAMES = {
     "tape": ("per test in a 200-test suite: tape fixture vs pytest-recording + openai SDK", 5.0),
-    "transport": ("per test in a 200-test suite: openai SDK on tape.http_client() vs pytest-recording", 1.5),
+    "transport": ("per test in a 200-test suite: openai SDK on tape.transport() vs pytest-recording", 1.5),
 }
 
 

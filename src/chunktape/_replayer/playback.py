@@ -94,6 +94,9 @@ class Playback:
         is matched in constant time per request, not in time growing with what was played)."""
         self.calls = 0
         """How many calls were made."""
+        self._matching: dict[tuple[str, int], list[int]] = {}
+        """Every recorded interaction a request matches, by its fingerprint (and the cassette's length): once all of
+        them were played, each repeat (``allow_repeats``) looks them up rather than matching the whole cassette."""
         self.where = str(self.source.path) if self.source.path is not None else "the cassette"
         """The cassette as error messages name it."""
 
@@ -119,8 +122,14 @@ class Playback:
         return redact_request(options, self._secrets) if self._redacts else options
 
     def _candidates(self, request: RecordedRequest) -> list[int]:
-        matcher = self.matcher
-        return [index for index, recorded in enumerate(self.source.requests) if matcher(request, recorded)]
+        key = (request.fingerprint, len(self.source.requests))
+        found = self._matching.get(key) if request.fingerprint else None
+        if found is None:
+            matcher = self.matcher
+            found = [index for index, recorded in enumerate(self.source.requests) if matcher(request, recorded)]
+            if request.fingerprint and found:  # a miss stays uncached: it raises, once
+                self._matching[key] = found
+        return found
 
     def select(self, request: RecordedRequest) -> int:
         """The interaction that would answer ``request`` now; raises ``CASSETTE_MISMATCH`` / ``CASSETTE_EXHAUSTED``."""
