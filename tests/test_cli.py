@@ -639,7 +639,7 @@ def test_demo(runner: CliRunner, tmp_path: Path) -> None:
         assert fault_id in out
     assert "http-429 " in out
     assert out.strip().splitlines()[-1].startswith("demo done in ")
-    assert "18 faults: 9 completed (9 after retries), 9 ended in an error" in out.strip().splitlines()[-1]
+    assert "20 faults: 11 completed (11 after retries), 9 ended in an error" in out.strip().splitlines()[-1]
     cassette = load_cassette(tmp_path / "demo-session.msgpack")
     assert len(cassette.interactions) == 4  # the agent asks again for the read that failed once
     assert check_cassette(tmp_path / "demo-session.msgpack") == []
