@@ -8,6 +8,7 @@ file, no API key, a provider error, a busy port); 130 interrupted. ``--debug`` s
 from __future__ import annotations
 
 import importlib
+import inspect
 import os
 import sys
 import traceback
@@ -73,8 +74,16 @@ def _command(name: str) -> Any:
     if isinstance(target, typer.Typer):
         return typer.main.get_group(target)
     single = typer.Typer(add_completion=False)
-    single.command(name)(target)
+    help_text, epilog = _example_last(inspect.getdoc(target) or "")
+    single.command(name, help=help_text, epilog=epilog)(target)
     return typer.main.get_command(single)
+
+
+def _example_last(doc: str) -> tuple[str, str | None]:
+    """A command's docstring split into its help and its ``Example:`` paragraph, which ``--help`` shows last,
+    after the options (as git and curl end theirs)."""
+    head, found, example = doc.rpartition("\n\nExample:")
+    return (head, f"Example:{example}") if found else (doc, None)
 
 
 class _Commands(MutableMapping[str, Any]):
@@ -180,6 +189,7 @@ app = typer.Typer(
     help="Record and replay LLM adapter streams, chunk by chunk with timing, and inject faults.\n\n"
     "Exit codes: 0 ok, 1 check failed or difference found, 2 usage error, 3 runtime error "
     "(missing or corrupt file, no API key, provider error, busy port), 130 interrupted.",
+    epilog="Example: chunktape demo --out . && chunktape show --timeline demo-session.msgpack",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,

@@ -51,7 +51,7 @@ EXIT_USAGE: Final = 2
 EXIT_RUNTIME: Final = 3
 """The command could not do its job: a missing or corrupt file, no API key, a provider error, a busy port."""
 EXIT_INTERRUPTED: Final = 130
-"""Ctrl-C (``record`` keeps what it recorded and exits 0)."""
+"""Ctrl-C (``record`` first says what it kept of its recording)."""
 
 
 class CliError(Exception):
