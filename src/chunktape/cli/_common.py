@@ -30,10 +30,12 @@ __all__ = [
     "EXIT_RUNTIME",
     "EXIT_USAGE",
     "CliError",
+    "LongGap",
     "ShowSecrets",
     "check_output_suffix",
     "console",
     "err_console",
+    "gap_threshold",
     "load",
     "one_line",
     "parse_fault_option",
@@ -160,6 +162,26 @@ ShowSecrets = Annotated[
     bool,
     typer.Option("--show-secrets", help="Print credentials as recorded (masked by default, also allowed ones)."),
 ]
+
+
+LongGap = Annotated[
+    float | None,
+    typer.Option(
+        "--long-gap",
+        metavar="SECONDS",
+        help="A gap between chunks this long or longer is marked long (default: 8x the median gap, at least 0.2).",
+        show_default=False,
+    ),
+]
+
+
+def gap_threshold(seconds: float | None) -> int | None:
+    """``--long-gap SECONDS`` in nanoseconds (None: each timeline's default); not above 0 is a usage error."""
+    if seconds is None:
+        return None
+    if not seconds > 0:
+        raise CliError(f"--long-gap must be > 0 seconds, got {seconds:g}", EXIT_USAGE)
+    return int(seconds * 1e9)
 
 
 def shown(cassette: Cassette, show_secrets: bool) -> Cassette:

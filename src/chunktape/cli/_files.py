@@ -24,11 +24,14 @@ from chunktape._report.analysis import (
 from chunktape._secrets import redact_text
 from chunktape.cli._common import (
     EXIT_FAILED,
+    EXIT_USAGE,
     CliError,
+    LongGap,
     ShowSecrets,
     check_output_suffix,
     console,
     err_console,
+    gap_threshold,
     load,
     shown,
 )
@@ -43,15 +46,36 @@ CassetteArg = Annotated[Path, typer.Argument(help="A cassette file (.msgpack or 
 def show(
     cassette: CassetteArg,
     json: Annotated[bool, typer.Option("--json", help="Print the whole cassette as stable, sorted JSON.")] = False,
+    timeline: Annotated[
+        bool,
+        typer.Option(
+            "--timeline",
+            help="Draw each interaction's timing: chunk arrivals, block spans, long gaps, where it ended or failed.",
+        ),
+    ] = False,
+    compact: Annotated[
+        bool | None,
+        typer.Option(
+            "--compact/--full",
+            help="With --timeline: one line per interaction, or every one in full (default: compact from "
+            "10 interactions on).",
+            show_default=False,
+        ),
+    ] = None,
+    long_gap: LongGap = None,
     show_secrets: ShowSecrets = False,
 ) -> None:
     """Show a cassette: one row per interaction (model, last user message, chunks, timing, usage, outcome).
 
-    `--json` prints the cassette as sorted, indented JSON, stable enough to be a git textconv. Credentials
-    are masked, also those the cassette was allowed to keep, unless --show-secrets.
+    `--timeline` draws each interaction on its own time scale: time to first chunk, the chunks' arrivals,
+    each block's span, the gaps (long ones shaded) and where the stream ended, raised or was cut short (an
+    injected fault marked !). `--json` prints the cassette as sorted, indented JSON, stable enough to be a
+    git textconv. Credentials are masked, also those the cassette was allowed to keep, unless --show-secrets.
 
-    Example: chunktape show cassettes/demo-session.msgpack
+    Example: chunktape show --timeline cassettes/demo-session.msgpack
     """
+    if json and timeline:
+        raise CliError("use either --json or --timeline, not both", EXIT_USAGE)
     loaded = shown(load(cassette), show_secrets)
     if json:
         data = msgspec.json.format(msgspec.json.encode(loaded, order="sorted"), indent=2)
@@ -60,6 +84,14 @@ def show(
     out = console()
     meta = loaded.meta
     title = f"{cassette}  ·  {len(loaded.interactions)} interaction(s)  ·  {meta.recorder}, adapter {meta.adapter!r}"
+    if timeline:
+        from chunktape._report.timeline import timeline as timeline_of
+        from chunktape.cli._timeline import render_timelines
+
+        threshold = gap_threshold(long_gap)
+        items = [timeline_of(item, index, long_gap_ns=threshold) for index, item in enumerate(loaded.interactions)]
+        render_timelines(out, title, items, compact=compact)
+        return
     summaries = [_marked(summarize(item, index), item) for index, item in enumerate(loaded.interactions)]
     out.print(summary_table(title, summaries))
 
