@@ -39,7 +39,20 @@ ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "cassettes"
 DEMO = EXAMPLES / "demo-session.msgpack"
 DUMMY_KEY = "sk-clitest-0123456789abcdefghijklmnop"
-COMMANDS = ["record", "play", "show", "check", "convert", "diff", "redact", "recover", "import-vcr", "serve", "demo"]
+COMMANDS = [
+    "record",
+    "play",
+    "show",
+    "check",
+    "convert",
+    "diff",
+    "report",
+    "redact",
+    "recover",
+    "import-vcr",
+    "serve",
+    "demo",
+]
 
 
 @pytest.fixture

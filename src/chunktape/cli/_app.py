@@ -56,6 +56,7 @@ _COMMANDS: Final[Mapping[str, tuple[str, str]]] = {
     "check": ("chunktape.cli._files", "check"),
     "convert": ("chunktape.cli._files", "convert"),
     "diff": ("chunktape.cli._files", "diff"),
+    "report": ("chunktape.cli._report", "report"),
     "redact": ("chunktape.cli._files", "redact_cassette"),
     "recover": ("chunktape.cli._files", "recover_journal"),
     "import-vcr": ("chunktape.cli._files", "import_vcr"),
