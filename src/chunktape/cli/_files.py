@@ -175,6 +175,14 @@ def convert(
 def diff(
     old: Annotated[Path, typer.Argument(help="The first cassette.", show_default=False)],
     new: Annotated[Path, typer.Argument(help="The second cassette.", show_default=False)],
+    summary: Annotated[
+        bool,
+        typer.Option(
+            "--summary",
+            help="Say in words what changed (text, tool calls, outcome, usage by N tokens, timing by N ms), as "
+            "for two recordings of the same test.",
+        ),
+    ] = False,
     show_secrets: ShowSecrets = False,
 ) -> None:
     """Compare two cassettes interaction by interaction: requests, chunks and text, outcomes, timing shift.
@@ -182,9 +190,21 @@ def diff(
     Exits 0 when the content is the same (timing may still shift), 1 when it differs. Credentials are
     masked, unless --show-secrets; a difference in credentials alone is still reported, as such.
 
-    Example: chunktape diff before.msgpack after.msgpack
+    Example: chunktape diff --summary before.msgpack after.msgpack
     """
     before, after = load(old), load(new)
+    if summary:
+        from chunktape._report.drift import drift_summary
+
+        drift = drift_summary(shown(before, show_secrets), shown(after, show_secrets))
+        changes = drift.changes
+        if drift.same and not show_secrets and not drift_summary(before, after).same:
+            changes = ["credentials changed (masked here; --show-secrets prints them)"]
+        for line in [*changes, *([drift.timing] if drift.timing else [])] or ["no change"]:
+            console().print(printable(line), markup=False, soft_wrap=True)
+        if changes:
+            raise typer.Exit(EXIT_FAILED)
+        return
     result = diff_cassettes(shown(before, show_secrets), shown(after, show_secrets))
     if result.same and not show_secrets and not diff_cassettes(before, after).same:
         result = msgspec.structs.replace(
