@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import html
 import math
+import os
+import tempfile
 from collections.abc import Sequence
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Final
 
 import msgspec
@@ -20,7 +23,7 @@ from chunktape._cassettes.model import Cassette
 from chunktape._report.timeline import Timeline, bins, timeline
 from chunktape._version import __version__
 
-__all__ = ["ReportSource", "render_report"]
+__all__ = ["ReportSource", "render_report", "write_report"]
 
 
 class ReportSource(msgspec.Struct, frozen=True, kw_only=True):
@@ -366,3 +369,15 @@ def render_report(
         f"<h2>Timelines</h2>{legend}{''.join(sections)}"
         f"<script>{_SCRIPT}</script></body></html>\n"
     )
+
+
+def write_report(page: str, target: Path) -> None:
+    """Write ``page`` to ``target`` whole or not at all: a temp file beside it, then renamed over it."""
+    descriptor, temporary = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
+        with os.fdopen(descriptor, "w", encoding="utf-8") as out:
+            out.write(page)
+        os.replace(temporary, target)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise

@@ -13,6 +13,7 @@ from chunktape._cassettes.journal import held_journal, live_journal, recover, re
 from chunktape._cassettes.model import Interaction
 from chunktape._cassettes.redaction import check_secrets, env_secrets, redact
 from chunktape._cassettes.store import append_interactions, save_cassette
+from chunktape._errors import LlmError
 from chunktape._report.analysis import (
     InteractionSummary,
     check_cassette,
@@ -106,16 +107,33 @@ def _marked(summary: InteractionSummary, interaction: Interaction) -> Interactio
 
 def check(
     paths: Annotated[list[Path], typer.Argument(help="Cassette files or folders (searched recursively).")],
+    max_age: Annotated[
+        str | None,
+        typer.Option(
+            "--max-age",
+            metavar="AGE",
+            help="Also fail a cassette recorded longer ago than AGE (30d, 12h, 2w; units s, m, h, d, w).",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
-    """Validate cassettes: format, version, timing and the StreamChunk protocol rules.
+    """Validate cassettes: format, version, timing and the StreamChunk protocol rules; with --max-age, their age.
 
     Folders are searched recursively for *.msgpack and *.json files; JSON files there that are not cassettes
     (no top-level version and interactions) are skipped with a note. Prints one line per failing file (path,
     interaction, rule) and exits 1 if any fails, 3 if a path does not exist (every other path is still
-    checked); exits 0 when all pass.
+    checked); exits 0 when all pass. A cassette's age is the time since it was first recorded.
 
-    Example: chunktape check tests/cassettes cassettes/demo-session.msgpack
+    Example: chunktape check --max-age 30d tests/cassettes
     """
+    oldest = None
+    if max_age is not None:
+        from chunktape._report.staleness import parse_age
+
+        try:
+            oldest = parse_age(max_age, "--max-age")
+        except LlmError as error:
+            raise CliError(error.message.replace("--max-age=", "--max-age "), EXIT_USAGE) from None
     found = find_cassette_files(paths)
     files = found.files
     err = err_console()
@@ -136,7 +154,7 @@ def check(
         task = progress.add_task("", total=len(files))
         for path in files:
             progress.update(task, description=path.name)
-            problems = check_cassette(path)
+            problems = check_cassette(path, max_age=oldest)
             if problems:
                 more = f" (and {len(problems) - 1} more problem(s))" if len(problems) > 1 else ""
                 failures.append(f"{problems[0]}{more}")

@@ -2,32 +2,18 @@
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from chunktape._report.analysis import find_cassette_files
-from chunktape._report.html import ReportSource, render_report
+from chunktape._report.html import ReportSource, render_report, write_report
 from chunktape.cli._common import EXIT_USAGE, CliError, LongGap, ShowSecrets, console, gap_threshold, load, shown
 
-__all__ = ["report", "write_page"]
+__all__ = ["report"]
 
 _SUFFIXES = (".html", ".htm")
-
-
-def write_page(page: str, target: Path) -> None:
-    """Write ``page`` to ``target`` whole or not at all: a temp file beside it, then renamed over it."""
-    descriptor, temporary = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    try:
-        with os.fdopen(descriptor, "w", encoding="utf-8") as out:
-            out.write(page)
-        os.replace(temporary, target)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
 
 
 def report(
@@ -56,6 +42,6 @@ def report(
     if not found.files:
         raise CliError("no cassette files (*.msgpack, *.json) under the given paths")
     sources = [ReportSource(label=str(path), cassette=shown(load(path), show_secrets)) for path in found.files]
-    write_page(render_report(sources, title=title, long_gap_ns=threshold), output)
+    write_report(render_report(sources, title=title, long_gap_ns=threshold), output)
     count = sum(len(source.cassette.interactions) for source in sources)
     console().print(f"wrote {output}: {len(sources)} cassette(s), {count} interaction(s)", markup=False, soft_wrap=True)
