@@ -3,6 +3,9 @@ cassette, ``tape_max_age`` (ini, marker, tape_config), ``--tape-prune`` and ``--
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import textwrap
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -11,7 +14,7 @@ import msgspec
 import pytest
 
 from chunktape import load_cassette, save_cassette
-from helpers import run_pytest
+from helpers import cassette_of, interaction_of, run_pytest, text_stream
 from test_pytest_plugin import AGENT, INI
 
 # The live adapter answers "<WORD>: <question>" (WORD from the environment), so a re-recording can drift.
@@ -315,3 +318,32 @@ def test_tape_report_writes_the_runs_cassettes_as_one_page(pytester: pytest.Pyte
     assert "cassettes/test_x/test_hi.msgpack" in page
     assert "used by test_x.py::test_hi" in page
     assert page.count('<svg class="timeline"') == 1
+
+
+# -- chunktape check --max-age ---------------------------------------------------------------------
+
+
+def test_check_max_age_fails_the_cassettes_older_than_it(tmp_path: Path) -> None:
+    fresh, old = tmp_path / "fresh.msgpack", tmp_path / "old.json"
+    save_cassette(cassette_of(interaction_of(text_stream("hi"))), fresh)
+    save_cassette(cassette_of(interaction_of(text_stream("hi"))), old)
+    _age(old, 45)
+
+    def check(*args: str) -> subprocess.CompletedProcess[str]:
+        script = Path(sys.executable).parent / "chunktape"
+        env = {**os.environ, "NO_COLOR": "1", "COLUMNS": "200"}
+        return subprocess.run([str(script), "check", *args], capture_output=True, text=True, env=env, timeout=60)
+
+    done = check("--max-age", "30d", str(tmp_path))
+    assert done.returncode == 1
+    created = (datetime.now(UTC) - timedelta(days=45, hours=1)).strftime("%Y-%m-%d")
+    assert done.stdout.splitlines() == [
+        f"{old}: file: stale: recorded 45 days ago ({created}), longer ago than the maximum age of 30 days"
+    ]
+    assert check("--max-age", "8w", str(tmp_path)).returncode == 0
+    assert check(str(tmp_path)).returncode == 0  # no --max-age: age is no problem
+    bad = check("--max-age", "a month", str(tmp_path))
+    assert bad.returncode == 2
+    assert bad.stderr.strip() == (
+        "chunktape: error: --max-age 'a month' is not an age; give a number and a unit (s, m, h, d, w) such as '30d'"
+    )
