@@ -78,6 +78,8 @@ def _recovered(folder: Path) -> Cassette:
     """What survived: the journal if it is still there (the save had not finished), else the saved cassette."""
     path = folder / "c.msgpack"
     journal = journal_path(path)
+    if journal.exists() and journal.stat().st_size == 0:
+        return Cassette()  # killed between creating the journal and reserving it: nothing was written, or received
     if journal.exists():
         return recover(journal)
     if path.exists():

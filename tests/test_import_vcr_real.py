@@ -257,6 +257,6 @@ def test_the_cli_fails_in_one_line_and_keeps_when_asked(tmp_path: Path) -> None:
     assert "kept as a raised INVALID_RESPONSE" in kept.stderr
     assert len(load_cassette(out).interactions) == 5
     pydantic = parsed_body_cassette(tmp_path / "p.yaml")
-    named = runner.invoke(app, ["import-vcr", str(pydantic), "-o", str(out), "--serializer", "parsed-body"])
+    named = runner.invoke(app, ["import-vcr", str(pydantic), "-o", str(out), "--serializer", "parsed-body", "--force"])
     assert named.exit_code == 0, named.output
     assert "imported 2 interaction(s)" in named.stdout

@@ -20,6 +20,8 @@ import pytest
 SRC = Path(__file__).resolve().parent.parent / "src"
 
 FLOORS: list[list[str]] = [
+    # 0, below the ground: the bounds on what is read (files a user names, compressed bodies), used by all
+    ["chunktape._limits"],
     # 1, the ground: what everything may use, which uses nothing of ours
     ["chunktape._version", "chunktape._errors", "chunktape._lazy", "chunktape._httpx", "chunktape._virtual_time"],
     ["chunktape._abort", "chunktape._secrets"],

@@ -68,6 +68,13 @@ def test_recover_refuses_what_is_not_a_journal_naming_it(
     assert str(path) in str(caught.value)
 
 
+def test_a_journal_reserved_but_never_written_is_a_journal_with_nothing_in_it(tmp_path: Path) -> None:
+    """A SIGKILL between the reservation of a journal's first window and its first record leaves NULs only."""
+    path = tmp_path / "reserved.journal"
+    path.write_bytes(b"\x00" * 4096)
+    assert recover(path).interactions == []
+
+
 def test_a_journal_torn_in_its_first_write_is_still_a_journal(tmp_path: Path) -> None:
     """A guard for the check above: a SIGKILL during the first write leaves a journal with nothing in it."""
     path = tmp_path / "torn.journal"

@@ -314,3 +314,23 @@ def test_nothing_printed_from_a_cassette_reaches_the_terminal_as_a_control_seque
     assert result.exception is None or isinstance(result.exception, SystemExit), result.output
     assert "hi" in result.output or "red" in result.output
     assert not set(result.output) & {"\x1b", "\x07", "\x9b", "\r"}
+
+
+async def test_two_recordings_refused_for_a_secret_each_name_the_file_they_kept(tmp_path: Path) -> None:
+    """Two writers of one cassette (xdist workers) both fail on a credential: each message names its own file,
+    ``shared.failed.msgpack`` and ``shared.failed-2.msgpack``, and no other."""
+    path = tmp_path / "shared.msgpack"
+    messages = []
+    for prompt, failed in (("worker A", True), ("worker B", True)):
+        session = use_cassette(path, live=lambda: PacedAdapter(paced(text_stream(f"key {KEY}"))), mode="new_episodes")
+        await collect(session.stream(options(prompt)))
+        with pytest.raises(LlmError) as caught:
+            session.save(failed=failed)
+        assert caught.value.code is ErrorCode.SECRET_DETECTED
+        messages.append(caught.value.message)
+        await session.aclose()
+    first, second = messages
+    assert "shared.failed.msgpack" in first
+    assert "shared.failed-2" not in first
+    assert "shared.failed-2.msgpack" in second
+    assert "shared.failed.msgpack" not in second

@@ -29,6 +29,9 @@ from typing import TYPE_CHECKING, Any, Literal, Self, TypeAlias, TypeVar, overlo
 import httpx
 import httpx2
 
+from chunktape import _limits
+from chunktape._limits import BodyDecodeError, BodyDecoder
+
 __all__ = [
     "CONNECT_ERRORS",
     "DECODING_ERRORS",
@@ -249,24 +252,101 @@ def _mixed(inner: object, request: AnyRequest) -> str:
     )
 
 
+def _encoding(reply: AnyResponse) -> str | None:
+    """The response's content-encoding, or None when its body is sent as is."""
+    encoding = reply.headers.get("content-encoding", "").strip().lower()
+    return None if encoding in ("", "identity") else encoding
+
+
+def _decoding_error(reply: AnyResponse, error: BodyDecodeError) -> Exception:
+    """``error`` as the reply's library raises a body it cannot decode (SDKs map it to a connection error)."""
+    try:
+        request = reply.request
+    except RuntimeError:  # a transport's own response: the client sets its request later
+        request = None
+    if isinstance(reply, httpx2.Response):
+        return httpx2.DecodingError(str(error), request=request if isinstance(request, httpx2.Request) else None)
+    return httpx.DecodingError(str(error), request=request if isinstance(request, httpx.Request) else None)
+
+
 def raw_pieces(reply: AnyResponse) -> Iterator[bytes]:
-    """A sync response's body as it arrives: as sent, or decoded when it was content-encoded."""
-    if "content-encoding" in reply.headers:
-        return reply.iter_bytes()
+    """A sync response's body as it arrives: as sent, or decoded when it was content-encoded.
+
+    gzip and deflate are decoded here (``BodyDecoder``: pieces of at most ``PIECE_BYTES``, at most
+    ``MAX_DECODED_BYTES`` in all, a truncated stream an error); other encodings by the library, within the
+    same total. Either failure is the library's ``DecodingError``.
+    """
+    encoding = _encoding(reply)
+    if encoding is not None:
+        return _decoded(reply, encoding)
     stream = reply.stream
     if not isinstance(stream, httpx2.SyncByteStream | httpx.SyncByteStream):
         raise TypeError("a sync client's transport answered with an async body")
     return iter(stream)
 
 
+def _decoded(reply: AnyResponse, encoding: str) -> Iterator[bytes]:
+    try:
+        if BodyDecoder.supports(encoding):
+            decoder = BodyDecoder(encoding)
+            for data in reply.iter_raw():
+                yield from decoder.feed(data)
+            yield from decoder.close()
+        else:
+            total, limit = 0, _limits.MAX_DECODED_BYTES
+            for piece in reply.iter_bytes():
+                total += len(piece)
+                if total > limit:
+                    raise BodyDecodeError(f"the {encoding} body decodes to more than {limit:,} bytes", "too-large")
+                yield piece
+    except BodyDecodeError as error:
+        raise _decoding_error(reply, error) from None
+
+
+async def _aclose(pieces: AsyncIterator[bytes]) -> None:
+    """Close an async iterator that is a generator (httpx's body iterators are): now, not at collection."""
+    close = getattr(pieces, "aclose", None)
+    if close is not None:
+        await close()
+
+
 def araw_pieces(reply: AnyResponse) -> AsyncIterator[bytes]:
-    """An async response's body as it arrives: as sent, or decoded when it was content-encoded."""
-    if "content-encoding" in reply.headers:
-        return reply.aiter_bytes()
+    """An async response's body as it arrives: as sent, or decoded when it was content-encoded (as ``raw_pieces``)."""
+    encoding = _encoding(reply)
+    if encoding is not None:
+        return _adecoded(reply, encoding)
     stream = reply.stream
     if not isinstance(stream, httpx2.AsyncByteStream | httpx.AsyncByteStream):
         raise TypeError("an async client's transport answered with a sync body")
     return aiter(stream)
+
+
+async def _adecoded(reply: AnyResponse, encoding: str) -> AsyncIterator[bytes]:
+    try:
+        if BodyDecoder.supports(encoding):
+            decoder = BodyDecoder(encoding)
+            raw = reply.aiter_raw()
+            try:
+                async for data in raw:
+                    for piece in decoder.feed(data):
+                        yield piece
+            finally:
+                await _aclose(raw)
+            for piece in decoder.close():
+                yield piece
+        else:
+            total, limit = 0, _limits.MAX_DECODED_BYTES
+            decoded = reply.aiter_bytes()
+            try:
+                async for piece in decoded:
+                    total += len(piece)
+                    if total > limit:
+                        raise BodyDecodeError(f"the {encoding} body decodes to more than {limit:,} bytes", "too-large")
+                    yield piece
+            finally:
+                await _aclose(decoded)
+    except BodyDecodeError as error:
+        raise _decoding_error(reply, error) from None
 
 
 def close_inner(inner: object) -> None:

@@ -488,7 +488,10 @@ class RecordingAdapter(WrappingAdapter):
         cassette = self.cassette()
         literals = [*self.inner.secrets, *env_secrets().values()]
         try:
-            check_secrets(cassette, literals, allow=self.allow_secrets, destination=destination)
+            # A failed recording's name is chosen when it is written (failed-2, -3... beside an earlier one): the
+            # message names the file only once it is known (``_keep_redacted``'s "kept in").
+            named = "the failed recording" if failed else destination
+            check_secrets(cassette, literals, allow=self.allow_secrets, destination=named)
         except LlmError as error:
             raise self._keep_redacted(cassette, literals, error, secret_advice) from None
         written = cassette

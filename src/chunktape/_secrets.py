@@ -23,11 +23,14 @@ from __future__ import annotations
 
 import base64
 import binascii
+import codecs
 import functools
+import html
 import os
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import NamedTuple
+from urllib.parse import parse_qsl, quote, urlsplit, urlunsplit
 
 import msgspec
 
@@ -42,12 +45,15 @@ __all__ = [
     "Scanner",
     "env_secrets",
     "is_credential_name",
+    "is_credential_param",
     "is_credential_value",
     "mask",
     "redact_text",
+    "redact_url",
     "register_pattern",
     "scanner",
     "unregister_pattern",
+    "url_secrets",
     "usable",
 ]
 
@@ -124,6 +130,21 @@ def _spellings(*words: str) -> tuple[str, ...]:
     return tuple(sorted(forms))
 
 
+def _random_looking(value: str) -> bool:
+    """A 40-character value that reads as random base64: not hex digits alone (a commit hash), and holding at least
+    two of upper-case letters, lower-case letters, digits and ``/+``."""
+    if re.fullmatch(r"[0-9a-f]+|[0-9A-F]+", value):
+        return False
+    classes = (str.isupper, str.islower, str.isdigit, lambda char: char in "/+")
+    return sum(any(kind(char) for char in value) for kind in classes) >= 2
+
+
+_QUERY_WORDS = (
+    "key", "token", "secret", "password", "passwd", "pwd", "credential", "credentials", "sig", "signature", "auth"
+)  # fmt: skip
+"""A URL query parameter whose name ends in one of these holds a credential (``is_credential_param``)."""
+
+
 _BUILTIN: dict[str, _Shape] = {
     # OpenAI (sk-, sk-proj-), Anthropic (sk-ant-), DeepSeek, OpenRouter (sk-or-): the providers' key formats
     "api key (sk-...)": _key(
@@ -142,10 +163,24 @@ _BUILTIN: dict[str, _Shape] = {
     # (credentials files, env), in any case; the name may end a longer word (awsSecretAccessKey, mySecretKey)
     "AWS secret access key": _Shape(
         _named(
-            r"(?:(?i:secret[_\-]?access[_\-]?key)|(?:AWS|Aws|aws(?=[_.\-SK]))[A-Za-z0-9_.\- ]{0,20}?(?i:secret|key))",
+            r"(?:(?i:secret[_\-]?(?:access[_\-]?)?key)"
+            r"|(?:AWS|Aws|aws(?=[_.\-SK]))[A-Za-z0-9_.\- ]{0,20}?(?i:secret|key))",
             "[A-Za-z0-9/+]{40}",
         ),
         ("AWS", "Aws", "aws_", "aws.", "aws-", "awsS", "awsK", *_spellings("secret", "access", "key")),
+    ),
+    # detect-secrets' AWSKeyDetector (1.5): ``aws.{0,20}?(?:key|pwd|pw|password|pass|token).{0,20}?['"]<40>['"]``,
+    # case-insensitive; here the value may follow its label by up to 64 characters of anything, line breaks
+    # included (a label in one line or chunk and the value in the next, a remark between them; a line break may be
+    # a JSON escape, as tool arguments hold one), quoted or not.
+    # So loose a rule needs a value that looks random: not hex alone (a commit hash), two classes of character.
+    "AWS secret access key (labelled)": _Shape(
+        re.compile(
+            r"(?is:aws.{0,20}?(?:key|pwd|pw|password|pass|token)|secret[_\-]?(?:access[_\-]?)?key)"
+            r"[\s\S]{0,64}?(?:(?<![A-Za-z0-9/+])|(?<=\\[nrt]))(?P<secret>[A-Za-z0-9/+]{40})(?![A-Za-z0-9/+=])"
+        ),
+        ("AWS", "Aws", "aws", *_spellings("secret", "access", "key"), *_spellings("secret", "key")),
+        check=lambda found: _random_looking(found[-40:]),
     ),
     # STS session tokens ("SessionToken": "IQoJb3JpZ2lu..." from assume-role, aws_session_token, the older
     # aws_security_token): long base64, told apart by their name as well
@@ -178,6 +213,16 @@ _BUILTIN: dict[str, _Shape] = {
     "GitLab token": _key(r"glpat-[A-Za-z0-9_\-]{20,}", ("glpat-",), anywhere=("glpat-",)),
     "npm token": _key(r"npm_[A-Za-z0-9]{36}", ("npm_",)),
     "PyPI token": _key(r"pypi-AgE[A-Za-z0-9_\-]{50,}", ("pypi-AgE",), anywhere=("pypi-AgE",)),
+    # a URL's query parameter named like a credential (``?api_key=``, ``&access_token=``, ``&sig=``): as vcrpy's
+    # filter_query_parameters and Azure's SAS ``sig`` put them; the value up to the next parameter
+    "URL query credential": _Shape(
+        re.compile(
+            r"[?&;](?:[A-Za-z0-9_.\-]*?(?i:key|token|secret|password|passwd|pwd|credentials?|sig|signature|auth))="
+            r"(?P<secret>[^&#\s\"'<>\\\[\]]{8,})"
+        ),
+        tuple(f"{case(word)}=" for word in _QUERY_WORDS for case in (str.lower, str.upper, str.capitalize)),
+        check=lambda found: is_credential_value(found.partition("=")[2]),
+    ),
     # RFC 7468 PEM; up to the END line, or to where the key body stops (a stream cut short)
     "private key": _Shape(
         re.compile(
@@ -310,6 +355,58 @@ def env_secrets(environ: Mapping[str, str] | None = None) -> dict[str, str]:
     }
 
 
+def is_credential_param(name: str) -> bool:
+    """True for a URL query parameter named like a credential: ``key``, ``api_key``, ``api-key``, ``access_token``,
+    ``token``, ``sig``, ``X-Amz-Signature``, ``client_secret``... (its name ends in one of ``_QUERY_WORDS``, or
+    names a credential as an environment variable would)."""
+    lowered = name.strip().lower()
+    return lowered.endswith(_QUERY_WORDS) or is_credential_name(lowered)
+
+
+def url_secrets(url: str) -> list[str]:
+    """The credentials a URL carries: its userinfo (the password, or a user name standing alone as a token) and
+    the values of its credential-named query parameters (``is_credential_param``), as sent and percent-decoded."""
+    try:
+        parts = urlsplit(url)
+        password, username = parts.password, parts.username
+    except ValueError:
+        return []
+    found: list[str] = []
+    if password:
+        found.append(password)
+    elif username:
+        found.append(username)
+    for raw in parts.query.split("&"):
+        name, _, value = raw.partition("=")
+        if value and is_credential_param(name.replace("%5F", "_").replace("%2D", "-")):
+            found.append(value)
+    for name, value in parse_qsl(parts.query, keep_blank_values=False):
+        if is_credential_param(name):
+            found.append(value)
+    return [secret for secret in dict.fromkeys(found) if is_credential_value(secret)]
+
+
+def redact_url(url: str) -> str:
+    """``url`` as it may be shown or stored: userinfo and the values of credential-named query parameters replaced
+    by ``REDACTED`` (``http://admin:s3cr3t@host/?key=abc&v=1`` -> ``http://admin:[REDACTED]@host/?key=[REDACTED]&v=1``)."""
+    try:
+        parts = urlsplit(url)
+        password, username, host = parts.password, parts.username, parts.hostname
+    except ValueError:
+        return redact_text(url)
+    netloc = parts.netloc
+    if password is not None or username is not None:
+        user = quote(username or "", safe="") if password is not None else REDACTED
+        shown = f"{user}:{REDACTED}" if password is not None else user
+        netloc = f"{shown}@{netloc.rpartition('@')[2]}" if host is not None else netloc
+    query = "&".join(
+        f"{name}={REDACTED}" if value and is_credential_param(name) else raw
+        for raw in parts.query.split("&")
+        for name, _, value in [raw.partition("=")]
+    )
+    return urlunsplit((parts.scheme, netloc, parts.path, query if parts.query else "", parts.fragment))
+
+
 # -- searching ---------------------------------------------------------------------------------------
 
 
@@ -341,26 +438,115 @@ _LINE_BREAKS = (b"\n", b"\r\n", b"\\n", b"\\r\\n")
 """What may end a line of wrapped base64: a newline, or its JSON escape (inside tool arguments)."""
 
 
-def _unescaped(text: str) -> tuple[str, list[int]]:
-    """``text`` with its ``\\uXXXX`` escapes decoded, wherever they are (a JSON snippet pasted after an odd
-    ``"`` is not tokenised the way it was written), and where each decoded character starts in ``text`` (one
-    entry more: the end), so a match in the decoded text maps back onto the characters that spelled it."""
+def _decoded(
+    text: str,
+    pattern: re.Pattern[str],
+    decode: Callable[[re.Match[str]], list[tuple[str, int]]],
+    with_starts: bool = True,
+) -> tuple[str, list[int]]:
+    """``text`` with every match of ``pattern`` replaced by what ``decode`` makes of it (pieces of text, each with
+    the offset in the match where the characters that spell it start), and where each decoded character starts in
+    ``text`` (one entry more: the end), so a match in the decoded text maps back onto the characters that spelled it;
+    without ``with_starts``, the text alone (the screen needs no more, and the list costs more than the decoding)."""
     parts: list[str] = []
     starts: list[int] = []
     position = 0
-    for match in _UNICODE_ESCAPE.finditer(text):
-        high, low, single = match.groups()
+    for match in pattern.finditer(text):
         parts.append(text[position : match.start()])
-        starts.extend(range(position, match.start()))
-        if single is None:
-            parts.append(chr(0x10000 + ((int(high, 16) - 0xD800) << 10) + int(low, 16) - 0xDC00))
-        else:
-            parts.append(chr(int(single, 16)))
-        starts.append(match.start())
+        pieces = decode(match)
+        parts.extend(piece for piece, _ in pieces)
+        if with_starts:
+            starts.extend(range(position, match.start()))
+            for piece, offset in pieces:
+                starts.extend([match.start() + offset] * len(piece))
         position = match.end()
     parts.append(text[position:])
-    starts.extend(range(position, len(text) + 1))
+    if with_starts:
+        starts.extend(range(position, len(text) + 1))
     return "".join(parts), starts
+
+
+def _unicode_escape(match: re.Match[str]) -> list[tuple[str, int]]:
+    high, low, single = match.groups()
+    if single is None:
+        return [(chr(0x10000 + ((int(high, 16) - 0xD800) << 10) + int(low, 16) - 0xDC00), 0)]
+    return [(chr(int(single, 16)), 0)]
+
+
+def _unescaped(text: str, with_starts: bool = True) -> tuple[str, list[int]]:
+    """``text`` with its ``\\uXXXX`` escapes decoded, wherever they are (a JSON snippet pasted after an odd
+    ``"`` is not tokenised the way it was written), with where each decoded character starts in ``text``."""
+    return _decoded(text, _UNICODE_ESCAPE, _unicode_escape, with_starts)
+
+
+_PERCENT = re.compile(r"(?:%[0-9A-Fa-f]{2})+")
+"""A run of URL percent-escapes (``%2F``, ``%E5%AF%86``): decoded together, as UTF-8."""
+
+
+def _percent_escape(match: re.Match[str]) -> list[tuple[str, int]]:
+    decoder = codecs.getincrementaldecoder("utf-8")("replace")
+    data = bytes.fromhex(match.group().replace("%", ""))
+    pieces, start = [], 0
+    for number, byte in enumerate(data):
+        piece = decoder.decode(bytes([byte]))
+        if piece:
+            pieces.append((piece, 3 * start))
+            start = number + 1
+    rest = decoder.decode(b"", final=True)
+    if rest:
+        pieces.append((rest, 3 * start))
+    return pieces
+
+
+_ENTITY = re.compile(r"&(?:#[0-9]{1,7}|#[xX][0-9A-Fa-f]{1,6}|[A-Za-z][A-Za-z0-9]{1,31});")
+"""An HTML character reference (``&quot;``, ``&#47;``, ``&#x2F;``), as an HTML page or an escaped error body has it."""
+
+
+def _html_entity(match: re.Match[str]) -> list[tuple[str, int]]:
+    return [(html.unescape(match.group()), 0)]
+
+
+_WINDOW = 256
+"""How far around a percent-escape or a character reference a credential spelled with it is looked for: its
+label, the gap to the value and the value itself (``AWS secret access key (labelled)``: 20 + 64 + 40)."""
+
+
+def _windowed(
+    pattern: re.Pattern[str], decode: Callable[[re.Match[str]], list[tuple[str, int]]]
+) -> Callable[[str, bool], tuple[str, list[int]]]:
+    """A view decoding ``pattern``'s matches in the parts of a text around them only (``_WINDOW`` on each side),
+    the parts joined by NUL (which glues to nothing): text far from any escape was searched as it is already."""
+
+    def view(text: str, with_starts: bool = True) -> tuple[str, list[int]]:
+        windows: list[tuple[int, int]] = []
+        for match in pattern.finditer(text):
+            start, end = max(match.start() - _WINDOW, 0), min(match.end() + _WINDOW, len(text))
+            if windows and start <= windows[-1][1]:
+                windows[-1] = (windows[-1][0], end)
+            else:
+                windows.append((start, end))
+        parts: list[str] = []
+        starts: list[int] = []
+        for start, end in windows:
+            decoded, offsets = _decoded(text[start:end], pattern, decode, with_starts)
+            parts.append(decoded + "\x00")
+            starts.extend(start + offset for offset in offsets)  # the extra last entry stands for the NUL
+        if not windows:
+            return text, []  # nothing decodes: callers see the same length and skip the view
+        if windows == [(0, len(text))]:
+            return parts[0][:-1], starts
+        return "".join(parts), [*starts, len(text)] if with_starts else []
+
+    return view
+
+
+_VIEWS: tuple[tuple[str, Callable[[str, bool], tuple[str, list[int]]]], ...] = (
+    ("\\u", _unescaped),
+    ("%", _windowed(_PERCENT, _percent_escape)),
+    ("&", _windowed(_ENTITY, _html_entity)),
+)
+"""The encodings a credential is searched through, each with the character that must be in a text holding it:
+JSON ``\\u`` escapes, URL percent-escapes, HTML character references."""
 
 
 def _base64_texts(run: str) -> Iterator[str]:
@@ -481,8 +667,11 @@ class Scanner:
         screen = self._screen.search
         if self._always or screen(text):
             return True
-        if "\\u" in text and screen(_unescaped(text)[0]):
-            return True
+        for trigger, view in _VIEWS:
+            if trigger in text:
+                decoded = view(text, False)[0]
+                if len(decoded) < len(text) and screen(decoded):
+                    return True
         runs = (run for _, _, run in _runs(text, self._run))
         if self._encoded is not None:
             return any(self._encoded.search(run if _one_alphabet(run) else run.translate(_URLSAFE)) for run in runs)
@@ -499,11 +688,16 @@ class Scanner:
             yield from self._plain_matches(text)
         if not decode:
             return
-        if "\\u" in text:
-            decoded, starts = _unescaped(text)
+        for trigger, view in _VIEWS:
+            if trigger not in text:
+                continue
+            decoded = view(text, False)[0]
             if len(decoded) < len(text):
-                for label, found, start, end in self.matches(decoded, decode=False):
-                    yield Found(label, found, starts[start], starts[end])
+                found_here = list(self.matches(decoded, decode=False))
+                if found_here:
+                    starts = view(text, True)[1]  # built only for a text that holds a credential
+                    for label, found, start, end in found_here:
+                        yield Found(label, found, starts[start], starts[end])
         for start, end, run in _runs(text, _MIN_RUN):
             for decoded in _base64_texts(run):
                 for label, found, _, _ in self.matches(decoded, decode=False):

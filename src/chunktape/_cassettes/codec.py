@@ -29,6 +29,7 @@ from chunktape._cassettes.model import (
     ToolRun,
 )
 from chunktape._errors import ErrorCode, LlmError
+from chunktape._limits import UnreadableFile, read_user_file
 
 __all__ = [
     "CassetteSource",
@@ -361,17 +362,21 @@ class LazyCassette:
 
 
 def read_file(path: Path) -> bytes:
-    """The bytes of a cassette or journal, or the error that says why there are none (missing, a folder, unreadable)."""
+    """The bytes of a cassette or journal, or the error that says why there are none: missing or a folder
+    (``CASSETTE_NOT_FOUND``); a device, FIFO or socket, over ``max_file_bytes()``, or unreadable
+    (``CASSETTE_CORRUPT``): ``read_user_file``'s one rule, decided before anything is read."""
     try:
-        return path.read_bytes()
-    except FileNotFoundError:
-        raise LlmError(f"{path} does not exist", ErrorCode.CASSETTE_NOT_FOUND) from None
-    except IsADirectoryError:
-        raise LlmError(
-            f"{path} is a directory, not a cassette file", ErrorCode.CASSETTE_NOT_FOUND, hint="give a cassette's path"
-        ) from None
-    except OSError as exc:
-        raise corrupt(path, f"cannot be read: {exc.strerror or exc}") from exc
+        return read_user_file(path)
+    except UnreadableFile as exc:
+        if exc.reason == "missing":
+            raise LlmError(f"{path} does not exist", ErrorCode.CASSETTE_NOT_FOUND) from None
+        if exc.reason == "directory":
+            raise LlmError(
+                f"{path} is a directory, not a cassette file",
+                ErrorCode.CASSETTE_NOT_FOUND,
+                hint="give a cassette's path",
+            ) from None
+        raise LlmError(str(exc), ErrorCode.CASSETTE_CORRUPT, hint="give a cassette file") from None
 
 
 def _check_version(path: Path, version: int) -> None:

@@ -428,15 +428,19 @@ def _what_it_is(data: bytes) -> str:
 def recover(path: PathLike) -> Cassette:
     """Rebuild a cassette from a journal left by a crashed recording.
 
-    Every interaction without a recorded end is marked ``Cancelled`` (cut short); a torn final line is
-    dropped. A file that is not a journal (a cassette, an empty file, anything else) is ``CASSETTE_CORRUPT``
-    saying what it is. Run the result through ``redaction.check`` before saving it: the journal is not redacted.
+    Every interaction without a recorded end is marked ``Cancelled`` (cut short); a torn final line is dropped; a
+    journal whose space was reserved but whose first record was never written (the recording was killed as it
+    began) holds nothing, and gives an empty cassette. A file that is not a journal (a cassette, an empty file,
+    anything else) is ``CASSETTE_CORRUPT`` saying what it is. Run the result through ``redaction.check`` before
+    saving it: the journal is not redacted.
     """
     path = Path(path)
-    data = read_file(path)
+    whole = read_file(path)
+    data = whole.split(b"\x00", 1)[0]  # JSON never holds a raw NUL: a reserved window's unwritten tail
+    if whole and not data:  # reserved, then killed before its first record: a journal with nothing in it
+        return Cassette()
     if not (data.startswith(_JOURNAL_HEAD) or (data and _JOURNAL_HEAD.startswith(data))):
-        raise corrupt(path, f"this is {_what_it_is(data)}, not a chunktape journal")
-    data = data.split(b"\x00", 1)[0]  # JSON never holds a raw NUL: an old (mapped) journal's unwritten tail
+        raise corrupt(path, f"this is {_what_it_is(whole)}, not a chunktape journal")
     lines = data.split(b"\n")
     meta = CassetteMeta()
     begun: dict[int, _JBegin] = {}

@@ -26,6 +26,7 @@ __all__ = [
     "NEW_FILE",
     "append_interactions",
     "cassette_lock",
+    "check_writable",
     "failed_path",
     "fitting_name",
     "save_cassette",
@@ -142,6 +143,22 @@ def unwritable(path: Path, exc: OSError, what: str = "cassette") -> LlmError:
         ErrorCode.CASSETTE_UNWRITABLE,
         cause=exc,
     )
+
+
+def check_writable(path: PathLike, what: str = "cassette") -> None:
+    """Refuse at once (``CASSETTE_UNWRITABLE``) a cassette path that no save could write: a directory, a path
+    under a regular file, a folder without write permission; a folder still missing is fine (saving creates it).
+    For a recording that runs long (the proxy), so the user learns it before the session, not after."""
+    path = Path(path)
+    if path.is_dir():
+        raise unwritable(path, IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path)), what)
+    folder = path.parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if not folder.is_dir():
+        raise unwritable(path, NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(folder)), what)
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise unwritable(path, PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(folder)), what)
 
 
 def save_cassette(cassette: Cassette, path: PathLike) -> None:

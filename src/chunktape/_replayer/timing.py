@@ -20,7 +20,8 @@ _MAX_SLEEP_S = MAX_GAP_NS / 1e9
 
 
 class SleepCappedWarning(UserWarning):
-    """A recorded-timing replay met a wait longer than ``MAX_GAP_NS`` (one hour) and slept that bound instead.
+    """A recorded-timing replay met a recorded wait longer than ``MAX_GAP_NS`` (one hour) and replayed it as that
+    bound instead (divided by the speed, as every wait is).
 
     Such a gap is not a real stream's (``chunktape check`` flags it): sleeping it would hang the replay.
     """
@@ -70,10 +71,11 @@ class Timing(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
         """Seconds after the ``stream()`` call at which each event, then the outcome, is due."""
         events = interaction.events
         if self.kind == "recorded":
-            scale = 1e-9 / self.speed
-            due = [event.t_ns * scale for event in events]
-            due.append(max(interaction.outcome.t_ns * scale, due[-1] if due else 0.0))
-            return _capped(due)
+            # The bound is on what was recorded (no real stream waits an hour), then the speed scales it: at
+            # speed 3600, an absurd recorded wait replays in one second.
+            due = [event.t_ns * 1e-9 for event in events]
+            due.append(max(interaction.outcome.t_ns * 1e-9, due[-1] if due else 0.0))
+            return [offset / self.speed for offset in _capped(due)]
         if self.kind == "fixed":
             due = [self.first_chunk_s + position * self.between_s for position in range(len(events))]
             due.append(due[-1] if due else 0.0)

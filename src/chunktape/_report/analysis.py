@@ -7,6 +7,7 @@ outcome); ``check_cassette`` is ``chunktape check`` for one file (format, timing
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -25,7 +26,8 @@ from chunktape._cassettes.model import (
     Raised,
     request_fingerprint,
 )
-from chunktape._errors import LlmError, ProtocolViolation
+from chunktape._errors import ErrorCode, LlmError, ProtocolViolation
+from chunktape._limits import UnreadableFile, read_user_file
 from chunktape._protocol import Finish, ReplyBuilder, TokenUsage
 from chunktape._report.staleness import stale
 from chunktape._validation import shortened, validate
@@ -164,6 +166,9 @@ def _check_interaction(path: str, index: int, interaction: Interaction) -> list[
     late = _beyond_bound(interaction)
     if late is not None:
         problems.append(CheckProblem(path=path, interaction=index, rule="timing", detail=late))
+    wrong = _outcome_problem(interaction.outcome)
+    if wrong is not None:
+        problems.append(CheckProblem(path=path, interaction=index, rule="outcome", detail=wrong))
     request = interaction.request
     if request.fingerprint and request.fingerprint != request_fingerprint(request):
         problems.append(
@@ -172,6 +177,29 @@ def _check_interaction(path: str, index: int, interaction: Interaction) -> list[
             )
         )
     return problems
+
+
+MAX_RETRY_AFTER_S = 86_400.0
+"""The longest ``retry_after`` check accepts (a day): providers ask for seconds or minutes, a daily quota for
+hours at most; a consumer that honours more (or NaN, or infinity) waits for ever."""
+_CODES = frozenset(code.value for code in ErrorCode)
+
+
+def _outcome_problem(outcome: Outcome) -> str | None:
+    """What is wrong with a recorded error outcome: a code chunktape never raises (a replay would raise an
+    ``LlmError`` with no stable code), or a ``retry_after`` no consumer can wait (NaN, infinite, negative, huge)."""
+    if not isinstance(outcome, Raised):
+        return None
+    if outcome.code not in _CODES:
+        valid = ", ".join(sorted(_CODES))
+        return f"the recorded error code {outcome.code!r} is not one chunktape raises (valid: {valid})"
+    retry_after = outcome.retry_after
+    if retry_after is not None and not (math.isfinite(retry_after) and 0 <= retry_after <= MAX_RETRY_AFTER_S):
+        return (
+            f"retry_after {retry_after!r} is not a number of seconds from 0 to {MAX_RETRY_AFTER_S:,.0f} (a day): a "
+            "client that honours it would wait for ever; fix or re-record it"
+        )
+    return None
 
 
 def _beyond_bound(interaction: Interaction) -> str | None:
@@ -203,7 +231,8 @@ def check_cassette(
 
     Timing problems: an event earlier than the one before, an end before the last event, and anything
     recorded more than ``MAX_GAP_NS`` (one hour) after the call. A ``Raised`` status outside 400-599 fails to
-    decode (``CASSETTE_CORRUPT`` naming the field).
+    decode (``CASSETTE_CORRUPT`` naming the field); a ``Raised`` code chunktape never raises, or a
+    ``retry_after`` that is not 0 to ``MAX_RETRY_AFTER_S`` seconds, is an ``outcome`` problem.
 
     A recording that raised or was cut short may stop mid-block; what it holds must still follow the rules.
     An empty list means the file passes.
@@ -330,9 +359,9 @@ def looks_like_cassette(path: PathLike) -> bool:
     if path.suffix.lower() != ".json":
         return True
     try:
-        data = path.read_bytes()
-    except OSError:
-        return True
+        data = read_user_file(path)
+    except UnreadableFile:
+        return True  # check reports it
     try:
         msgspec.json.decode(data, type=_JsonProbe)
     except msgspec.ValidationError:

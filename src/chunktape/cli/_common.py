@@ -29,10 +29,13 @@ __all__ = [
     "EXIT_OK",
     "EXIT_RUNTIME",
     "EXIT_USAGE",
+    "Append",
     "CliError",
+    "Force",
     "LongGap",
     "ShowSecrets",
     "check_output_suffix",
+    "check_writable_output",
     "console",
     "err_console",
     "gap_threshold",
@@ -147,6 +150,22 @@ def check_output_suffix(path: Path, what: str = "") -> None:
         where = f"{what} " if what else ""
         valid = " or ".join(CASSETTE_SUFFIXES)
         raise CliError(f"{where}{path}: give a {valid} file name (the suffix picks the encoding)", EXIT_USAGE)
+
+
+Force = Annotated[bool, typer.Option("--force", help="Replace the output cassette if it exists.")]
+Append = Annotated[bool, typer.Option("--append", help="Add to the output cassette if it exists.")]
+
+
+def check_writable_output(path: Path, *, force: bool, append: bool, what: str = "") -> None:
+    """Every writer of a user's cassette refuses to replace one silently: an existing ``path`` needs ``--append``
+    (add to it) or ``--force`` (replace it), as ``recover`` does; a folder is never an output."""
+    where = f"{what} " if what else ""
+    if force and append:
+        raise CliError("use either --append or --force, not both", EXIT_USAGE)
+    if path.is_dir():
+        raise CliError(f"{where}{path} is a directory; give the output file name")
+    if os.path.lexists(path) and not (force or append):
+        raise CliError(f"{where}{path} exists; pass --append to add to it or --force to replace it")
 
 
 def load(path: Path) -> Cassette:

@@ -10,7 +10,7 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
 from chunktape._cassettes.journal import held_journal, live_journal, recover, recovered_path
-from chunktape._cassettes.model import Interaction
+from chunktape._cassettes.model import Cassette, Interaction
 from chunktape._cassettes.redaction import check_secrets, env_secrets, redact
 from chunktape._cassettes.store import append_interactions, save_cassette
 from chunktape._errors import LlmError
@@ -26,10 +26,13 @@ from chunktape._secrets import redact_text
 from chunktape.cli._common import (
     EXIT_FAILED,
     EXIT_USAGE,
+    Append,
     CliError,
+    Force,
     LongGap,
     ShowSecrets,
     check_output_suffix,
+    check_writable_output,
     console,
     err_console,
     gap_threshold,
@@ -177,17 +180,31 @@ def check(
 def convert(
     source: Annotated[Path, typer.Argument(help="The cassette to read.", show_default=False)],
     target: Annotated[Path, typer.Argument(help="Where to write it; .json or .msgpack picks the encoding.")],
+    force: Force = False,
+    append: Append = False,
 ) -> None:
     """Convert a cassette between msgpack and JSON, losslessly (the suffix of TARGET picks the encoding).
+
+    An existing TARGET is left alone unless --append (add the interactions to it) or --force (replace it).
 
     Example: chunktape convert session.msgpack session.json
     """
     check_output_suffix(target)
     loaded = load(source)
-    if target.is_dir():
-        raise CliError(f"{target} is a directory; give the output file name")
-    save_cassette(loaded, target)
-    console().print(f"wrote {target} ({len(loaded.interactions)} interaction(s))", markup=False, soft_wrap=True)
+    check_writable_output(target, force=force, append=append)
+    if target.exists() and source.exists() and target.samefile(source) and append:
+        raise CliError(f"{target} is the source itself; --append would double it")
+    written = _write(loaded, target, append=append)
+    console().print(f"wrote {target} ({len(written.interactions)} interaction(s))", markup=False, soft_wrap=True)
+
+
+def _write(cassette: Cassette, target: Path, *, append: bool) -> Cassette:
+    """``cassette`` saved at ``target`` (atomic), or with ``append`` added to what ``target`` holds (under the
+    writers' lock, as every appending save): what the file now holds."""
+    if append:
+        return append_interactions(target, cassette.interactions, cassette.meta, tool_runs=cassette.tool_runs)
+    save_cassette(cassette, target)
+    return cassette
 
 
 def diff(
@@ -344,21 +361,25 @@ def import_vcr(
             "that cannot be read) instead of failing.",
         ),
     ] = False,
+    force: Force = False,
+    append: Append = False,
 ) -> None:
     """Convert a vcrpy cassette of OpenAI-compatible chat completions into a chunk cassette.
 
     Other traffic (/models, /embeddings...) is skipped with a note on stderr. An interaction that cannot be
-    decoded fails the import, naming it, unless --keep-undecodable.
+    decoded fails the import, naming it, unless --keep-undecodable. An existing output cassette is left alone
+    unless --append (add the imported interactions to it) or --force (replace it).
 
     Example: chunktape import-vcr tests/cassettes/chat.yaml -o chat.msgpack
     """
     check_output_suffix(output, "--output")
     imported = read_vcr(source, serializer=serializer, keep_undecodable=keep_undecodable)
+    check_writable_output(output, force=force, append=append, what="--output")
     err = err_console()
     for note in imported.notes:
         err.print(note, style="dim", markup=False, soft_wrap=True)
     cassette = redact(imported.cassette, env_secrets().values())  # skips interactions holding no secret
-    save_cassette(cassette, output)
+    _write(cassette, output, append=append)
     console().print(
         f"imported {len(cassette.interactions)} interaction(s) from {source} into {output}",
         markup=False,

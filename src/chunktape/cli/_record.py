@@ -59,12 +59,12 @@ _SECRET_ADVICE = "add --allow-secret VALUE (its value) to this chunktape record 
 
 
 def _read_json(path: Path, what: str) -> Any:
+    from chunktape._limits import UnreadableFile, read_user_file
+
     try:
-        return msgspec.json.decode(path.read_bytes())
-    except FileNotFoundError:
-        raise CliError(f"{what} file {path} does not exist") from None
-    except IsADirectoryError:
-        raise CliError(f"{what} file {path} is a directory") from None
+        return msgspec.json.decode(read_user_file(path))
+    except UnreadableFile as exc:
+        raise CliError(f"{what} file {exc}") from None
     except msgspec.DecodeError as exc:
         raise CliError(f"{what} file {path} is not valid JSON ({exc})") from None
 

@@ -22,10 +22,12 @@ as answered, ``created``, ``system_fingerprint``, request-id / ``openai-*`` / ra
 extras (``ResponseMeta``), so ``ReplayTransport`` answers as the provider did. Other requests (other routes,
 bodies that are no chat request) pass through unrecorded.
 
-Secrets: request headers are never recorded; the credentials they carry (``Authorization``, ``api-key``,
-``x-api-key``...) are redacted wherever else they appear, with the ``*_API_KEY`` / ``*_TOKEN`` / ``*_SECRET``
-environment values and key-shaped strings in the recorded metadata, and checked at save like every recording
-(``RecordingAdapter``: journal, redaction, ``SECRET_DETECTED``, failed-path rules).
+Secrets: request headers and URLs are never recorded; the credentials they carry (``Authorization``, ``api-key``,
+``x-api-key``..., the URL's userinfo and credential-named query parameters: ``?api_key=``, ``&sig=``) are redacted
+wherever else they appear (echoed text, error messages, kept headers, ``system_fingerprint``), with the
+``*_API_KEY`` / ``*_TOKEN`` / ``*_SECRET`` environment values and key-shaped strings in the recorded metadata,
+and checked at save like every recording (``RecordingAdapter``: journal, redaction, ``SECRET_DETECTED``,
+failed-path rules).
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from chunktape._cassettes.model import Cancelled, Completed, Raised, ResponseMet
 from chunktape._cassettes.redaction import env_secrets, redact_text
 from chunktape._errors import ErrorCode, LlmError
 from chunktape._httpx import (
+    DECODING_ERRORS,
     HTTP_ERRORS,
     TIMEOUT_ERRORS,
     AnyAsyncTransport,
@@ -61,8 +64,10 @@ from chunktape._httpx import (
     send,
     send_async,
 )
+from chunktape._limits import MAX_DECODED_BYTES, MAX_ERROR_BODY_BYTES
 from chunktape._protocol import GenerateOptions, LlmAdapter, StreamChunk, aclose_stream
 from chunktape._recorder import ProviderClock, RecordingAdapter, RecordingCall, raised_from
+from chunktape._secrets import redact_url, url_secrets
 from chunktape.http._vcr import SECRET_HEADERS
 from chunktape.wire._http_errors import http_error
 from chunktape.wire._openai_chat import (
@@ -102,8 +107,9 @@ def kept_headers(headers: Mapping[str, str]) -> dict[str, str]:
 
 
 def _credentials(request: AnyRequest) -> list[str]:
-    """The credentials a request's headers carry (the bearer token without its scheme)."""
-    found = []
+    """The credentials a request carries: in its headers (the bearer token without its scheme), and in its URL
+    (userinfo, credential-named query parameters such as ``?api_key=``: ``url_secrets``)."""
+    found = url_secrets(str(request.url))
     for name, value in request.headers.items():
         if name.lower() in SECRET_HEADERS and value:
             scheme, _, token = value.partition(" ")
@@ -144,7 +150,10 @@ class _Exchange:
         self.parser: SseParser | None = None
         self.decoder = OpenAIChatDecoder()
         self.body: list[bytes] = []
-        """The whole body of a JSON answer or an error (small, and read whole by the SDK anyway)."""
+        """The body of a JSON answer or an error, up to ``keep`` bytes (the client still gets all of it)."""
+        self.kept = 0
+        """How many bytes of that body arrived (those past ``keep`` were passed on, not kept)."""
+        self.keep = MAX_DECODED_BYTES
         self.finish_sent = False
         self.broken = False
         """True once the outcome is recorded: later bytes only pass through."""
@@ -158,11 +167,15 @@ class _Exchange:
         self.streaming = 200 <= self.status < 300 and content_type.startswith("text/event-stream")
         self.meta = ResponseMeta(headers=kept_headers(reply.headers), streamed=self.streaming)
         self.parser = SseParser() if self.streaming else None
+        self.keep = MAX_DECODED_BYTES if 200 <= self.status < 300 else MAX_ERROR_BODY_BYTES
 
     def piece(self, data: bytes) -> None:
         t_ns = self.clock.arrived()
         if self.parser is None:
-            self.body.append(data)
+            room = self.keep - self.kept
+            if room > 0:
+                self.body.append(data[:room])
+            self.kept += len(data)
         elif not self.broken:
             try:
                 for item in self.parser.feed(data):
@@ -218,7 +231,13 @@ class _Exchange:
     def _whole(self, body: bytes, t_ns: int) -> None:
         """A JSON completion, or an error answer: raises the ``LlmError`` it records."""
         if not 200 <= self.status < 300:
-            raise http_error(self.status, body, self.headers)
+            raise self._error(body)
+        if self.kept > self.keep:
+            raise LlmError(
+                f"the JSON answer is {self.kept:,} bytes, over the {self.keep:,} a recording keeps; it was passed "
+                "on, not recorded",
+                ErrorCode.INVALID_RESPONSE,
+            )
         try:
             obj = _decoder.decode(body)
         except msgspec.DecodeError:
@@ -228,6 +247,16 @@ class _Exchange:
         self.meta = _with_fields(self.meta, obj, "completion")
         self.finish_sent = True
         self._chunks(decode_openai_completion(obj), t_ns)
+
+    def _error(self, body: bytes) -> LlmError:
+        """The provider's error for its answer; when its body was longer than what is kept, the message says so."""
+        error = http_error(self.status, body, self.headers)
+        if self.kept <= self.keep:
+            return error
+        note = f" (the error body was {self.kept:,} bytes; the first {self.keep:,} were kept)"
+        return LlmError(
+            error.message + note, error.code, status=error.status, retry_after=error.retry_after, hint=error.hint
+        )
 
     def _chunks(self, chunks: list[StreamChunk], t_ns: int) -> None:
         for chunk in chunks:
@@ -239,6 +268,13 @@ class _Exchange:
         outcome: Raised | Cancelled
         if isinstance(error, LlmError):
             outcome = Raised.from_error(error, t_ns=t_ns)
+        elif isinstance(error, DECODING_ERRORS):
+            outcome = Raised(
+                t_ns=t_ns,
+                code=ErrorCode.INVALID_RESPONSE.value,
+                message=f"the response body could not be decoded ({self.headers.get('content-encoding', 'no')} "
+                f"content-encoding): {error}",
+            )
         elif isinstance(error, TIMEOUT_ERRORS):
             outcome = Raised(t_ns=t_ns, code=ErrorCode.TIMEOUT.value, message=f"the read timed out: {error}")
         elif isinstance(error, HTTP_ERRORS):
@@ -272,7 +308,7 @@ class _Exchange:
         if not 200 <= self.status < 300:
             # An SDK that retries an error status (a 429, a 503) closes it unread: its status line and headers
             # are the provider's answer, and a replay must give them back for the SDK to retry again.
-            self._end(Raised.from_error(http_error(self.status, b"".join(self.body), self.headers), t_ns=t_ns))
+            self._end(Raised.from_error(self._error(b"".join(self.body)), t_ns=t_ns))
             return
         self._end(Cancelled(t_ns=t_ns, reason=reason))
 
@@ -372,6 +408,7 @@ class RecordingTransport(DualTransport):
         journal: bool = True,
         tags: Mapping[str, str] | None = None,
         clock: Callable[[], float] | None = None,
+        on_unrecorded: Callable[[str], None] | None = None,
     ) -> None:
         self.inner = inner
         self._source = _Source()
@@ -385,26 +422,35 @@ class RecordingTransport(DualTransport):
             tags=tags,
         )
         self.clock = clock
+        self.on_unrecorded = on_unrecorded
+        """Told (one line) of a chat-completions request passed through unrecorded; None: an
+        ``UnrecordedRequestWarning`` (a server thread, the proxy, logs it instead)."""
         self._saved = False
 
     @property
     def path(self) -> Path:
         return self.recorder.path
 
+    @staticmethod
+    def records(method: str, path: str) -> bool:
+        """Whether a request of ``method`` to ``path`` is one this transport records (a chat completion); the
+        others pass through unrecorded (a proxy says so once per route)."""
+        return method.upper() == "POST" and path.endswith(CHAT_PATH)
+
     def _start(self, request: AnyRequest, now: Callable[[], float]) -> _Exchange | None:
         """The recording of ``request``, if it is a chat completion (else None: it passes through unrecorded)."""
-        if request.method != "POST" or not request.url.path.endswith(CHAT_PATH):
+        if not self.records(request.method, request.url.path):
             return None
         seen = self._source.seen
         seen.extend(secret for secret in _credentials(request) if secret not in seen)
         try:
             options = decode_chat_request(request.content).options
         except LlmError as error:
-            warnings.warn(
-                f"{request.method} {request.url} passed through unrecorded: {error.message}",
-                UnrecordedRequestWarning,
-                stacklevel=4,
-            )
+            message = f"{request.method} {redact_url(str(request.url))} passed through unrecorded: {error.message}"
+            if self.on_unrecorded is not None:
+                self.on_unrecorded(message)
+            else:
+                warnings.warn(message, UnrecordedRequestWarning, stacklevel=4)
             return None
         clock = ProviderClock(now)
         return _Exchange(self.recorder.begin(options), clock, seen)

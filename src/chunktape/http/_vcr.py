@@ -22,10 +22,8 @@ the format when detection is not wanted. vcrpy keeps no timing, so every event g
 
 from __future__ import annotations
 
-import gzip
 import os
 import re
-import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -45,8 +43,11 @@ from chunktape._cassettes.model import (
     Raised,
     RecordedRequest,
 )
+from chunktape._cassettes.redaction import redact_interaction
 from chunktape._errors import ErrorCode, LlmError
+from chunktape._limits import BodyDecodeError, BodyDecoder, UnreadableFile, decode_body, read_user_file
 from chunktape._protocol import StreamChunk
+from chunktape._secrets import is_credential_value, redact_url, url_secrets
 from chunktape.wire._http_errors import header_value, http_error
 from chunktape.wire._openai_chat import (
     REASONING_FIELDS,
@@ -72,7 +73,8 @@ SECRET_HEADERS: tuple[str, ...] = (
 )
 """Headers that never reach a vcrpy cassette with ``vcr_config()`` (requests and responses)."""
 
-_SECRET_QUERY = ("api_key", "api-key", "key", "access_token")
+_SECRET_QUERY = ("api_key", "api-key", "apikey", "key", "access_token", "token", "sig", "signature", "client_secret")
+"""The query parameters ``vcr_config()`` filters (the import treats every ``is_credential_param`` name as one)."""
 _decoder = msgspec.json.Decoder()
 
 
@@ -116,18 +118,28 @@ def _as_bytes(body: Any) -> bytes:
     return bytes(body)
 
 
+_DECODED = re.compile(rb"\s*(?:[{\[]|data:|event:|id:|retry:|:)")
+"""How a body already decoded starts: JSON, or an event stream."""
+
+
 def _decompress(body: bytes, encoding: str | None) -> bytes:
-    if not body or encoding is None:
+    """``body`` decoded as its ``Content-Encoding`` says, within ``MAX_DECODED_BYTES`` (``decode_body``); a body
+    that is already decoded (``decode_compressed_response`` keeps the header on some vcrpy versions) as it is."""
+    if not body or encoding is None or not BodyDecoder.supports(encoding):
         return body
-    encoding = encoding.lower()
+    headed = body[:2] == b"\x1f\x8b"  # gzip's magic number
+    if encoding.strip().lower() == "deflate":
+        headed = len(body) >= 2 and body[0] & 0x0F == 8 and (body[0] << 8 | body[1]) % 31 == 0  # a zlib header
+        if not headed and _DECODED.match(body):
+            return body
+    elif not headed:
+        return body
     try:
-        if encoding == "gzip":
-            return gzip.decompress(body)
-        if encoding == "deflate":
-            return zlib.decompress(body)
-    except (OSError, zlib.error):
-        return body  # already decoded (decode_compressed_response keeps the header on some versions)
-    return body
+        return decode_body(body, encoding)
+    except BodyDecodeError as error:
+        if not headed and error.kind == "corrupt":  # no raw deflate stream either: stored decoded
+            return body
+        raise _Corrupt(f"its body is {encoding}-encoded and cannot be decoded: {error}") from None
 
 
 def _raised(error: LlmError) -> Raised:
@@ -182,6 +194,8 @@ class _Serializer:
         kind = self.kind
         if kind is VcrSerializer.AUTO:
             kind = VcrSerializer.JSON if cassette_string.lstrip().startswith("{") else VcrSerializer.YAML
+        if kind is not VcrSerializer.JSON:
+            _check_expansion(cassette_string)
         data = (jsonserializer if kind is VcrSerializer.JSON else yamlserializer).deserialize(cassette_string)
         if self.kind in (VcrSerializer.AUTO, VcrSerializer.PARSED_BODY) and isinstance(data, dict):
             for interaction in data.get("interactions") or ():
@@ -190,6 +204,67 @@ class _Serializer:
 
     def serialize(self, cassette_dict: Any) -> str:
         raise NotImplementedError("import_vcr never writes vcrpy cassettes")
+
+
+MAX_YAML_EXPANSION = 64 << 20
+"""What a YAML document may expand to, in nodes plus scalar characters, with every alias counted as the nodes
+it stands for (or four times the file's length, if more): a vcrpy cassette spells out its bodies, so it expands
+to about its own size; a billion-laughs file of a kilobyte expands to gigabytes, and is refused unexpanded."""
+
+
+class _Refused(Exception):
+    """A vcrpy cassette refused before vcrpy builds it (its YAML expands past ``MAX_YAML_EXPANSION``)."""
+
+
+def _check_expansion(text: str, limit: int | None = None) -> None:
+    """Refuse ``text`` if its YAML, aliases expanded, is larger than ``limit`` (default: ``MAX_YAML_EXPANSION`` or
+    four times its length). The node graph is composed (libyaml, no objects built) and its expanded size summed
+    once per node, so the check costs the file's size, not the expansion's."""
+    import yaml  # vcrpy's YAML library
+
+    limit = max(MAX_YAML_EXPANSION, 4 * len(text)) if limit is None else limit
+    loader_class = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    loader = loader_class(text)
+    try:
+        documents = []
+        while loader.check_node():
+            documents.append(loader.get_node())
+    except yaml.YAMLError:
+        return  # vcrpy's own parse reports it
+    finally:
+        loader.dispose()
+    sizes: dict[int, int] = {}
+    busy: set[int] = set()
+    for root in documents:
+        stack: list[tuple[Any, bool]] = [(root, False)]
+        while stack:
+            node, ready = stack.pop()
+            key = id(node)
+            if key in sizes:
+                continue
+            if isinstance(node, yaml.ScalarNode):
+                sizes[key] = 1 + len(node.value)
+                continue
+            mapping = isinstance(node, yaml.MappingNode)
+            children = [item for pair in node.value for item in pair] if mapping else node.value
+            if ready:
+                busy.discard(key)
+                sizes[key] = size = 1 + sum(sizes[id(child)] for child in children)
+                if size > limit:
+                    raise _Refused(
+                        f"its YAML expands to more than {limit:,} nodes and characters through aliases (line "
+                        f"{node.start_mark.line + 1}); a billion-laughs file? It is not expanded"
+                    )
+                continue
+            if key in busy:
+                raise _Refused(f"its YAML holds a recursive alias (line {node.start_mark.line + 1})")
+            busy.add(key)
+            stack.append((node, True))
+            for child in children:
+                if id(child) in busy:
+                    raise _Refused(f"its YAML holds a recursive alias (line {child.start_mark.line + 1})")
+                if id(child) not in sizes:
+                    stack.append((child, False))
 
 
 def _unfold_parsed_body(interaction: Any) -> None:
@@ -274,6 +349,37 @@ def _interaction(request: Any, response: Any) -> Interaction:
     )
 
 
+def _check_text(path: Path, data: bytes, kind: VcrSerializer) -> None:
+    """A vcrpy cassette is UTF-8 text: else ``CASSETTE_CORRUPT`` saying where the first byte that is not is
+    (vcrpy itself would read such a file as an empty cassette)."""
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        column = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
+        what = "JSON" if kind is VcrSerializer.JSON else "YAML" if kind is not VcrSerializer.AUTO else "YAML or JSON"
+        raise LlmError(
+            f"{path}: not UTF-8 {what}: byte 0x{data[exc.start]:02x} at line {line}, column {column} (offset "
+            f"{exc.start}) is not UTF-8",
+            ErrorCode.CASSETTE_CORRUPT,
+            hint="give a vcrpy cassette (YAML or JSON text, UTF-8)",
+        ) from None
+
+
+def _credentials(request: Any) -> list[str]:
+    """The credentials a recorded request still carries: in its URL (userinfo, ``?api_key=``...) and in the
+    headers vcr_config() filters, when the cassette was recorded without it."""
+    found = url_secrets(str(request.uri))
+    headers = request.headers if isinstance(request.headers, Mapping) else {}
+    for name, value in headers.items():
+        values = value if isinstance(value, list) else [value]
+        if str(name).lower() in SECRET_HEADERS:
+            for item in values:
+                scheme, _, token = str(item).partition(" ")
+                found.append(token if scheme.lower() in ("bearer", "basic") and token else str(item))
+    return [secret for secret in found if is_credential_value(secret)]
+
+
 @dataclass(frozen=True)
 class VcrImport:
     """What ``read_vcr`` made of a vcrpy cassette: the chunk cassette, and a note per interaction not imported
@@ -314,10 +420,17 @@ def read_vcr(
         valid = ", ".join(item.value for item in VcrSerializer)
         raise LlmError(f"unknown vcrpy serializer {serializer!r}; valid: {valid}", ErrorCode.INVALID_CONFIG) from None
     path = Path(path)
-    if not path.is_file():
-        raise LlmError(f"{path} does not exist", ErrorCode.CASSETTE_NOT_FOUND, hint="check the vcrpy cassette path")
+    try:
+        data = read_user_file(path)
+    except UnreadableFile as exc:
+        if exc.reason == "missing":
+            raise LlmError(str(exc), ErrorCode.CASSETTE_NOT_FOUND, hint="check the vcrpy cassette path") from None
+        raise LlmError(str(exc), ErrorCode.CASSETTE_CORRUPT, hint="give a vcrpy cassette file") from None
+    _check_text(path, data, kind)
     try:
         loaded = VcrCassette.load(path=str(path), record_mode="none", serializer=_Serializer(kind))
+    except _Refused as exc:
+        raise LlmError(f"{path}: {exc}", ErrorCode.CASSETTE_CORRUPT) from None
     except Exception as exc:
         raise LlmError(
             f"{path}: vcrpy cannot read it with the {kind.value} serializer ({type(exc).__name__}: {exc}); if it "
@@ -327,7 +440,7 @@ def read_vcr(
     interactions: list[Interaction] = []
     notes: list[str] = []
     for number, (request, response) in enumerate(loaded.data):
-        where = f"vcr interaction #{number} ({request.method} {request.uri})"
+        where = f"vcr interaction #{number} ({request.method} {redact_url(str(request.uri))})"
         if not _is_chat(request):
             notes.append(f"{where}: skipped, not a chat-completions request")
             continue
@@ -343,6 +456,9 @@ def read_vcr(
                 ErrorCode.CASSETTE_CORRUPT,
                 hint="fix or delete that interaction in the cassette (numbered from 0, in file order)",
             ) from (None if isinstance(exc, _Corrupt) else exc)
+        credentials = _credentials(request)
+        if credentials:  # a key in the URL or a header the cassette kept: gone from what it echoed too
+            interaction = redact_interaction(interaction, credentials)
         outcome = interaction.outcome
         if isinstance(outcome, Raised) and outcome.code == ErrorCode.INVALID_RESPONSE.value:
             if not keep_undecodable:

@@ -95,9 +95,12 @@ def uvicorn_settings(limits: ServerLimits) -> dict[str, Any]:
     }
 
 
-def quiet_server(app: Any, limits: ServerLimits, *, lifespan: Literal["on", "off"] = "off") -> StoppableServer:
+def quiet_server(
+    app: Any, limits: ServerLimits, *, lifespan: Literal["on", "off"] = "off", own_headers: bool = True
+) -> StoppableServer:
     """A quiet uvicorn server for ``app`` under ``limits``, as the replay server and the recording proxy run one: no
-    log config or access log of its own, no websockets, a 1 s graceful shutdown, a prompt stop."""
+    log config or access log of its own, no websockets, a 1 s graceful shutdown, a prompt stop. ``own_headers=False``
+    leaves out uvicorn's ``server`` and ``date`` headers (a proxy passes on the upstream's)."""
     config = uvicorn.Config(
         app,
         log_config=None,
@@ -105,6 +108,8 @@ def quiet_server(app: Any, limits: ServerLimits, *, lifespan: Literal["on", "off
         access_log=False,
         lifespan=lifespan,
         ws="none",
+        server_header=own_headers,
+        date_header=own_headers,
         **uvicorn_settings(limits),
     )
     config.timeout_graceful_shutdown = 1

@@ -25,8 +25,9 @@ A fault is a table with a ``type`` (see ``chunktape.faults``) or the id of a ``S
 ``<name>[<fault id>]``, each with the shared ``faults`` plus that one. The JSON form is the same document
 (``{"scenarios": [...]}``). Every error is ``LlmError(INVALID_CONFIG)`` naming the scenario and the field.
 
-A scenario name becomes a URL path segment and a response header, so it may not contain ``/``, ``..`` or
-non-printable characters (control characters, line breaks); any other text, ``测试`` included, is fine.
+A scenario name becomes a URL path segment and a response header, so it may not contain ``/``, ``\\``, ``..``,
+``?``, ``#``, ``%`` or non-printable characters (control characters, line breaks), nor start or end with a space;
+any other text, ``测试`` included, is fine (``_name_problem``: one rule, checked whenever a scenario is made).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ import msgspec
 
 from chunktape._cassettes.matching import DEFAULT_MATCH, MATCHERS, parse_match_on
 from chunktape._errors import ErrorCode, LlmError
+from chunktape._limits import UnreadableFile, read_user_file
 from chunktape._replayer.options import ReplayOptions
 from chunktape._replayer.timing import Timing
 from chunktape.faults import STANDARD_FAULTS, Fault, fault_id, parse_fault
@@ -51,6 +53,8 @@ __all__ = [
 ]
 
 SCENARIO_FORMAT_VERSION = 1
+MAX_SCENARIO_FILE_BYTES = 16 << 20
+"""The largest scenario file read (16 MiB): one is a few kilobytes of names, faults and paths."""
 
 _NonNegFloat = Annotated[float, msgspec.Meta(ge=0)]
 _PositiveFloat = Annotated[float, msgspec.Meta(gt=0)]
@@ -86,21 +90,35 @@ class Scenario(msgspec.Struct, frozen=True, kw_only=True):
         return ReplayOptions.of(served, timing=self.timing, faults=self.faults, match_on=self.match_on)
 
 
-def _name_problem(name: str) -> str | None:
-    """Why ``name`` cannot name a scenario route, or None when it can.
+MAX_NAME_LENGTH = 200
+"""The longest scenario name: a route segment and a header value, well within any URL or header limit."""
 
-    A ``/`` or ``..`` would change the route's path; a non-printable character (a control character, CR/LF,
-    a Unicode line separator) cannot go in a URL or a header.
+
+def _name_problem(name: str) -> str | None:
+    """Why ``name`` cannot name a scenario, or None when it can: the one rule for the route
+    (``/scenarios/<name>/v1/...``) and the header (``x-chunktape-scenario``), checked when a scenario is made.
+
+    A ``/``, ``\\`` or ``..`` would change the route's path, and ``?``, ``#`` or ``%`` what a URL holding it
+    means; a non-printable character (a control character, CR/LF, a Unicode line separator) cannot go in a URL
+    or a header, nor can whitespace at either end of a header value (HTTP trims it: ``" "`` would name nothing).
+    Anything else (``测试``, ``rate-limited twice``) is fine: the server percent-encodes what is not ASCII.
     """
     if not name:
         return "a scenario name cannot be empty"
+    if len(name) > MAX_NAME_LENGTH:
+        return f"a scenario name is at most {MAX_NAME_LENGTH} characters, got {len(name)}"
+    if not name.isprintable():
+        bad = next(char for char in name if not char.isprintable())
+        return f"a scenario name cannot contain the non-printable character {bad!r}"
+    if name != name.strip():
+        return "a scenario name cannot start or end with a space (a header value cannot)"
     if "/" in name or "\\" in name:
         return "a scenario name cannot contain '/' or '\\' (it is one segment of the route's path)"
     if ".." in name:
         return "a scenario name cannot contain '..'"
-    if not name.isprintable():
-        bad = next(char for char in name if not char.isprintable())
-        return f"a scenario name cannot contain the non-printable character {bad!r}"
+    bad_url = next((char for char in name if char in "?#%"), None)
+    if bad_url is not None:
+        return f"a scenario name cannot contain {bad_url!r} (it changes what a URL holding it means)"
     return None
 
 
@@ -133,9 +151,9 @@ def load_scenarios(path: str | Path, problems: list[str] | None = None) -> list[
     if suffix not in (".toml", ".json"):
         raise _config_error(f"{path}: scenario files end in .toml or .json, got {suffix or 'no suffix'!r}")
     try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise _config_error(f"{path}: cannot read the scenario file ({exc.strerror or exc})") from None
+        data = read_user_file(path, limit=MAX_SCENARIO_FILE_BYTES)
+    except UnreadableFile as exc:
+        raise _config_error(f"cannot read the scenario file: {exc}") from None
     try:
         document = msgspec.toml.decode(data) if suffix == ".toml" else msgspec.json.decode(data)
     except msgspec.DecodeError as exc:
