@@ -7,7 +7,6 @@ from typing import Annotated
 
 import msgspec
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
 from chunktape._cassettes.journal import held_journal, live_journal, recover, recovered_path
 from chunktape._cassettes.model import Cassette, Interaction
@@ -145,6 +144,8 @@ def check(
     if not files:
         raise CliError("no cassette files (*.msgpack, *.json) under the given paths")
     failures: list[str] = []
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn  # check's alone: not at the start
+
     with Progress(
         TextColumn("checking"),
         BarColumn(),
