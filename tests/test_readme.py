@@ -135,7 +135,7 @@ def test_every_block_of_commands_runs_in_an_empty_folder(installed: Path, tmp_pa
     for line in commands:
         words = shlex.split(line)
         if words[1] in LIVE:
-            words = words[:2] + ["--help"]
+            words = [*words[:2], "--help"]
         done = subprocess.run(words, cwd=folder, env=env, capture_output=True, text=True, timeout=120)
         assert done.returncode == 0, f"{line}: exit {done.returncode}\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}"
         assert "Traceback" not in done.stderr, line
