@@ -88,6 +88,8 @@ class FakeProvider:
                 Route("/chat/completions", self._handle, methods=["POST"]),
                 Route("/v1/chat/completions", self._handle, methods=["POST"]),
                 Route("/v1/messages", self._handle, methods=["POST"]),  # Anthropic's: answered the same way
+                Route("/v1/responses", self._handle, methods=["POST"]),  # OpenAI Responses: likewise
+                Route("/v1/embeddings", self._handle, methods=["POST"]),  # an API chunktape does not record
             ]
         )
         config = uvicorn.Config(

@@ -71,7 +71,7 @@ def test_json_and_msgpack_convert_losslessly(tmp_path: Path) -> None:
 def test_json_is_pretty_and_uses_protocol_wire_names(tmp_path: Path) -> None:
     save_cassette(make_cassette(), tmp_path / "c.json")
     text = (tmp_path / "c.json").read_text()
-    assert '\n  "version": 1,' in text
+    assert f'\n  "version": {FORMAT_VERSION},' in text
     assert '"blockType": "text"' in text
     assert '"retryAfter": 1.5' in text
 

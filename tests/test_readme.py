@@ -28,8 +28,10 @@ BLOCKS = [
 # Two interpreters, so the two halves run side by side under xdist: the examples on an SDK (each waits on its
 # SDK's own retry back-off and loads the SDK) apart from those on chunktape alone.
 HALVES = {
-    "chunktape": [n for n, block in enumerate(BLOCKS) if "import openai" not in block],
-    "sdk": [n for n, block in enumerate(BLOCKS) if "import openai" in block],
+    "chunktape": [
+        n for n, block in enumerate(BLOCKS) if "import openai" not in block and "import anthropic" not in block
+    ],
+    "sdk": [n for n, block in enumerate(BLOCKS) if "import openai" in block or "import anthropic" in block],
 }
 
 # Runs each block (``[number, source]``) in a fresh namespace of one fresh interpreter (not pytest's), and writes

@@ -291,23 +291,21 @@ async def test_each_event_is_stamped_with_provider_time_on_the_loop_clock(tmp_pa
     assert interaction.outcome == Completed(t_ns=1_500_000_000)
 
 
-def test_non_chat_requests_pass_through_unrecorded(tmp_path: Path) -> None:
+def test_non_model_requests_pass_through_unrecorded(tmp_path: Path) -> None:
     seen: list[str] = []
 
     def answer(request: httpx2.Request) -> httpx2.Response:
         seen.append(request.url.path)
-        return httpx2.Response(200, json={"type": "message", "content": []})
+        return httpx2.Response(200, json={"object": "list", "data": []})
 
     path = tmp_path / "none.json"
     transport = RecordingTransport(httpx2.MockTransport(answer), path)
     with httpx2.Client(transport=transport) as client:
-        assert (
-            client.post("http://127.0.0.1/v1/messages", json={"model": "claude", "messages": []}).json()["type"]
-            == "message"
-        )
-        with pytest.warns(UnrecordedRequestWarning, match="passed through unrecorded"):
-            client.post("http://127.0.0.1/v1/chat/completions", json={"model": 5})
-    assert seen == ["/v1/messages", "/v1/chat/completions"]
+        assert client.post("http://127.0.0.1/v1/embeddings", json={"model": "e", "input": "x"}).json()["data"] == []
+        for route, body in (("chat/completions", {"model": 5}), ("messages", {"model": "c"}), ("responses", [])):
+            with pytest.warns(UnrecordedRequestWarning, match="passed through unrecorded"):
+                client.post(f"http://127.0.0.1/v1/{route}", json=body)
+    assert seen == ["/v1/embeddings", "/v1/chat/completions", "/v1/messages", "/v1/responses"]
     assert not path.exists()  # nothing was recorded, so nothing was written
 
 

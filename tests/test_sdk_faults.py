@@ -3,9 +3,10 @@ provider (recorded through ``RecordingTransport``), injected by ``ReplayTranspor
 each face gives the SDK what a real provider would, so its own retry and its own exception are the outcome,
 the same in all three. The SDK's retry waits what the 429's ``retry-after-ms`` says (1 ms): nothing is patched.
 
-Anthropic, whose Messages protocol chunktape does not record yet, is checked at the transport level: its traffic,
-its retry and its connection error pass through ``RecordingTransport`` untouched, and ``ReplayTransport`` says
-plainly that it cannot answer it. (The anthropic SDK rejects httpx clients, so it has no httpx row.)
+Anthropic's Messages protocol is checked the same way: its traffic, its retry and its connection error pass
+through ``RecordingTransport`` and are recorded, and ``ReplayTransport`` replays them to the SDK as they were;
+a request the cassette does not hold is the SDK's connection error caused by ``CASSETTE_MISMATCH``. (The anthropic
+SDK rejects httpx clients, so it has no httpx row.)
 """
 
 from __future__ import annotations
@@ -173,13 +174,18 @@ async def test_anthropic_traffic_retries_and_errors_pass_through_the_recorder(
         Outcome(error=CONNECTION_BROKEN) if fault == "disconnect-mid-stream" else Outcome(text="Bonjour")
     )
     assert [seen.path for seen in fake_provider.requests] == ["/v1/messages"] * len(responses)
-    assert not path.exists()  # the Messages protocol is not recorded yet: nothing to write
+    recorded = load_cassette(path).interactions
+    assert len(recorded) == len(responses)
+    expected_codes = {"none": [], "429-once": ["PROVIDER_HTTP_ERROR"], "disconnect-mid-stream": ["STREAM_ABORTED"]}
+    assert [i.outcome.code for i in recorded if type(i.outcome) is Raised] == expected_codes[fault]
+    replayed = await anthropic_agent(OFFLINE, anthropic_client(how, ReplayTransport(path)))
+    assert replayed == outcome  # the same text, the same retry, the same connection error, offline
 
 
 @one_worker("anthropic")
 @pytest.mark.parametrize("sync", [False, True], ids=["async", "sync"])
-async def test_anthropic_replay_says_it_cannot_answer_messages(sync: bool, tmp_path: Path) -> None:
-    """anthropic wraps what its transport raises in its connection error; the cassette's refusal is its cause.
+async def test_anthropic_replay_of_an_unrecorded_request_is_a_mismatch(sync: bool, tmp_path: Path) -> None:
+    """anthropic wraps what its transport raises in its connection error; the cassette's miss is its cause.
     Its own default clients take the transport (they refuse any object with an httpx class in its MRO)."""
     import anthropic
 
@@ -199,4 +205,4 @@ async def test_anthropic_replay_says_it_cannot_answer_messages(sync: bool, tmp_p
     refused = raised.value.__cause__
     assert isinstance(refused, LlmError)
     assert refused.code is ErrorCode.CASSETTE_MISMATCH
-    assert "chat/completions" in refused.message
+    assert "claude-x" in refused.message

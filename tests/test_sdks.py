@@ -103,7 +103,9 @@ def test_openai_sync_over_httpx(fake_provider: FakeProvider, tmp_path: Path) -> 
 
 
 @one_worker("anthropic")
-async def test_anthropic_traffic_passes_through_the_recorder(fake_provider: FakeProvider, tmp_path: Path) -> None:
+async def test_anthropic_non_streamed_message_is_recorded_and_replayed(
+    fake_provider: FakeProvider, tmp_path: Path
+) -> None:
     import anthropic
 
     seen: list[str] = []
@@ -128,7 +130,19 @@ async def test_anthropic_traffic_passes_through_the_recorder(fake_provider: Fake
         reply = await sdk.messages.create(model="claude-x", max_tokens=10, messages=[{"role": "user", "content": "hi"}])
     assert reply.content[0].text == "Bonjour"  # type: ignore[union-attr]
     assert seen == ["/v1/messages"]
-    assert not path.exists()  # the Messages protocol is not recorded yet: nothing to write
+    (recorded,) = load_cassette(path).interactions
+    assert recorded.response is not None
+    assert recorded.response.id == "msg_1"
+    async with httpx2.AsyncClient(transport=ReplayTransport(path)) as client:
+        sdk = anthropic.AsyncAnthropic(base_url=OFFLINE, api_key="test", http_client=client)
+        again = await sdk.messages.create(model="claude-x", max_tokens=10, messages=[{"role": "user", "content": "hi"}])
+    assert again.content[0].text == "Bonjour"  # type: ignore[union-attr]
+    assert (again.id, again.stop_reason, again.usage.input_tokens, again.usage.output_tokens) == (
+        "msg_1",
+        "end_turn",
+        3,
+        1,
+    )
 
 
 @one_worker("pydantic-ai")

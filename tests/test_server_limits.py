@@ -34,7 +34,7 @@ from chunktape._replayer import Timing
 from chunktape.cli import app
 from chunktape.faults import HttpError
 from chunktape.http import SCENARIO_HEADER, ReplayServer
-from chunktape.http._server import app as server_module
+from chunktape.http._protocols import CHAT
 from chunktape.http._server import listen as listen_module
 from chunktape.http._server.limits import MAX_BODY_BYTES, ServerLimits
 from chunktape.http._server.listen import bind_address
@@ -214,7 +214,7 @@ async def test_an_unexpected_failure_is_a_json_500(monkeypatch: pytest.MonkeyPat
     def broken(raw: bytes) -> Any:
         raise RuntimeError("a bug")
 
-    monkeypatch.setattr(server_module, "decode_chat_request", broken)
+    monkeypatch.setattr(CHAT, "decode_request", broken)
     async with ReplayServer(_cassette(), timing=INSTANT) as server, httpx.AsyncClient() as client:
         response = await client.post(server.url + "/v1/chat/completions", json=_body())
         assert response.status_code == 500

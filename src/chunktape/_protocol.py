@@ -33,6 +33,7 @@ __all__ = [
     "Message",
     "NAMED_ON_THE_WIRE",
     "PROTOCOL",
+    "ProviderEvent",
     "ReasoningBlock",
     "ReasoningDelta",
     "ReasoningOption",
@@ -40,6 +41,8 @@ __all__ = [
     "ReplyBuilder",
     "RequestFields",
     "Role",
+    "ServerToolCallBlock",
+    "ServerToolResultBlock",
     "StreamChunk",
     "TextBlock",
     "TextDelta",
@@ -59,7 +62,9 @@ PROTOCOL = "dsh-stream/1"
 CallId = NewType("CallId", str)
 """Tool-call ids; ``CallId("call-123")`` mirrors the protocol's factory."""
 
-BlockType: TypeAlias = Literal["text", "tool-call", "reasoning"]
+BlockType: TypeAlias = Literal["text", "tool-call", "reasoning", "server-tool-call", "server-tool-result"]
+"""``server-tool-call`` / ``server-tool-result``: a tool the provider runs itself (Anthropic's ``server_tool_use`` and
+``web_search_tool_result``, a Responses ``web_search_call``): recorded and replayed, never for the agent to run."""
 FinishKind: TypeAlias = Literal["stop", "tool-calls", "length", "content-filter", "error", "cancelled"]
 Role: TypeAlias = Literal["system", "user", "assistant", "tool"]
 
@@ -77,10 +82,19 @@ class _Tagged(_Wire, frozen=True, kw_only=True, tag_field="type", gc=False):
 
 class TextBlock(_Tagged, frozen=True, kw_only=True, tag="text"):
     text: str
+    citations: list[Any] | None = None
+    """The block's citations as the provider sent them (Anthropic's ``citations``, a Responses part's
+    ``annotations``), in order; None when the block had no citations field at all (``[]``: it had, empty)."""
 
 
 class ReasoningBlock(_Tagged, frozen=True, kw_only=True, tag="reasoning"):
     text: str
+    signature: str | None = None
+    """Anthropic's thinking signature (the concatenated ``signature_delta`` pieces), sent back with the block."""
+    redacted: str | None = None
+    """Anthropic's ``redacted_thinking`` block: its encrypted ``data`` (``text`` is then empty)."""
+    encrypted: str | None = None
+    """A Responses reasoning item's ``encrypted_content``, as the item ended with it."""
 
 
 class ToolCallBlock(_Tagged, frozen=True, kw_only=True, tag="tool-call"):
@@ -90,7 +104,23 @@ class ToolCallBlock(_Tagged, frozen=True, kw_only=True, tag="tool-call"):
     """The assembled JSON text of the arguments, exactly as streamed."""
 
 
-Block: TypeAlias = TextBlock | ReasoningBlock | ToolCallBlock
+class ServerToolCallBlock(_Tagged, frozen=True, kw_only=True, tag="server-tool-call"):
+    """A tool the provider itself runs (web search, code execution): the agent must not run it."""
+
+    id: str
+    name: str
+    arguments: str
+    """The assembled JSON text of its input, exactly as streamed (``argumentsDelta`` pieces, like a tool call)."""
+
+
+class ServerToolResultBlock(_Tagged, frozen=True, kw_only=True, tag="server-tool-result"):
+    """What a server tool returned (Anthropic's ``web_search_tool_result``...), as the provider sent it."""
+
+    tool_use_id: str
+    content: Any = None
+
+
+Block: TypeAlias = TextBlock | ReasoningBlock | ToolCallBlock | ServerToolCallBlock | ServerToolResultBlock
 
 
 # -- chunks ------------------------------------------------------------------------------------
@@ -99,11 +129,21 @@ Block: TypeAlias = TextBlock | ReasoningBlock | ToolCallBlock
 class BlockStart(_Tagged, frozen=True, kw_only=True, tag="block-start"):
     index: int
     block_type: BlockType
+    id: str | None = None
+    """The provider's own id for the block, when it has one (a Responses output item's ``id``)."""
+    opening: dict[str, dict[str, Any]] = {}
+    """The block as a wire protocol opened it, when not as that protocol's encoder opens one by default, keyed by
+    the protocol (``{"anthropic": content_block}``): an encoder of that protocol opens the block with it."""
 
 
 class TextDelta(_Tagged, frozen=True, kw_only=True, tag="text-delta"):
     index: int
     text: str
+    citation: Any = None
+    """A citation the provider added to the block at this point (Anthropic's ``citations_delta``, a Responses
+    ``output_text.annotation.added``); ``text`` is then usually empty."""
+    part: int | None = None
+    """The provider's part of the block the text belongs to, when not the first (a Responses ``content_index``)."""
 
 
 class ReasoningDelta(_Tagged, frozen=True, kw_only=True, tag="reasoning-delta"):
@@ -111,6 +151,10 @@ class ReasoningDelta(_Tagged, frozen=True, kw_only=True, tag="reasoning-delta"):
 
     index: int
     text: str
+    signature: str | None = None
+    """A piece of Anthropic's thinking signature (``signature_delta``); ``text`` is then empty."""
+    part: int | None = None
+    """The provider's part of the block, when not the first (a Responses reasoning ``summary_index``)."""
 
 
 class ToolCallDelta(_Tagged, frozen=True, kw_only=True, tag="tool-call-delta"):
@@ -127,9 +171,15 @@ class BlockEnd(_Tagged, frozen=True, kw_only=True, tag="block-end"):
 
 class TokenUsage(_Wire, frozen=True, kw_only=True, gc=False):
     input_tokens: int
+    """Every input token, cached ones included (Anthropic's ``input_tokens`` plus its cache reads and writes)."""
     output_tokens: int
     cached_input_tokens: int | None = None
+    """Of ``input_tokens``, those read from the provider's prompt cache."""
     reasoning_tokens: int | None = None
+    cache_write_tokens: int | None = None
+    """Of ``input_tokens``, those written to the prompt cache (Anthropic's ``cache_creation_input_tokens``)."""
+    extra: dict[str, Any] = {}
+    """The provider's other usage fields, as sent (Anthropic's ``server_tool_use`` counts, ``cache_creation``)."""
 
 
 class UsageChunk(_Tagged, frozen=True, kw_only=True, tag="usage"):
@@ -139,13 +189,35 @@ class UsageChunk(_Tagged, frozen=True, kw_only=True, tag="usage"):
 class FinishReason(_Wire, frozen=True, kw_only=True, gc=False):
     kind: FinishKind
     detail: str | None = None
+    provider_reason: str | None = None
+    """The provider's own stop reason when it says more than ``kind`` (Anthropic's ``end_turn``, ``tool_use``,
+    ``max_tokens``, ``stop_sequence``, ``refusal``, ``pause_turn``; a Responses ``incomplete``)."""
+    stop_sequence: str | None = None
+    """The stop sequence that ended the generation, when the provider names it."""
+    details: dict[str, Any] | None = None
+    """The provider's explanation, as sent (Anthropic's ``stop_details``, a Responses ``incomplete_details``)."""
 
 
 class Finish(_Tagged, frozen=True, kw_only=True, tag="finish"):
     reason: FinishReason
 
 
-StreamChunk: TypeAlias = BlockStart | TextDelta | ReasoningDelta | ToolCallDelta | BlockEnd | UsageChunk | Finish
+class ProviderEvent(_Tagged, frozen=True, kw_only=True, tag="provider-event"):
+    """An event of a wire protocol that no other chunk means (Anthropic's ``ping``, a Responses
+    ``web_search_call.searching``, an event type newer than this library): kept untouched, in its place, so a
+    replay on the same protocol sends it again; encoders of other protocols leave it out."""
+
+    protocol: str
+    """The wire protocol that sent it: ``anthropic``, ``responses`` or ``chat``."""
+    event: str | None = None
+    """The SSE ``event:`` name, if it had one."""
+    data: str
+    """The SSE ``data``, exactly as sent."""
+
+
+StreamChunk: TypeAlias = (
+    BlockStart | TextDelta | ReasoningDelta | ToolCallDelta | BlockEnd | UsageChunk | Finish | ProviderEvent
+)
 
 
 # -- requests ----------------------------------------------------------------------------------

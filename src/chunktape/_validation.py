@@ -26,8 +26,11 @@ from chunktape._protocol import (
     BlockStart,
     BlockType,
     Finish,
+    ProviderEvent,
     ReasoningBlock,
     ReasoningDelta,
+    ServerToolCallBlock,
+    ServerToolResultBlock,
     StreamChunk,
     TextBlock,
     TextDelta,
@@ -58,7 +61,21 @@ _DELTA_BLOCK_TYPE: dict[type, BlockType] = {
     ReasoningDelta: "reasoning",
     ToolCallDelta: "tool-call",
 }
-_BLOCK_TYPE: dict[type, BlockType] = {TextBlock: "text", ReasoningBlock: "reasoning", ToolCallBlock: "tool-call"}
+_BLOCK_TYPE: dict[type, BlockType] = {
+    TextBlock: "text",
+    ReasoningBlock: "reasoning",
+    ToolCallBlock: "tool-call",
+    ServerToolCallBlock: "server-tool-call",
+    ServerToolResultBlock: "server-tool-result",
+}
+_DELTAS_IN: dict[BlockType, type] = {
+    "text": TextDelta,
+    "reasoning": ReasoningDelta,
+    "tool-call": ToolCallDelta,
+    "server-tool-call": ToolCallDelta,
+}
+"""The delta type each block type streams (a server tool's input streams like a tool call's arguments; a server
+tool's result has no deltas)."""
 _BLOCK_TYPES = frozenset(get_args(BlockType))
 _json_decoder = msgspec.json.Decoder()
 
@@ -72,6 +89,7 @@ class StreamValidator:
     """
 
     __slots__ = (
+        "_extras",
         "_finished",
         "_next_index",
         "_open_id",
@@ -94,6 +112,8 @@ class StreamValidator:
         self._open_id: str | None = None
         self._open_name: str | None = None
         self._pieces: list[str] = []
+        self._extras: list[object] = []
+        """The open block's signature pieces (reasoning) or citations (text), in order."""
         self._saw_usage = False
         self._finished = False
 
@@ -108,6 +128,7 @@ class StreamValidator:
                 and _DELTA_BLOCK_TYPE[type(chunk)] == self._open_type
                 and type(index) is int
                 and type(text) is str
+                and (chunk.signature if isinstance(chunk, ReasoningDelta) else chunk.citation) is None
             ):
                 self._pieces.append(text)
                 self.position += 1
@@ -117,10 +138,19 @@ class StreamValidator:
                 self._fail("usage-before-finish", "usage arrived after finish")
             self._fail("finish-last", f"{_tag(chunk)} arrived after finish")
         match chunk:
-            case TextDelta() | ReasoningDelta():
+            case TextDelta():
                 self._delta(chunk, chunk.index)
                 self._check_str("text", chunk.text)
                 self._pieces.append(chunk.text)
+                if chunk.citation is not None:
+                    self._extras.append(chunk.citation)
+            case ReasoningDelta():
+                self._delta(chunk, chunk.index)
+                self._check_str("text", chunk.text)
+                self._check_str("signature", chunk.signature, optional=True)
+                self._pieces.append(chunk.text)
+                if chunk.signature is not None:
+                    self._extras.append(chunk.signature)
             case ToolCallDelta():
                 self._delta(chunk, chunk.index)
                 self._check_str("argumentsDelta", chunk.arguments_delta)
@@ -147,6 +177,7 @@ class StreamValidator:
                 self._open_type = chunk.block_type
                 self._open_id = self._open_name = None
                 self._pieces = []
+                self._extras = []
             case BlockEnd():
                 self._end(chunk)
             case UsageChunk():
@@ -159,6 +190,9 @@ class StreamValidator:
                 if self._open_type is not None:
                     self._fail("block-pairs", f"finish while block {self._open_index} is still open")
                 self._finished = True
+            case ProviderEvent():
+                self._check_str("protocol", chunk.protocol)
+                self._check_str("data", chunk.data)
             case _:
                 self._fail("chunk-shape", f"not a StreamChunk: {type(chunk).__name__}")
         self.position += 1
@@ -188,7 +222,7 @@ class StreamValidator:
             self._fail("block-pairs", f"{_tag(chunk)} for index {index} outside any block")
         if index != self._open_index:
             self._fail("index-order", f"{_tag(chunk)} carries index {index} inside block {self._open_index}")
-        if _DELTA_BLOCK_TYPE[type(chunk)] != self._open_type:
+        if _DELTAS_IN.get(self._open_type) is not type(chunk):
             self._fail("block-content", f"{_tag(chunk)} inside a {self._open_type} block")
 
     def _end(self, chunk: BlockEnd) -> None:
@@ -201,12 +235,12 @@ class StreamValidator:
         block_type = _BLOCK_TYPE.get(type(block))
         if block_type is None:
             self._fail("chunk-shape", f"block-end carries {type(block).__name__}, not a block")
-        for field in ("text",) if block_type != "tool-call" else ("id", "name", "arguments"):
-            self._check_str(field, getattr(block, field))
         if block_type != self._open_type:
             self._fail("block-content", f"block-end carries a {block_type} block for a {self._open_type} block")
         streamed = "".join(self._pieces)
-        if isinstance(block, ToolCallBlock):
+        if isinstance(block, ToolCallBlock | ServerToolCallBlock):
+            for field in ("id", "name", "arguments"):
+                self._check_str(field, getattr(block, field))
             if block.arguments != streamed:
                 self._fail(
                     "arguments-delta",
@@ -220,8 +254,20 @@ class StreamValidator:
                 self._fail("block-content", f"block-end id {block.id!r}, deltas said {self._open_id!r}")
             if self._open_name is not None and block.name != self._open_name:
                 self._fail("block-content", f"block-end name {block.name!r}, deltas said {self._open_name!r}")
-        elif isinstance(block, TextBlock | ReasoningBlock) and block.text != streamed:
-            self._fail("block-content", f"deltas give {shortened(streamed)}, block-end says {shortened(block.text)}")
+        elif isinstance(block, TextBlock | ReasoningBlock):
+            self._check_str("text", block.text)
+            if block.text != streamed:
+                said = shortened(block.text)
+                self._fail("block-content", f"deltas give {shortened(streamed)}, block-end says {said}")
+            if isinstance(block, ReasoningBlock):
+                signature = "".join(str(piece) for piece in self._extras)
+                if signature != (block.signature or ""):
+                    said = shortened(block.signature or "")
+                    self._fail("block-content", f"signature pieces give {shortened(signature)}, block-end says {said}")
+            elif self._extras != (block.citations or []):
+                self._fail("block-content", f"{len(self._extras)} streamed citation(s) differ from the block-end's")
+        elif isinstance(block, ServerToolResultBlock):
+            self._check_str("toolUseId", block.tool_use_id)
         self._open_type = None
         self._next_index = self._open_index + 1
         self._pieces = []

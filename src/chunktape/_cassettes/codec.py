@@ -50,7 +50,15 @@ PathLike: TypeAlias = str | os.PathLike[str]
 CassetteSource: TypeAlias = Cassette | PathLike
 
 Migration = Callable[[dict[str, Any]], dict[str, Any]]
-MIGRATIONS: dict[int, Migration] = {}
+
+
+def _v1_to_v2(document: dict[str, Any]) -> dict[str, Any]:
+    """Version 1 -> 2: version 2 only adds (chunk types, optional fields with defaults), so a version-1 document
+    is a version-2 one unchanged; what changes is the version a file written again says (2)."""
+    return document
+
+
+MIGRATIONS: dict[int, Migration] = {1: _v1_to_v2}
 """``MIGRATIONS[n]`` turns a decoded version-``n`` cassette (plain dicts) into version ``n + 1``."""
 
 

@@ -34,8 +34,13 @@ __all__ = [
     "request_fingerprint",
 ]
 
-FORMAT_VERSION = 1
-"""The cassette format this library writes; older files are migrated on load, newer ones refused."""
+FORMAT_VERSION = 2
+"""The cassette format this library writes; older files are migrated on load, newer ones refused.
+
+Version 2 carries the Anthropic Messages and OpenAI Responses protocols: chunk types and fields a version-1 reader
+does not know (``ProviderEvent``, server-tool blocks, signatures, citations, openings, cache writes, the provider's
+own stop reason), so a file holding them says so, and an older chunktape refuses it as newer (``CASSETTE_VERSION``)
+rather than as corrupt. Every version-1 file is a version-2 one as it is (``codec.MIGRATIONS[1]``)."""
 
 MAX_GAP_NS = 3_600 * 10**9
 """The longest plausible wait in a recording: one hour. ``chunktape check`` flags an event or an end recorded

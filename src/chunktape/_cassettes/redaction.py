@@ -29,13 +29,17 @@ from chunktape._cassettes.model import (
 from chunktape._errors import ErrorCode, LlmError
 from chunktape._protocol import (
     BlockEnd,
+    BlockStart,
     Finish,
+    ProviderEvent,
     ReasoningBlock,
     ReasoningDelta,
+    StreamChunk,
     TextBlock,
     TextDelta,
     ToolCallBlock,
     ToolCallDelta,
+    UsageChunk,
 )
 from chunktape._secrets import KEY_PATTERNS, REDACTED, Scanner, env_secrets, mask, redact_text, scanner, usable
 
@@ -67,6 +71,42 @@ def _strings(value: Any, path: str) -> Iterator[tuple[str, str]]:
             yield from _strings(item, f"{path}[{position}]")
 
 
+def _rich(chunk: Any) -> bool:
+    """Whether ``chunk`` holds strings beyond the ones walked by name (a provider event, a block's opening, a
+    citation, a signature, a server tool's blocks, a usage or finish's provider fields): those are walked whole."""
+    kind = type(chunk)
+    if kind is ProviderEvent:
+        return True
+    if kind is BlockStart:
+        return chunk.id is not None or bool(chunk.opening)
+    if kind is TextDelta:
+        return chunk.citation is not None
+    if kind is ReasoningDelta:
+        return chunk.signature is not None
+    if kind is BlockEnd:
+        block = chunk.block
+        if type(block) is TextBlock:
+            return block.citations is not None
+        if type(block) is ReasoningBlock:
+            return block.signature is not None or block.redacted is not None or block.encrypted is not None
+        return type(block) is not ToolCallBlock
+    if kind is UsageChunk:
+        return bool(chunk.usage.extra)
+    if kind is Finish:
+        return chunk.reason.details is not None or chunk.reason.stop_sequence is not None
+    return False
+
+
+def _redact_chunk(chunk: StreamChunk, scan: Scanner) -> StreamChunk:
+    """A rich chunk with every string in it redacted (its JSON values walked, then typed again)."""
+    plain = msgspec.to_builtins(chunk)
+    cleaned = _redact_value(plain, scan)
+    if cleaned == plain:
+        return chunk
+    redacted: StreamChunk = msgspec.convert(cleaned, StreamChunk)
+    return redacted
+
+
 def _delta_text(chunk: TextDelta | ReasoningDelta | ToolCallDelta) -> str:
     return chunk.arguments_delta if type(chunk) is ToolCallDelta else chunk.text  # type: ignore[union-attr]
 
@@ -91,6 +131,8 @@ def _texts(interaction: Interaction, number: int) -> Iterator[tuple[str, str]]:
         yield f"interaction #{number} block {index} streamed {label}", text
     for position, event in enumerate(events):
         chunk = event.chunk
+        if _rich(chunk):
+            yield from _strings(msgspec.to_builtins(chunk), f"interaction #{number} chunk #{position}")
         if type(chunk) is ToolCallDelta:
             where = f"interaction #{number} chunk #{position} tool call"
             if chunk.id is not None:
@@ -104,8 +146,8 @@ def _texts(interaction: Interaction, number: int) -> Iterator[tuple[str, str]]:
                 yield where, block.id
                 yield where, block.name
                 yield where, block.arguments
-            else:
-                yield where, block.text  # type: ignore[union-attr]
+            elif type(block) is TextBlock or type(block) is ReasoningBlock:
+                yield where, block.text
         elif type(chunk) is Finish and chunk.reason.detail is not None:
             yield f"interaction #{number} chunk #{position} finish detail", chunk.reason.detail
     outcome = interaction.outcome
@@ -138,6 +180,8 @@ def _screen_text(interaction: Interaction) -> str:
     for event in interaction.events:
         chunk: Any = event.chunk
         kind = type(chunk)
+        if _rich(chunk):
+            others.append(chunk)
         if kind is TextDelta or kind is ReasoningDelta:
             text = chunk.text
         elif kind is ToolCallDelta:
@@ -147,13 +191,14 @@ def _screen_text(interaction: Interaction) -> str:
         else:
             if kind is BlockEnd:
                 block = chunk.block
-                streamed = "".join(blocks.get((chunk.index, _BLOCK_DELTA[type(block)]), ()))
+                streamed = "".join(blocks.get((chunk.index, _BLOCK_DELTA.get(type(block), ToolCallDelta)), ()))
                 if type(block) is ToolCallBlock:
                     others.append((block.id, block.name))
                     if block.arguments != streamed:
                         others.append(block.arguments)
-                elif block.text != streamed:
+                elif isinstance(block, TextBlock | ReasoningBlock) and block.text != streamed:
                     others.append(block.text)
+                # any other block is rich: walked whole above
             elif kind is Finish and chunk.reason.detail is not None:
                 others.append(chunk.reason.detail)
             continue
@@ -286,7 +331,9 @@ def redact_interaction(interaction: Interaction, secrets: Sequence[str], *, patt
     for position, event in enumerate(events):
         chunk = event.chunk
         new: Any = chunk
-        if type(chunk) is BlockEnd:
+        if _rich(chunk):
+            new = _redact_chunk(chunk, scan)
+        elif type(chunk) is BlockEnd:
             block = chunk.block
             if type(block) is ToolCallBlock:
                 new_block: Any = msgspec.structs.replace(

@@ -35,9 +35,9 @@ from chunktape._replayer.adapter import ReplayAdapter
 from chunktape._replayer.options import ReplayOptions
 from chunktape._replayer.playback import Playback
 from chunktape._session.modes import SessionCall
-from chunktape.http._recording_transport import CHAT_PATH, RecordingTransport
+from chunktape.http._protocols import protocol_for
+from chunktape.http._recording_transport import RecordingTransport
 from chunktape.http._replay_transport import ReplayTransport
-from chunktape.wire._openai_chat import decode_chat_request
 
 
 class Session(Protocol):
@@ -88,11 +88,13 @@ def client_for(transport: DualTransport, *, kind: HttpKind, sync: bool, **client
 
 
 def _chat_request(request: AnyRequest) -> RecordedRequest | None:
-    """The chat request ``request`` carries, as a recorded request; None for any other request."""
-    if request.method != "POST" or not request.url.path.endswith(CHAT_PATH):
+    """The model request ``request`` carries (chat completions, Messages, Responses), as a recorded request; None
+    for any other request."""
+    protocol = protocol_for(request.url.path) if request.method == "POST" else None
+    if protocol is None:
         return None
     try:
-        return RecordedRequest.from_options(decode_chat_request(request.content).options)
+        return RecordedRequest.from_options(protocol.decode_request(request.content).options)
     except LlmError:
         return None
 

@@ -40,7 +40,6 @@ from chunktape.wire._openai_chat import (
     DEEPSEEK_BASE_URL,
     message_from_openai,
     options_from_openai_request,
-    options_to_openai_request,
 )
 
 if TYPE_CHECKING:
@@ -185,6 +184,46 @@ def _read_user_line(out: Console) -> str | None:
     return line.rstrip("\r\n")
 
 
+_DEFAULTS: Mapping[str, tuple[str, str, str]] = {
+    "chat": (DEEPSEEK_BASE_URL, "deepseek-chat", "DEEPSEEK_API_KEY"),
+    "anthropic": ("https://api.anthropic.com", "claude-sonnet-4-5", "ANTHROPIC_API_KEY"),
+    "responses": ("https://api.openai.com/v1", "gpt-5-mini", "OPENAI_API_KEY"),
+}
+"""Per wire protocol: the base URL, model and key variable ``record`` uses when none is given."""
+
+
+def _protocol(given: str | None, base_url: str | None) -> str:
+    """The wire protocol to record: the one given, else the one the base URL's host says (else chat)."""
+    if given is not None:
+        if given not in _DEFAULTS:
+            raise CliError(f"--protocol must be one of {', '.join(_DEFAULTS)}, got {given!r}", EXIT_USAGE)
+        return given
+    from urllib.parse import urlsplit
+
+    host = urlsplit(base_url or "").hostname or ""
+    path = urlsplit(base_url or "").path.rstrip("/")
+    if host.endswith("anthropic.com") or path.endswith("/messages"):
+        return "anthropic"
+    if path.endswith("/responses"):
+        return "responses"
+    return "chat"
+
+
+def _adapter(protocol: str, base_url: str, api_key: str, model: str) -> Any:
+    """The adapter that records ``protocol`` (httpx is imported only now, when recording)."""
+    if protocol == "anthropic":
+        from chunktape.providers._anthropic import AnthropicAdapter
+
+        return AnthropicAdapter(base_url=base_url.removesuffix("/messages"), api_key=api_key, model=model)
+    if protocol == "responses":
+        from chunktape.providers._openai_responses import OpenAIResponsesAdapter
+
+        return OpenAIResponsesAdapter(base_url=base_url.removesuffix("/responses"), api_key=api_key, model=model)
+    from chunktape.providers._openai_compat import OpenAICompatAdapter
+
+    return OpenAICompatAdapter(base_url=base_url, api_key=api_key, model=model)
+
+
 def record(
     output: Annotated[Path, typer.Option("--output", "-o", help="The cassette to write (.msgpack or .json).")],
     prompt: Annotated[str | None, typer.Option("--prompt", "-p", help="The user message to send.")] = None,
@@ -212,13 +251,29 @@ def record(
         bool, typer.Option("--chat", help="Interactive: read user turns from stdin until EOF or /exit.")
     ] = False,
     system: Annotated[str | None, typer.Option("--system", help="A system message to start with.")] = None,
-    model: Annotated[str, typer.Option("--model", "-m", help="The model to ask.")] = "deepseek-chat",
+    model: Annotated[
+        str | None, typer.Option("--model", "-m", help="The model to ask (default: the protocol's, deepseek-chat).")
+    ] = None,
     base_url: Annotated[
-        str, typer.Option("--base-url", help="The OpenAI-compatible API base URL.")
-    ] = DEEPSEEK_BASE_URL,
+        str | None,
+        typer.Option("--base-url", help="The API base URL (default: DeepSeek, Anthropic or OpenAI by --protocol)."),
+    ] = None,
+    protocol: Annotated[
+        str | None,
+        typer.Option(
+            "--protocol",
+            help="The wire protocol: chat (OpenAI-compatible chat completions), anthropic (Messages) or responses "
+            "(OpenAI Responses); default: inferred from --base-url (api.anthropic.com is anthropic, else chat).",
+        ),
+    ] = None,
     api_key_env: Annotated[
-        str, typer.Option("--api-key-env", help="The environment variable holding the API key.")
-    ] = "DEEPSEEK_API_KEY",
+        str | None,
+        typer.Option(
+            "--api-key-env",
+            help="The environment variable holding the API key (default: DEEPSEEK_API_KEY, ANTHROPIC_API_KEY or "
+            "OPENAI_API_KEY by protocol).",
+        ),
+    ] = None,
     max_tokens: Annotated[int | None, typer.Option("--max-tokens", help="Cap the reply length.")] = None,
     temperature: Annotated[float | None, typer.Option("--temperature", help="Sampling temperature.")] = None,
     append: Annotated[bool, typer.Option("--append", help="Add to the cassette instead of replacing it.")] = False,
@@ -234,9 +289,11 @@ def record(
         ),
     ] = None,
 ) -> None:
-    """Record a live session against an OpenAI-compatible provider, streaming it to the terminal.
+    """Record a live session against a provider, streaming it to the terminal.
 
-    The provider is DeepSeek unless --base-url names another OpenAI-compatible API.
+    The provider is DeepSeek (chat completions) unless --base-url names another API; --protocol anthropic records
+    the Anthropic Messages API and --protocol responses the OpenAI Responses API (inferred from --base-url when
+    not given: an anthropic.com host is anthropic).
     Give the input with --prompt, --messages FILE.json (and --tools FILE.json), or --chat for a multi-turn
     session on stdin (each turn is another interaction of the same cassette). With --tools, every tool call is
     answered before the conversation goes on: in --chat by the line you type for it, or by --tools-module
@@ -252,6 +309,11 @@ def record(
     """
     if prompt is None and messages is None and not chat:
         raise CliError("give --prompt, --messages FILE or --chat", EXIT_USAGE)
+    wire = _protocol(protocol, base_url)
+    default_url, default_model, default_env = _DEFAULTS[wire]
+    base_url = base_url or default_url
+    model = model or default_model
+    api_key_env = api_key_env or default_env
     check_output_suffix(output, "--output")
     history: list[Message] = []
     if system is not None:
@@ -272,16 +334,15 @@ def record(
     options = GenerateOptions(
         model=model, messages=history, tools=tool_specs, max_tokens=max_tokens, temperature=temperature
     )
+    adapter = _adapter(wire, base_url, api_key, model)
     try:
-        options_to_openai_request(options)  # a conversation the provider cannot take fails here, unrecorded
+        adapter.build_request_body(options)  # a conversation the provider cannot take fails here, unrecorded
     except LlmError as error:
         where = f"messages file {messages}: " if messages is not None else ""
         raise CliError(f"{where}cannot be sent: {error.message}") from None
     out = console()
     from chunktape._recorder import RecordingAdapter
-    from chunktape.providers._openai_compat import OpenAICompatAdapter  # httpx: only when recording
 
-    adapter = OpenAICompatAdapter(base_url=base_url, api_key=api_key, model=model)
     recorder = RecordingAdapter(adapter, output, append=append, allow_secrets=allow_secret or ())
     if implementations is None and chat and tool_specs:
         implementations = _prompted_tools(tool_specs, out)

@@ -31,6 +31,7 @@ _MALFORMED = (
     b'data: {"choices": \xff\xfe[]}\n\n',
 )
 _ARGUMENT_JUNK = (",", "}", '"', "{")
+_json = msgspec.json.Decoder()
 _REFUSED: Mapping[str, str] = {
     "unpaired-block": "the chat-chunk stream has no block starts or ends",
     "bad-index": "the chat-chunk stream has no block indexes",
@@ -91,11 +92,47 @@ class Frame:
         return self.is_data and (self.ending or bool(self.kinds))
 
 
-def _frame(item: SseItem) -> Frame:
+_EVENT_KINDS: Mapping[str, BlockType] = {
+    "text_delta": "text",
+    "citations_delta": "text",
+    "thinking_delta": "reasoning",
+    "signature_delta": "reasoning",
+    "input_json_delta": "tool-call",
+    "response.output_text.delta": "text",
+    "response.reasoning_summary_text.delta": "reasoning",
+    "response.function_call_arguments.delta": "tool-call",
+}
+"""What an Anthropic delta type or a Responses event carries."""
+_ENDINGS = frozenset({"message_delta", "message_stop", "response.completed", "response.incomplete", "response.failed"})
+
+
+def _event_frame(data: bytes, text: str) -> Frame:
+    """An Anthropic Messages or OpenAI Responses event (each names its ``type``) as a frame."""
+    try:
+        event = _json.decode(text)
+    except msgspec.DecodeError:
+        return Frame(data, is_data=True)
+    kind = event.get("type") if isinstance(event, dict) else None
+    if kind in _ENDINGS:
+        return Frame(data, is_data=True, ending=True)
+    if kind == "content_block_delta":
+        delta = event.get("delta")
+        kind = delta.get("type") if isinstance(delta, dict) else None
+    carried = _EVENT_KINDS.get(kind) if isinstance(kind, str) else None
+    if carried is None:
+        return Frame(data, is_data=True)
+    where = event.get("index", event.get("output_index", 0))
+    tools = (where,) if carried == "tool-call" and isinstance(where, int) else ()
+    return Frame(data, is_data=True, kinds=frozenset({carried}), tools=tools)
+
+
+def _frame(item: SseItem, events: bool = False) -> Frame:
     data = write_sse([item])
     if isinstance(item, SseComment) or item.data is None or not item.data.strip():
         return Frame(data)
     text = item.data.strip()
+    if events:
+        return _event_frame(data, text)
     if text == DONE:
         return Frame(data, is_data=True, ending=True)
     try:
@@ -207,19 +244,22 @@ class SseCodec:
         return _BadArguments(fault)
 
 
-async def parse_frames(source: AsyncIterator[bytes]) -> AsyncIterator[Frame]:
-    """``source``'s SSE items as frames, however its pieces cut them; closes ``source`` when closed."""
+async def parse_frames(source: AsyncIterator[bytes], *, events: bool = False) -> AsyncIterator[Frame]:
+    """``source``'s SSE items as frames, however its pieces cut them; closes ``source`` when closed. ``events``:
+    the body is an Anthropic Messages or OpenAI Responses event stream (each event names its ``type``)."""
     parser = SseParser()
     try:
         async for piece in source:
             for item in parser.feed(piece):
-                yield _frame(item)
+                yield _frame(item, events)
         for item in parser.close():
-            yield _frame(item)
+            yield _frame(item, events)
     finally:
         await aclose_stream(source)
 
 
 def faulted(source: AsyncIterator[bytes], active: ActiveFault, request: AnyRequest) -> AsyncIterator[Frame]:
-    """The frames of ``source`` with ``active``'s fault applied (no abort signal: httpx has none)."""
-    return active.apply(parse_frames(source), SseCodec(request), None)
+    """The frames of ``source`` with ``active``'s fault applied (no abort signal: httpx has none); a request to
+    ``.../messages`` or ``.../responses`` has an event stream of that protocol."""
+    events = request.url.path.endswith(("/messages", "/responses"))
+    return active.apply(parse_frames(source, events=events), SseCodec(request), None)

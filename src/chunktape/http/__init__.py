@@ -37,6 +37,7 @@ from chunktape._lazy import lazy_names as _lazy_names
 # Loaded on first use (``__getattr__``), so the CLI and ``import chunktape`` need not load what they do not use.
 if _typing.TYPE_CHECKING:
     from chunktape.http._fault_transport import FaultTransport
+    from chunktape.http._protocols import CrossProtocolWarning
     from chunktape.http._recording_transport import RecordingTransport, UnrecordedRequestWarning
     from chunktape.http._render import render_sse
     from chunktape.http._replay_transport import ReplayTransport
@@ -46,6 +47,7 @@ if _typing.TYPE_CHECKING:
     from chunktape.http._vcr import SECRET_HEADERS, import_vcr, vcr_config
 
 __all__ = [
+    "CrossProtocolWarning",
     "FaultTransport",
     "RecordingProxy",
     "RecordingTransport",
@@ -67,6 +69,7 @@ if not _typing.TYPE_CHECKING:  # type checkers see the imports above, and no __g
         __all__,
         (
             "chunktape.http._render",  # the light modules first: a name loads every home before its own
+            "chunktape.http._protocols",
             "chunktape.http._vcr",
             "chunktape.http._fault_transport",
             "chunktape.http._server.limits",

@@ -68,15 +68,10 @@ from chunktape._limits import MAX_DECODED_BYTES, MAX_ERROR_BODY_BYTES
 from chunktape._protocol import GenerateOptions, LlmAdapter, StreamChunk, aclose_stream
 from chunktape._recorder import ProviderClock, RecordingAdapter, RecordingCall, raised_from
 from chunktape._secrets import redact_url, url_secrets
+from chunktape.http._protocols import CHAT, WireProtocol, protocol_for
 from chunktape.http._vcr import SECRET_HEADERS
 from chunktape.wire._http_errors import http_error
-from chunktape.wire._openai_chat import (
-    DONE,
-    OpenAIChatDecoder,
-    decode_chat_request,
-    decode_openai_completion,
-    not_an_event_stream,
-)
+from chunktape.wire._openai_chat import DONE, not_an_event_stream
 from chunktape.wire._sse import SseEvent, SseParser
 
 __all__ = ["CHAT_PATH", "RecordingTransport", "UnrecordedRequestWarning", "kept_headers"]
@@ -139,7 +134,10 @@ class _Exchange:
     """One recorded request/response, sans I/O: ``piece()`` per body piece as it arrives, then one of
     ``done()``, ``failed(error)`` or ``closed()``; writes the interaction through a ``RecordingCall``."""
 
-    def __init__(self, call: RecordingCall, clock: ProviderClock, secrets: Sequence[str]) -> None:
+    def __init__(
+        self, call: RecordingCall, clock: ProviderClock, secrets: Sequence[str], protocol: WireProtocol = CHAT
+    ) -> None:
+        self.protocol = protocol
         self.call = call
         self.clock = clock
         self.secrets = secrets
@@ -148,7 +146,7 @@ class _Exchange:
         self.streaming = False
         self.meta = ResponseMeta()
         self.parser: SseParser | None = None
-        self.decoder = OpenAIChatDecoder()
+        self.decoder = protocol.decoder()
         self.body: list[bytes] = []
         """The body of a JSON answer or an error, up to ``keep`` bytes (the client still gets all of it)."""
         self.kept = 0
@@ -184,7 +182,12 @@ class _Exchange:
                 self._end(Raised.from_error(error, t_ns=t_ns))
 
     def _item(self, item: Any, t_ns: int, *, unterminated: bool = False) -> None:
-        if isinstance(item, SseEvent) and item.data is not None and item.data.strip() not in ("", DONE):
+        if (
+            self.protocol is CHAT
+            and isinstance(item, SseEvent)
+            and item.data is not None
+            and item.data.strip() not in ("", DONE)
+        ):
             self._observe(item.data)
         for chunk in self.decoder.feed_item(item, unterminated=unterminated):
             self.call.chunk(t_ns, chunk)
@@ -242,11 +245,15 @@ class _Exchange:
             obj = _decoder.decode(body)
         except msgspec.DecodeError:
             obj = None
-        if not isinstance(obj, dict) or "choices" not in obj:
-            raise not_an_event_stream(body, self.headers.get("content-type"))
-        self.meta = _with_fields(self.meta, obj, "completion")
+        chunks = self.protocol.decode_whole(obj)
+        if chunks is None or not isinstance(obj, dict):
+            raise not_an_event_stream(body, self.headers.get("content-type"), streams=self.protocol.streams)
+        if self.protocol is CHAT:
+            self.meta = _with_fields(self.meta, obj, "completion")
+        else:
+            self.meta = self.protocol.observed_whole(self.meta, obj)
         self.finish_sent = True
-        self._chunks(decode_openai_completion(obj), t_ns)
+        self._chunks(chunks, t_ns)
 
     def _error(self, body: bytes) -> LlmError:
         """The provider's error for its answer; when its body was longer than what is kept, the message says so."""
@@ -314,7 +321,11 @@ class _Exchange:
 
     def _end(self, outcome: Raised | Completed | Cancelled) -> None:
         self.broken = True
-        meta = msgspec.structs.replace(self.meta, finish_sent=self.finish_sent or not self.streaming)
+        meta = self.meta
+        if self.protocol is not CHAT and self.streaming:
+            meta = self.protocol.observed(meta, self.decoder)
+        finish_sent = self.finish_sent or not self.streaming or self.protocol is not CHAT
+        meta = msgspec.structs.replace(meta, finish_sent=finish_sent)
         self.call.respond(_redacted(meta, self.secrets))
         self.call.end(outcome)
 
@@ -433,18 +444,21 @@ class RecordingTransport(DualTransport):
 
     @staticmethod
     def records(method: str, path: str) -> bool:
-        """Whether a request of ``method`` to ``path`` is one this transport records (a chat completion); the
-        others pass through unrecorded (a proxy says so once per route)."""
-        return method.upper() == "POST" and path.endswith(CHAT_PATH)
+        """Whether a request of ``method`` to ``path`` is one this transport records (a model request of a protocol
+        it speaks: chat completions, Messages, Responses); the others pass through unrecorded (a proxy says so once
+        per route)."""
+        return method.upper() == "POST" and protocol_for(path) is not None
 
     def _start(self, request: AnyRequest, now: Callable[[], float]) -> _Exchange | None:
-        """The recording of ``request``, if it is a chat completion (else None: it passes through unrecorded)."""
-        if not self.records(request.method, request.url.path):
+        """The recording of ``request``, if it is a model request (chat completions, Messages, Responses; else None:
+        it passes through unrecorded)."""
+        protocol = protocol_for(request.url.path) if request.method.upper() == "POST" else None
+        if protocol is None:
             return None
         seen = self._source.seen
         seen.extend(secret for secret in _credentials(request) if secret not in seen)
         try:
-            options = decode_chat_request(request.content).options
+            options = protocol.decode_request(request.content).options
         except LlmError as error:
             message = f"{request.method} {redact_url(str(request.url))} passed through unrecorded: {error.message}"
             if self.on_unrecorded is not None:
@@ -453,7 +467,7 @@ class RecordingTransport(DualTransport):
                 warnings.warn(message, UnrecordedRequestWarning, stacklevel=4)
             return None
         clock = ProviderClock(now)
-        return _Exchange(self.recorder.begin(options), clock, seen)
+        return _Exchange(self.recorder.begin(options), clock, seen, protocol)
 
     def handle(self, request: AnyRequest) -> AnyResponse:
         request.read()

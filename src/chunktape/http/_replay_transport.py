@@ -1,4 +1,4 @@
-"""``ReplayTransport``: a chunk cassette answering an SDK's chat completions in process, no socket.
+"""``ReplayTransport``: a chunk cassette answering an SDK's model requests in process, no socket.
 
 Hand it to the SDK's httpx2 or httpx client, sync or async (one object serves all four)::
 
@@ -6,7 +6,9 @@ Hand it to the SDK's httpx2 or httpx client, sync or async (one object serves al
     sdk = openai.AsyncOpenAI(base_url="http://127.0.0.1/v1", api_key="test",
                              http_client=httpx2.AsyncClient(transport=transport))
 
-Each ``POST .../chat/completions`` is matched, played and timed by the replay engine ``ReplayAdapter`` stands on
+Each ``POST .../chat/completions``, ``.../messages`` (Anthropic) or ``.../responses`` (OpenAI Responses) is
+answered in that protocol (``chunktape.http._protocols``); it is matched, played and timed by the replay engine
+``ReplayAdapter`` stands on
 (the same keywords; ``playback`` is that engine, ``chunktape._replayer.Playback``), then rendered in the provider's
 wire format with the metadata ``RecordingTransport`` kept (``Interaction.response``: id, answered model, ``created``,
 ``system_fingerprint``, headers, extras, no invented ``finish_reason``):
@@ -32,6 +34,7 @@ no httpx error, so the openai SDK (and those built on it) lets it through unchan
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import AsyncIterator, Mapping
 from typing import NamedTuple, Unpack
 
@@ -46,9 +49,8 @@ from chunktape._replayer.options import ReplayKeywords, ReplayOptions
 from chunktape._replayer.playback import Hold, Playback
 from chunktape.faults._plan import ActiveFault, FaultPlan, Reservation
 from chunktape.faults._sse import check_faults, faulted
-from chunktape.http._recording_transport import CHAT_PATH
-from chunktape.http._render import SseRenderer, completion_from_chunks, error_body, error_headers, render_sse
-from chunktape.wire._openai_chat import decode_chat_request
+from chunktape.http._protocols import CrossProtocolWarning, Renderer, WireProtocol, carried_over, protocol_for
+from chunktape.http._render import error_headers
 
 __all__ = ["ReplayTransport"]
 
@@ -73,8 +75,10 @@ class _Streamed(NamedTuple):
     held: Reservation[int]
 
 
-def _error(status: int, message: str, retry_after: float | None, headers: Mapping[str, str] = {}) -> _Whole:
-    body = error_body(message, status=status, retry_after=retry_after)
+def _error(
+    protocol: WireProtocol, status: int, message: str, retry_after: float | None, headers: Mapping[str, str] = {}
+) -> _Whole:
+    body = protocol.error_body(message, status=status, retry_after=retry_after)
     head = {**headers, **error_headers(retry_after), "content-type": "application/json"}
     return _Whole(status, head, _encoder.encode(body))
 
@@ -111,41 +115,46 @@ class ReplayTransport(DualTransport):
         self.playback.assert_all_played()
 
     def _answer(self, request: AnyRequest) -> _Whole | _Streamed:
-        if request.method != "POST" or not request.url.path.endswith(CHAT_PATH):
+        protocol = protocol_for(request.url.path) if request.method == "POST" else None
+        if protocol is None:
             raise LlmError(
-                f"{request.method} {request.url} is no chat completion: a ReplayTransport answers POST "
-                f"...{CHAT_PATH} only",
+                f"{request.method} {request.url} is no model request: a ReplayTransport answers POST "
+                "...chat/completions, .../messages and .../responses only",
                 ErrorCode.CASSETTE_MISMATCH,
             )
-        chat = decode_chat_request(request.content)
+        chat = protocol.decode_request(request.content)
         engine = self.playback
         _, active = engine.begin(chat.options)
         failed = active.http_error if active is not None else None
         if failed is not None:
             item, fault = failed
-            return _error(fault.status, f"{fault.message or 'provider error'} [{item.label}]", fault.retry_after)
+            return _error(
+                protocol, fault.status, f"{fault.message or 'provider error'} [{item.label}]", fault.retry_after
+            )
         held = engine.hold(active, engine.as_recorded(chat.options), Hold(engine.release))
         index = held.__enter__()
         interaction = engine.source.interaction(index)
         meta = interaction.response
+        _warn_across(interaction, protocol, chat.options.model)
         headers = dict(meta.headers) if meta is not None else {}
         outcome = interaction.outcome
-        if type(outcome) is Raised and outcome.status is not None and not interaction.events:
+        in_stream = meta is not None and meta.streamed and protocol.name != "chat"  # an error event after the head
+        if type(outcome) is Raised and outcome.status is not None and not interaction.events and not in_stream:
             held.__exit__(None, None, None)
-            return _error(outcome.status, outcome.message, outcome.retry_after, headers)
+            return _error(protocol, outcome.status, outcome.message, outcome.retry_after, headers)
         if not chat.streaming:
             held.__exit__(None, None, None)
             if type(outcome) is Raised:
-                return _error(outcome.status or 502, outcome.message, outcome.retry_after, headers)
-            body = completion_from_chunks(interaction.chunks, model=chat.options.model, meta=meta)
+                return _error(protocol, outcome.status or 502, outcome.message, outcome.retry_after, headers)
+            body = protocol.completion(interaction.chunks, model=chat.options.model, meta=meta)
             return _Whole(200, {**headers, "content-type": "application/json"}, _encoder.encode(body))
         headers["content-type"] = "text/event-stream; charset=utf-8"
         broken = type(outcome) is Raised and outcome.code in _BROKEN
         if active is None and engine.replay_options.timing.is_instant and not broken:
             held.__exit__(None, None, None)
-            content = render_sse(interaction, model=chat.options.model, include_usage=chat.include_usage)
+            content = protocol.render(interaction, model=chat.options.model, include_usage=chat.include_usage)
             return _Whole(200, headers, content)
-        renderer = SseRenderer(model=chat.options.model, include_usage=chat.include_usage, meta=meta)
+        renderer = protocol.renderer(model=chat.options.model, include_usage=chat.include_usage, meta=meta)
         pieces = self._events(request, interaction, index, renderer, active)
         if active is not None:
             pieces = _faulty(pieces, active, request)
@@ -156,7 +165,7 @@ class ReplayTransport(DualTransport):
         request: AnyRequest,
         interaction: Interaction,
         index: int,
-        renderer: SseRenderer,
+        renderer: Renderer,
         active: ActiveFault | None,
     ) -> AsyncIterator[bytes]:
         """The event stream on the adapter's timing, shifted by the delays a fault injects, ending as recorded."""
@@ -189,6 +198,18 @@ class ReplayTransport(DualTransport):
         if isinstance(answer, _Whole):
             return response(request, answer.status, headers=answer.headers, content=answer.content)
         return response(request, 200, headers=answer.headers, stream=AsyncBody(answer.pieces, lambda: _release(answer)))
+
+
+def _warn_across(interaction: Interaction, protocol: WireProtocol, model: str) -> None:
+    """Warn when the interaction was recorded on another protocol than the route it is served on."""
+    if carried_over(interaction, protocol) is None:
+        return
+    renderer = protocol.renderer(model=model)
+    for event in interaction.events:
+        renderer.chunk(event.chunk)
+    message = carried_over(interaction, protocol, getattr(renderer, "lost", ()))
+    if message is not None:
+        warnings.warn(message, CrossProtocolWarning, stacklevel=6)
 
 
 async def _faulty(pieces: AsyncIterator[bytes], active: ActiveFault, request: AnyRequest) -> AsyncIterator[bytes]:

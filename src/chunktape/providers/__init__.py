@@ -1,4 +1,5 @@
-"""Adapters that produce streams: the scripted offline adapter and real OpenAI-compatible providers."""
+"""Adapters that produce streams: the scripted offline adapter and real providers (OpenAI-compatible chat
+completions, Anthropic Messages, OpenAI Responses)."""
 
 import typing as _typing
 
@@ -6,7 +7,9 @@ from chunktape._lazy import lazy_names as _lazy_names
 
 # Loaded on first use (``__getattr__``), so the CLI and ``import chunktape`` need not load what they do not use.
 if _typing.TYPE_CHECKING:
+    from chunktape.providers._anthropic import AnthropicAdapter
     from chunktape.providers._openai_compat import OpenAICompatAdapter
+    from chunktape.providers._openai_responses import OpenAIResponsesAdapter
     from chunktape.providers._scripted import (
         ScriptedAdapter,
         ScriptedError,
@@ -16,7 +19,9 @@ if _typing.TYPE_CHECKING:
     )
 
 __all__ = [
+    "AnthropicAdapter",
     "OpenAICompatAdapter",
+    "OpenAIResponsesAdapter",
     "ScriptedAdapter",
     "ScriptedError",
     "ScriptedToolCall",
@@ -31,5 +36,7 @@ if not _typing.TYPE_CHECKING:  # type checkers see the imports above, and no __g
         (
             "chunktape.providers._scripted",
             "chunktape.providers._openai_compat",
+            "chunktape.providers._anthropic",
+            "chunktape.providers._openai_responses",
         ),
     )

@@ -1,11 +1,16 @@
 """A loopback OpenAI-compatible server that replays cassettes, with their timing and faults, to any HTTP client.
 
-Routes (``base`` is ``ReplayServer.url``; OpenAI SDKs take ``base_url=f"{base}/v1"``):
+Routes (``base`` is ``ReplayServer.url``; OpenAI SDKs take ``base_url=f"{base}/v1"``, Anthropic's ``base_url=base``):
 
 - ``POST /chat/completions`` and ``POST /v1/chat/completions``: the default cassette(s). With an
-  ``X-Chunktape-Scenario: <name>`` header, the named scenario instead.
-- ``POST /scenarios/<name>/chat/completions`` and ``POST /scenarios/<name>/v1/chat/completions``: one
-  scenario (a cassette with its own faults and timing, from a ``chunktape.http._server.scenarios`` file).
+  ``X-Chunktape-Scenario: <name>`` header, the named scenario instead. ``/messages`` / ``/v1/messages``
+  (Anthropic Messages) and ``/responses`` / ``/v1/responses`` (OpenAI Responses) likewise, each answered in its
+  own protocol and error shape (``chunktape.http._protocols``), whatever protocol the cassette was recorded on:
+  an interaction recorded on another one is served with an ``x-chunktape-warning`` header (and a ``chunktape``
+  log warning) naming what does not carry over.
+- ``POST /scenarios/<name>/chat/completions`` and ``POST /scenarios/<name>/v1/chat/completions`` (and the
+  Messages and Responses routes under the same prefix): one scenario
+  (a cassette with its own faults and timing, from a ``chunktape.http._server.scenarios`` file).
 - ``GET /scenarios``: the scenarios as JSON (name, description, cassette, fault ids, timing, path, calls).
 - ``POST /reset``: forget what was played and every fault's call count, as if the server had just started.
 
@@ -82,7 +87,7 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from chunktape._cassettes.codec import LazyCassette, as_cassette, as_lazy
-from chunktape._cassettes.model import ERROR_STATUSES, Cassette
+from chunktape._cassettes.model import ERROR_STATUSES, Cassette, ResponseMeta
 from chunktape._errors import ErrorCode, LlmError
 from chunktape._protocol import StreamChunk
 from chunktape._replayer.options import ReplayKeywords, ReplayOptions
@@ -90,19 +95,13 @@ from chunktape._replayer.playback import Hold, Playback, ReplayCall
 from chunktape._replayer.timing import Timing
 from chunktape._validation import StreamValidator
 from chunktape.faults import fault_id
-from chunktape.http._render import (
-    Ending,
-    SseRenderer,
-    completion_from_chunks,
-    error_body,
-    error_headers,
-)
+from chunktape.http._protocols import CHAT, PROTOCOLS, Renderer, WireProtocol, carried_over, protocol_for
+from chunktape.http._render import Ending, error_headers
 from chunktape.http._server.limits import ServerLimits, read_body
 from chunktape.http._server.listen import listen_socket
 from chunktape.http._server.problems import MISS_STATUS, MISS_TYPE, MISSES, miss_message, problem
 from chunktape.http._server.running import quiet_server
 from chunktape.http._server.scenarios import Scenario, load_scenarios
-from chunktape.wire._openai_chat import decode_chat_request
 
 __all__ = [
     "MISS_STATUS",  # defined in http/problems.py, public here
@@ -401,13 +400,20 @@ class ReplayServer:
     # -- the app -------------------------------------------------------------------------------
 
     def _build_app(self) -> Starlette:
+        served = [
+            Route(path, self._completions, methods=["POST"])
+            for protocol in PROTOCOLS  # chat completions, Anthropic Messages, OpenAI Responses
+            for path in (
+                protocol.route,
+                f"/v1{protocol.route}",
+                f"/scenarios/{{scenario}}{protocol.route}",
+                f"/scenarios/{{scenario}}/v1{protocol.route}",
+            )
+        ]
         return Starlette(
             exception_handlers={Exception: _internal_error},
             routes=[
-                Route("/chat/completions", self._completions, methods=["POST"]),
-                Route("/v1/chat/completions", self._completions, methods=["POST"]),
-                Route("/scenarios/{scenario}/chat/completions", self._completions, methods=["POST"]),
-                Route("/scenarios/{scenario}/v1/chat/completions", self._completions, methods=["POST"]),
+                *served,
                 Route("/scenarios", self._list_scenarios, methods=["GET"]),
                 Route("/reset", self._reset, methods=["POST"]),
             ],
@@ -420,7 +426,7 @@ class ReplayServer:
         self.reset()
         return JSONResponse({"reset": True})
 
-    def _target(self, request: Request) -> _Target | Response:
+    def _target(self, request: Request, protocol: WireProtocol = CHAT) -> _Target | Response:
         header = request.headers.get(SCENARIO_HEADER)
         name = request.path_params.get("scenario") or (unquote(header) if header is not None else None)
         if name is None:
@@ -431,16 +437,18 @@ class ReplayServer:
                     "this server only has scenarios: POST to /scenarios/<name>/v1/chat/completions or send an "
                     f"{SCENARIO_HEADER} header (scenarios: {names})",
                     "INVALID_CONFIG",
+                    protocol=protocol,
                 )
             return self._default
         target = self.scenarios.get(name)
         if target is None:
             names = ", ".join(self.scenarios) or "none"
-            return problem(404, f"no scenario named {name!r} (scenarios: {names})", "INVALID_CONFIG")
+            return problem(404, f"no scenario named {name!r} (scenarios: {names})", "INVALID_CONFIG", protocol=protocol)
         return target
 
     async def _completions(self, request: Request) -> Response:
-        target = self._target(request)
+        protocol = protocol_for(request.url.path) or CHAT
+        target = self._target(request, protocol)
         if isinstance(target, Response):
             return target
         try:
@@ -454,11 +462,11 @@ class ReplayServer:
             )
             # Answered at once; uvicorn discards the rest of the body as it comes (a client still writing it reads
             # the 413 rather than a reset), for at most ServerLimits.body_timeout.
-            return problem(413, message, "INVALID_REQUEST")
+            return problem(413, message, "INVALID_REQUEST", protocol=protocol)
         try:
-            options, streaming, include_usage = decode_chat_request(raw)
+            options, streaming, include_usage = protocol.decode_request(raw)
         except LlmError as exc:
-            return problem(400, exc.message, "INVALID_REQUEST")
+            return problem(400, exc.message, "INVALID_REQUEST", protocol=protocol)
         # The call's number and fault are chosen now, before any await: the headers describe THIS call even
         # when concurrent requests interleave.
         call = target.playback.open(options)
@@ -468,7 +476,7 @@ class ReplayServer:
             headers["x-chunktape-fault"] = _header_text(call.fault_id)
         if target.name is not None:
             headers["x-chunktape-scenario"] = _header_text(target.name)
-        renderer = SseRenderer(model=options.model, include_usage=include_usage)
+        renderer = protocol.renderer(model=options.model, include_usage=include_usage)
         try:
             # Watched: a client that leaves during a stall before the first byte gives the interaction back now,
             # before its retry arrives, not when the stall would have ended.
@@ -477,13 +485,20 @@ class ReplayServer:
             return await _abandoned(call)
         except LlmError as exc:
             await chunks.aclose()
-            early = _early_error(exc, headers)
+            early = None if _in_stream(target, call.hold.index, protocol) else _early_error(exc, headers, protocol)
             if early is not None or not streaming:
-                return early or problem(502, exc.message, exc.code.value, headers=headers)
+                return early or problem(502, exc.message, exc.code.value, headers=headers, protocol=protocol)
             return _ReplayStream(_body(chunks, None, renderer, error=exc, hold=call.hold), headers)
+        _warn_across(target, call.hold.index, protocol, options.model, headers)
+        meta: ResponseMeta | None = None
+        if protocol is not CHAT and call.hold.index is not None:
+            # Messages and Responses streams open with the envelope (message_start, response.created) as recorded.
+            meta = target.playback.source.interaction(call.hold.index).response
+            renderer = protocol.renderer(model=options.model, include_usage=include_usage, meta=meta)
         if not streaming:
             try:
-                return await _while_connected(request, _complete(chunks, first, options.model, headers, call.fault_id))
+                complete = _complete(chunks, first, options.model, headers, call.fault_id, protocol, meta)
+                return await _while_connected(request, complete)
             except _Gone:
                 return await _abandoned(call)
         batch = target.timing.is_instant and call.fault_id is None
@@ -549,7 +564,35 @@ def _header_text(text: str) -> str:
     return quote(text, safe=_HEADER_SAFE)
 
 
-def _provider_error(exc: LlmError, headers: Mapping[str, str]) -> JSONResponse:
+def _in_stream(target: _Target, index: int | None, protocol: WireProtocol) -> bool:
+    """Whether the recorded error came as an event after the stream's head (Anthropic's in-stream
+    ``overloaded_error`` after ``message_start``), not as an HTTP status: then it is replayed so."""
+    if protocol is CHAT or index is None:
+        return False
+    meta = target.playback.source.interaction(index).response
+    return meta is not None and meta.streamed
+
+
+def _warn_across(
+    target: _Target, index: int | None, protocol: WireProtocol, model: str, headers: dict[str, str]
+) -> None:
+    """An interaction recorded on another protocol than the route's: say what does not carry over, in an
+    ``x-chunktape-warning`` header and the ``chunktape`` log."""
+    if index is None:
+        return
+    interaction = target.playback.source.interaction(index)
+    if carried_over(interaction, protocol) is None:
+        return
+    renderer = protocol.renderer(model=model)
+    for event in interaction.events:
+        renderer.chunk(event.chunk)
+    message = carried_over(interaction, protocol, getattr(renderer, "lost", ()))
+    if message is not None:
+        headers["x-chunktape-warning"] = _header_text(message)
+        logging.getLogger("chunktape").warning("%s", message)
+
+
+def _provider_error(exc: LlmError, headers: Mapping[str, str], protocol: WireProtocol = CHAT) -> JSONResponse:
     """A recorded or injected provider error as the provider answered it (its status, else 502), ``Retry-After``
     included. A status that is not an HTTP error (400-599) cannot be sent as one: a 502 naming it."""
     status = exc.status if exc.code is ErrorCode.PROVIDER_HTTP_ERROR else None
@@ -558,7 +601,7 @@ def _provider_error(exc: LlmError, headers: Mapping[str, str]) -> JSONResponse:
         message = f"{message} [the error carries status {status}, which is not an HTTP error status (400-599)]"
         status = None
     return JSONResponse(
-        error_body(message, status=status, code=exc.code.value, retry_after=exc.retry_after),
+        protocol.error_body(message, status=status, code=exc.code.value, retry_after=exc.retry_after),
         status_code=status or 502,
         headers={**headers, **error_headers(exc.retry_after)},
     )
@@ -571,15 +614,16 @@ _EARLY_STATUS = {
 }
 
 
-def _early_error(exc: LlmError, headers: dict[str, str]) -> Response | None:
+def _early_error(exc: LlmError, headers: dict[str, str], protocol: WireProtocol = CHAT) -> Response | None:
     """The HTTP answer for an error before any chunk, or None when it belongs in the body (a reset...)."""
     if exc.code in MISSES:
-        return problem(MISS_STATUS, miss_message(exc), exc.code.value, headers=headers, kind=MISS_TYPE)
+        message = miss_message(exc)
+        return problem(MISS_STATUS, message, exc.code.value, headers=headers, kind=MISS_TYPE, protocol=protocol)
     status = _EARLY_STATUS.get(exc.code)
     if status is not None:
-        return problem(status, str(exc), exc.code.value, headers=headers)
+        return problem(status, str(exc), exc.code.value, headers=headers, protocol=protocol)
     if exc.code is ErrorCode.PROVIDER_HTTP_ERROR and exc.status is not None:
-        return _provider_error(exc, headers)
+        return _provider_error(exc, headers, protocol)
     return None
 
 
@@ -589,7 +633,7 @@ _BATCH_BYTES = 64 * 1024
 async def _body(
     chunks: AsyncIterator[StreamChunk],
     first: StreamChunk | None,
-    renderer: SseRenderer,
+    renderer: Renderer,
     *,
     batch: bool = False,
     error: LlmError | None = None,
@@ -650,6 +694,8 @@ async def _complete(
     model: str,
     headers: dict[str, str],
     fault_id: str | None = None,
+    protocol: WireProtocol = CHAT,
+    meta: ResponseMeta | None = None,
 ) -> Response:
     """The whole ``chat.completion``, or an error: a stream that breaks the protocol or ends without a finish
     (a ``Truncate``/``Corrupt`` fault, a recorded violation) is a 502 naming the problem and the fault."""
@@ -666,12 +712,12 @@ async def _complete(
         if exc.code is ErrorCode.PROTOCOL_VIOLATION:
             fault = f" [injected fault {fault_id}]" if fault_id is not None else ""
             message = f"the replayed stream cannot be a completion: {exc.message}{fault}"
-            return problem(502, message, exc.code.value, headers=headers)
-        return _provider_error(exc, headers)
+            return problem(502, message, exc.code.value, headers=headers, protocol=protocol)
+        return _provider_error(exc, headers, protocol)
     finally:
         with anyio.CancelScope(shield=True):
             await chunks.aclose()  # type: ignore[attr-defined]
-    return JSONResponse(completion_from_chunks(collected, model=model), headers=headers)
+    return JSONResponse(protocol.completion(collected, model=model, meta=meta), headers=headers)
 
 
 def _announce(server: ReplayServer) -> None:

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from starlette.responses import JSONResponse
 
 from chunktape._errors import Advice, AdviceWords, ErrorCode, LlmError
-from chunktape.http._render import error_body
+from chunktape.http._protocols import CHAT, WireProtocol
 
 __all__ = ["MISSES", "MISS_STATUS", "MISS_TYPE", "miss_message", "problem"]
 
@@ -37,11 +37,18 @@ def miss_message(exc: LlmError) -> str:
 
 
 def problem(
-    status: int, message: str, code: str, *, headers: Mapping[str, str] | None = None, kind: str = "api_error"
+    status: int,
+    message: str,
+    code: str,
+    *,
+    headers: Mapping[str, str] | None = None,
+    kind: str = "api_error",
+    protocol: WireProtocol = CHAT,
 ) -> JSONResponse:
     """An error chunktape itself answers (not a replayed provider's): ``x-chunktape-error: <code>`` says so, and
-    ``x-should-retry: false`` keeps SDKs that honour it (openai, anthropic) from retrying what cannot change."""
-    body = error_body(message, status=None, code=code)
+    ``x-should-retry: false`` keeps SDKs that honour it (openai, anthropic) from retrying what cannot change.
+    The body is in ``protocol``'s error shape (the route's)."""
+    body = protocol.error_body(message, status=None, code=code)
     body["error"]["type"] = kind
     marks = {"x-chunktape-error": code, "x-should-retry": "false"}
     return JSONResponse(body, status_code=status, headers={**(headers or {}), **marks})

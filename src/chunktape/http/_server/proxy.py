@@ -244,8 +244,8 @@ class RecordingProxy:
             return
         self._unrecorded.add((method, path))
         logger.warning(
-            "chunktape proxy: %s %s is not traffic chunktape records (chat completions); it is forwarded to the "
-            "upstream and its answer passed back, unrecorded (said once for this route)",
+            "chunktape proxy: %s %s is not traffic chunktape records (chat completions, Messages, Responses); it is "
+            "forwarded to the upstream and its answer passed back, unrecorded (said once for this route)",
             method,
             path,
         )

@@ -18,6 +18,7 @@ from chunktape._protocol import (
     BlockEnd,
     BlockStart,
     Finish,
+    ProviderEvent,
     ReasoningDelta,
     StreamChunk,
     TextDelta,
@@ -90,8 +91,8 @@ class OpenAIChatEncoder:
             case Finish():
                 self.finished = True
                 return [self._chunk({}, finish_to_wire(item.reason))]
-            case BlockStart() | BlockEnd():
-                return []
+            case BlockStart() | BlockEnd() | ProviderEvent():
+                return []  # blocks are implicit here; another protocol's events have no place in this one
 
     def close(self) -> list[dict[str, Any]]:
         """The usage-only chunk (``choices: []``), when the stream had usage."""

@@ -16,6 +16,7 @@ import msgspec
 from chunktape._errors import ErrorCode, LlmError
 from chunktape._protocol import NAMED_ON_THE_WIRE, CallId, GenerateOptions, Message, Role, ToolCallBlock, ToolSpec
 from chunktape.wire._openai_chat.fields import tool_call_to_wire
+from chunktape.wire._requests import MAX_NESTING, json_body
 
 __all__ = [
     "DEEPSEEK_BASE_URL",
@@ -32,7 +33,6 @@ __all__ = [
 ]
 
 _encoder = msgspec.json.Encoder()
-_decoder = msgspec.json.Decoder()
 
 DEEPSEEK_BASE_URL = "https://api.deepseek.com"
 """The provider ``OpenAICompatAdapter`` and ``chunktape record`` default to (here, light, for the CLI's options)."""
@@ -254,11 +254,6 @@ def options_from_openai_request(
         raise _bad_request(str(exc)) from exc
 
 
-MAX_NESTING = 100
-"""The deepest a request body may nest lists and objects: well below what the JSON codec (bound by Python's
-recursion limit) can encode again when the request is matched or its tool arguments are re-encoded."""
-
-
 class ChatRequest(NamedTuple):
     """A decoded chat-completions request: what to generate, and how to deliver it."""
 
@@ -274,35 +269,9 @@ def decode_chat_request(raw: bytes) -> ChatRequest:
     Anything that is not such a request (not JSON, nested too deeply, a field of the wrong type) raises
     ``LlmError(UNSUPPORTED_OPTION)`` naming the problem; nothing else escapes (``benchmarks/fuzz.py`` checks).
     """
-    try:
-        body: Any = _decoder.decode(raw)
-    except msgspec.DecodeError as exc:
-        raise _bad_request(f"the request body is not JSON ({exc})") from None
-    except RecursionError:
-        raise _bad_request("the request body nests too deeply to decode") from None
-    # Nesting needs an opening bracket per level: a body with few brackets cannot nest too deeply (no walk).
-    deep = _too_deep(body, MAX_NESTING) if raw.count(b"[") + raw.count(b"{") > MAX_NESTING else None
-    if deep is not None:
-        raise _bad_request(f"field `{deep}` nests deeper than {MAX_NESTING} levels")
+    body: Any = json_body(raw, _bad_request)
     options = options_from_openai_request(body, reasoning=REASONING_FIELDS)
     streaming = body.get("stream") is True
     stream_options = body.get("stream_options") if streaming else None
     include_usage = isinstance(stream_options, dict) and stream_options.get("include_usage") is True
     return ChatRequest(options, streaming, include_usage)
-
-
-def _too_deep(body: object, limit: int) -> str | None:
-    """The top-level field of ``body`` that nests lists/objects more than ``limit`` deep, if any (iterative: no
-    recursion to run out of)."""
-    if not isinstance(body, dict):
-        return None
-    stack: list[tuple[object, int, str]] = [(value, 2, str(key)) for key, value in body.items()]
-    while stack:
-        item, depth, field = stack.pop()
-        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
-        if children is None:
-            continue
-        if depth > limit:
-            return field
-        stack.extend((child, depth + 1, field) for child in children if isinstance(child, dict | list))
-    return None
