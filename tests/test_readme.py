@@ -52,6 +52,9 @@ with open(sys.argv[1], "w", encoding="utf-8") as out:
 """
 
 
+IMPORTED = {name for block in BLOCKS for name in re.findall(r"^\s*(?:from|import) (\w+)", block, flags=re.M)}
+SDKS = sorted({dist for name in IMPORTED for dist in metadata.packages_distributions().get(name, [])} - {"chunktape"})
+"""The distributions the blocks import beside chunktape (the SDKs a user installs themselves: openai...)."""
 COMMAND_BLOCKS = [
     [line.split("  #", 1)[0].strip() for line in block.splitlines() if line.strip()]
     for document in DOCUMENTS
@@ -66,8 +69,8 @@ LIVE = ("record", "serve", "proxy")
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The python of a virtualenv with chunktape[pytest,search] installed non-editable (as the README says to install
-    it), and openai for the blocks on its SDK."""
-    return installed_python(tmp_path_factory.mktemp("venv") / "venv", extras=["pytest", "search"], also=["openai"])
+    it), and the SDKs the blocks import."""
+    return installed_python(tmp_path_factory.mktemp("venv") / "venv", extras=["pytest", "search"], also=SDKS)
 
 
 def test_the_installed_copy_is_what_runs(installed: Path, tmp_path: Path) -> None:

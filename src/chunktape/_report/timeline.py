@@ -17,7 +17,7 @@ from typing import Final, Literal
 import msgspec
 
 from chunktape._cassettes.model import Cancelled, Completed, Interaction, Raised
-from chunktape._protocol import BlockEnd, BlockStart, Finish, ToolCallBlock, ToolCallDelta, UsageChunk
+from chunktape._protocol import BlockEnd, BlockStart, Finish, ProviderEvent, ToolCallBlock, ToolCallDelta, UsageChunk
 from chunktape._report.analysis import describe_outcome, protocol_violation, summarize
 
 __all__ = [
@@ -141,7 +141,7 @@ def _spans(interaction: Interaction, end_ns: int) -> list[BlockSpan]:
                         label=label,
                     )
                 )
-            case UsageChunk() | Finish():
+            case UsageChunk() | Finish() | ProviderEvent():
                 pass
             case _:
                 index = chunk.index
