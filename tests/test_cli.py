@@ -99,10 +99,13 @@ def test_every_command_has_help_with_an_example(runner: CliRunner, command: str)
     text = " ".join(result.stdout.split()).replace("│", "").replace("  ", " ")
     assert "Example: chunktape " + command in text
     assert text.index("Example: chunktape") > text.index("--help"), "the example comes last, after the options"
+    assert "<bool>" not in text  # a flag is shown as a flag, never as an option taking a bool
 
 
 def test_the_top_level_help_ends_with_an_example(runner: CliRunner) -> None:
     text = " ".join(run(runner, "--help").stdout.split())
+    assert "--debug" in text
+    assert "<bool>" not in text
     assert text.endswith("Example: chunktape demo --out . && chunktape show --timeline demo-session.msgpack")
 
 
