@@ -60,7 +60,7 @@ _COMMANDS: Final[Mapping[str, tuple[str, str]]] = {
     "report": ("chunktape.cli._report", "report"),
     "redact": ("chunktape.cli._files", "redact_cassette"),
     "recover": ("chunktape.cli._files", "recover_journal"),
-    "import-vcr": ("chunktape.cli._files", "import_vcr"),
+    "import-vcr": ("chunktape.cli._import_vcr", "import_vcr"),
     "serve": ("chunktape.cli._serve", "serve"),
     "proxy": ("chunktape.cli._proxy", "proxy"),
     "demo": ("chunktape.cli._demo", "demo"),

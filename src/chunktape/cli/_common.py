@@ -45,6 +45,7 @@ __all__ = [
     "shown",
     "timing_option",
     "with_cli_hint",
+    "write_cassette",
 ]
 
 EXIT_OK: Final = 0
@@ -166,6 +167,17 @@ def check_writable_output(path: Path, *, force: bool, append: bool, what: str = 
         raise CliError(f"{where}{path} is a directory; give the output file name")
     if os.path.lexists(path) and not (force or append):
         raise CliError(f"{where}{path} exists; pass --append to add to it or --force to replace it")
+
+
+def write_cassette(cassette: Cassette, target: Path, *, append: bool) -> Cassette:
+    """``cassette`` saved at ``target`` (atomic), or with ``append`` added to what ``target`` holds (under the
+    writers' lock, as every appending save): what the file now holds."""
+    from chunktape._cassettes.store import append_interactions, save_cassette
+
+    if append:
+        return append_interactions(target, cassette.interactions, cassette.meta, tool_runs=cassette.tool_runs)
+    save_cassette(cassette, target)
+    return cassette
 
 
 def load(path: Path) -> Cassette:

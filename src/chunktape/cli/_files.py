@@ -1,4 +1,4 @@
-"""Commands over cassette files: show, check, convert, diff, redact, recover, import-vcr."""
+"""Commands over cassette files: show, check, convert, diff, redact, recover (import-vcr: ``_import_vcr``)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import msgspec
 import typer
 
 from chunktape._cassettes.journal import held_journal, live_journal, recover, recovered_path
-from chunktape._cassettes.model import Cassette, Interaction
+from chunktape._cassettes.model import Interaction
 from chunktape._cassettes.redaction import check_secrets, env_secrets, redact
 from chunktape._cassettes.store import append_interactions, save_cassette
 from chunktape._errors import LlmError
@@ -37,11 +37,11 @@ from chunktape.cli._common import (
     gap_threshold,
     load,
     shown,
+    write_cassette,
 )
 from chunktape.cli._render import printable, printable_json, summary_table
-from chunktape.http._vcr import VcrSerializer, read_vcr
 
-__all__ = ["check", "convert", "diff", "import_vcr", "recover_journal", "redact_cassette", "show"]
+__all__ = ["check", "convert", "diff", "recover_journal", "redact_cassette", "show"]
 
 CassetteArg = Annotated[Path, typer.Argument(help="A cassette file (.msgpack or .json).", show_default=False)]
 
@@ -195,17 +195,8 @@ def convert(
     check_writable_output(target, force=force, append=append)
     if target.exists() and source.exists() and target.samefile(source) and append:
         raise CliError(f"{target} is the source itself; --append would double it")
-    written = _write(loaded, target, append=append)
+    written = write_cassette(loaded, target, append=append)
     console().print(f"wrote {target} ({len(written.interactions)} interaction(s))", markup=False, soft_wrap=True)
-
-
-def _write(cassette: Cassette, target: Path, *, append: bool) -> Cassette:
-    """``cassette`` saved at ``target`` (atomic), or with ``append`` added to what ``target`` holds (under the
-    writers' lock, as every appending save): what the file now holds."""
-    if append:
-        return append_interactions(target, cassette.interactions, cassette.meta, tool_runs=cassette.tool_runs)
-    save_cassette(cassette, target)
-    return cassette
 
 
 def diff(
@@ -341,48 +332,4 @@ def recover_journal(
             journal.unlink(missing_ok=True)
     console().print(
         f"recovered {len(cassette.interactions)} interaction(s) into {target}", markup=False, soft_wrap=True
-    )
-
-
-def import_vcr(
-    source: Annotated[Path, typer.Argument(help="A vcrpy cassette of chat completions (streamed or not).")],
-    output: Annotated[Path, typer.Option("--output", "-o", help="The chunk cassette to write.", show_default=False)],
-    serializer: Annotated[
-        VcrSerializer,
-        typer.Option(
-            help="The serializer the cassette was written with: vcrpy's yaml or json, or parsed-body "
-            "(pydantic-ai's json_body_serializer); auto detects them.",
-        ),
-    ] = VcrSerializer.AUTO,
-    keep_undecodable: Annotated[
-        bool,
-        typer.Option(
-            "--keep-undecodable",
-            help="Import a response that cannot be decoded as a raised INVALID_RESPONSE (and skip a request "
-            "that cannot be read) instead of failing.",
-        ),
-    ] = False,
-    force: Force = False,
-    append: Append = False,
-) -> None:
-    """Convert a vcrpy cassette of OpenAI-compatible chat completions into a chunk cassette.
-
-    Other traffic (/models, /embeddings...) is skipped with a note on stderr. An interaction that cannot be
-    decoded fails the import, naming it, unless --keep-undecodable. An existing output cassette is left alone
-    unless --append (add the imported interactions to it) or --force (replace it).
-
-    Example: chunktape import-vcr tests/cassettes/chat.yaml -o chat.msgpack
-    """
-    check_output_suffix(output, "--output")
-    imported = read_vcr(source, serializer=serializer, keep_undecodable=keep_undecodable)
-    check_writable_output(output, force=force, append=append, what="--output")
-    err = err_console()
-    for note in imported.notes:
-        err.print(note, style="dim", markup=False, soft_wrap=True)
-    cassette = redact(imported.cassette, env_secrets().values())  # skips interactions holding no secret
-    _write(cassette, output, append=append)
-    console().print(
-        f"imported {len(cassette.interactions)} interaction(s) from {source} into {output}",
-        markup=False,
-        soft_wrap=True,
     )
