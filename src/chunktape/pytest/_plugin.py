@@ -5,11 +5,15 @@ or records it through the ``tape_live_adapter`` fixture, per the record mode. Wh
 first match wins:
 
 - record mode: ``--tape-mode`` > ``@pytest.mark.tape(mode=...)`` > ``tape_config`` > ini ``tape_mode`` > ``none``
-- replay settings (faults, timing, match_on, allow_repeats, allow_secrets, redact) and ``virtual_time``: the marker
-  > a ``tape_config`` fixture (override it per module or folder in ``conftest.py``) > the ini options
-  (``tape_match_on``, ``tape_virtual_time``) > the defaults; they have no command-line flag
+- replay settings (faults, timing, match_on, allow_repeats, allow_secrets, redact), ``virtual_time`` and ``max_age``:
+  the marker > a ``tape_config`` fixture (override it per module or folder in ``conftest.py``) > the ini options
+  (``tape_match_on``, ``tape_virtual_time``, ``tape_max_age``) > the defaults; they have no command-line flag
 - cassette folder: a ``tape_dir`` fixture override > ``--tape-dir`` > ini ``tape_dir`` > next to the test file
 - strict playback: ``--tape-strict`` > ini ``tape_strict`` > off
+
+Upkeep (``_upkeep``): ``--tape-mode rewrite`` re-records, a cassette older than ``max_age`` fails in ``none`` and is
+re-recorded in ``once``, the drift of each re-recorded cassette is printed, ``--tape-prune`` lists (or deletes) the
+cassettes no collected test used, ``--tape-report`` writes the run's HTML report.
 
 Saving happens at teardown, once the test's outcome is known (a sync fixture, so it works the same under
 pytest-asyncio and anyio): a test that did not pass never replaces its cassette, its recording is kept beside
@@ -417,7 +421,7 @@ def _live(value: LiveAdapter) -> Callable[[], LlmAdapter]:
 @pytest.fixture
 def tape_config() -> TapeConfig:
     """Override in a test module or a ``conftest.py`` to set defaults for every ``tape`` below it (``TapeConfig``:
-    mode, faults, timing, match_on, allow_repeats, allow_secrets, redact, virtual_time); a test's
+    mode, faults, timing, match_on, allow_repeats, allow_secrets, redact, virtual_time, max_age); a test's
     ``@pytest.mark.tape(...)`` arguments win over it, and it wins over the ini options."""
     return {}
 

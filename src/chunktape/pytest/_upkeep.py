@@ -145,6 +145,8 @@ class Upkeep:
                 terminalreporter.write_line(f"chunktape: {len(self.orphans)} cassette(s) under {where} {verb}:")
                 for path in self.orphans:
                     terminalreporter.write_line(f"  {shown(self.config, path)}")
+            elif self.refused is None and not folders:
+                terminalreporter.write_line("chunktape: no collected test uses the tape fixture: nothing to prune")
             elif self.refused is None:
                 terminalreporter.write_line(f"chunktape: every cassette under {where} is used by a collected test")
             if self.refused is not None:
