@@ -126,9 +126,11 @@ def _chart(item: Timeline, number: int) -> str:
                     f'<rect class="density" x="{round(_PLOT_LEFT + position * width, 2)}" '
                     f'y="{round(top + _LANE - 5 - bar, 2)}" width="{round(width, 2)}" height="{round(bar, 2)}"/>'
                 )
-    for number_in_lane, block in enumerate(item.spans):
+    in_lane: dict[str, int] = {}
+    for block in item.spans:
         lane = block.block_type if block.block_type in _LANES else "text"
-        kind = "open" if not block.closed else ("odd" if number_in_lane % 2 else "even")
+        in_lane[lane] = in_lane.get(lane, -1) + 1  # neighbours on one lane alternate in shade
+        kind = "open" if not block.closed else ("odd" if in_lane[lane] % 2 else "even")
         left, right = x(block.start_ns), x(block.end_ns)
         name = f" {block.label}" if block.label else ""
         state = "" if block.closed else ", never closed"
