@@ -90,6 +90,7 @@ class FakeProvider:
                 Route("/v1/messages", self._handle, methods=["POST"]),  # Anthropic's: answered the same way
                 Route("/v1/responses", self._handle, methods=["POST"]),  # OpenAI Responses: likewise
                 Route("/v1/embeddings", self._handle, methods=["POST"]),  # an API chunktape does not record
+                Route("/openai/deployments/{deployment}/chat/completions", self._handle, methods=["POST"]),  # Azure
             ]
         )
         config = uvicorn.Config(

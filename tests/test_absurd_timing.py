@@ -44,7 +44,8 @@ async def test_replay_adapter_and_replay_transport_end_after_the_bound_in_loop_t
     assert loop.time() - start == pytest.approx(MAX_GAP_NS / 1e9, abs=1e-3)
     transport = ReplayTransport(_absurd(), timing=Timing.recorded())
     start = loop.time()
-    async with httpx2.AsyncClient(transport=transport, base_url="http://replay.test") as client:
+    # No read timeout: the client waits the hour out, as it would over a socket with timeout=None.
+    async with httpx2.AsyncClient(transport=transport, base_url="http://replay.test", timeout=None) as client:
         body = {"model": options().model, "messages": [{"role": "user", "content": "hello"}], "stream": True}
         with pytest.warns(SleepCappedWarning):
             reply = await client.post("/v1/chat/completions", json=body)

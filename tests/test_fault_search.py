@@ -263,3 +263,64 @@ def test_the_marker_fails_a_planted_bug_with_the_shrunk_one_fault_marker_line(py
     again.assert_outcomes(failed=1)
     assert "(found after 1 example(s)" in again.stdout.str()
     assert expected in again.stdout.str()
+
+
+def test_a_failure_of_the_search_itself_is_reported_as_chunktapes_not_the_agents(cassette: Path) -> None:
+    async def agent(adapter: LlmAdapter) -> None:
+        adapter.no_such_face()  # type: ignore[attr-defined]
+
+    result = search_faults(agent, cassette, database=None, max_examples=1)
+    assert result.failure is not None
+    assert not result.failure.faults
+    assert result.report().startswith("chunktape's fault search failed here, not the agent")
+
+    async def broken(adapter: LlmAdapter) -> None:
+        raise ValueError("the agent's own bug")
+
+    report = search_faults(broken, cassette, database=None, max_examples=1).report()
+    assert report.startswith("the agent fails without any fault")
+
+
+def test_the_stand_in_has_the_http_faces_of_tape(cassette: Path) -> None:
+    """An SDK agent on ``tape.http_client()`` (async) and on a sync client: the schedule's faults reach it."""
+    import openai
+
+    tool = samples.WEATHER_TOOL
+    question: Any = {
+        "model": "sample",
+        "messages": [{"role": "user", "content": samples.QUESTION}],
+        "tools": [
+            {
+                "type": "function",
+                "function": {"name": tool.name, "description": tool.description, "parameters": tool.parameters},
+            }
+        ],
+        "stream": True,
+    }
+
+    async def agent(adapter: Any) -> None:
+        url = "http://127.0.0.1:9/v1"
+        sdk = openai.AsyncOpenAI(base_url=url, api_key="k", max_retries=0, http_client=adapter.http_client())
+        try:
+            async for _ in await sdk.chat.completions.create(**question):
+                pass
+        finally:
+            await sdk.close()
+        with openai.OpenAI(
+            base_url=url, api_key="k", max_retries=0, http_client=adapter.http_client(sync=True)
+        ) as sync:
+            for _ in sync.chat.completions.create(**question):
+                pass
+
+    result = search_faults(
+        agent,
+        cassette,
+        faults=["http-401"],
+        database=None,
+        max_examples=5,
+        max_faults=1,
+        replay_options={"allow_repeats": True},
+    )
+    assert result.failure is not None, result.report()
+    assert result.failure.faults, result.report()  # the fault-free run passed: both clients got their answers
+    assert "AuthenticationError" in result.report()

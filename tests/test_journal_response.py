@@ -25,7 +25,10 @@ EXPECTED = ResponseMeta(
     created=1764681305,
     system_fingerprint="fp_test",
     headers={"x-request-id": "req_42", "openai-processing-ms": "7"},
-    extras={"first": {"service_tier": "default"}},
+    extras={
+        "first": {"service_tier": "default"},
+        **{f"{place}.choice": {"logprobs": None} for place in ("first", "delta", "finish")},
+    },
 )
 BODY = sse(
     chunk({"role": "assistant", "content": "hel"}, model="deepseek-chat-v3", service_tier="default"),

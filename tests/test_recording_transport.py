@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import warnings
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -61,7 +62,19 @@ def test_sync_httpx2_client_records_chunks_and_metadata(fake_provider: FakeProvi
         created=1764681305,
         system_fingerprint="fp_test",
         headers={"x-request-id": "req_123", "openai-processing-ms": "12"},
-        extras={"first": {"obfuscation": "x"}},
+        extras={
+            "first": {"obfuscation": "x"},
+            **{f"{place}.choice": {"logprobs": None} for place in ("first", "delta", "finish")},
+            "usage.usage": {
+                "usage": {
+                    "prompt_tokens": 417,
+                    "completion_tokens": 44,
+                    "total_tokens": 461,
+                    "prompt_tokens_details": {"cached_tokens": 0, "audio_tokens": 0},
+                    "completion_tokens_details": {"reasoning_tokens": 0},
+                }
+            },
+        },
     )
     text = path.read_text()
     assert KEY not in text
@@ -115,7 +128,10 @@ async def test_async_httpx_client_records_json_answers_and_errors(fake_provider:
     ]
     assert succeeded.response is not None
     assert (succeeded.response.streamed, succeeded.response.model) == (False, "gpt-4o-mini-2024-07-18")
-    assert succeeded.response.extras == {"completion": {"service_tier": "default"}}
+    assert succeeded.response.extras == {
+        "completion": {"service_tier": "default"},
+        "completion.usage": {"usage": {"completion_tokens": 2, "prompt_tokens": 3, "total_tokens": 5}},
+    }
     assert succeeded.attempt == 2  # the same request again: a retry
 
 
@@ -301,11 +317,18 @@ def test_non_model_requests_pass_through_unrecorded(tmp_path: Path) -> None:
     path = tmp_path / "none.json"
     transport = RecordingTransport(httpx2.MockTransport(answer), path)
     with httpx2.Client(transport=transport) as client:
-        assert client.post("http://127.0.0.1/v1/embeddings", json={"model": "e", "input": "x"}).json()["data"] == []
+        with warnings.catch_warnings(record=True) as said:
+            warnings.simplefilter("always")
+            embeddings = {"model": "e", "input": "x"}
+            replies = [client.post("http://127.0.0.1/v1/embeddings", json=embeddings) for _ in range(2)]
+        assert [reply.json()["data"] for reply in replies] == [[], []]
+        assert [str(warning.message).split(":")[0] for warning in said] == [  # said once per route
+            f"POST /v1/embeddings is not recorded into {path}"
+        ]
         for route, body in (("chat/completions", {"model": 5}), ("messages", {"model": "c"}), ("responses", [])):
             with pytest.warns(UnrecordedRequestWarning, match="passed through unrecorded"):
                 client.post(f"http://127.0.0.1/v1/{route}", json=body)
-    assert seen == ["/v1/embeddings", "/v1/chat/completions", "/v1/messages", "/v1/responses"]
+    assert seen == ["/v1/embeddings", "/v1/embeddings", "/v1/chat/completions", "/v1/messages", "/v1/responses"]
     assert not path.exists()  # nothing was recorded, so nothing was written
 
 

@@ -156,6 +156,7 @@ def anthropic_client(how: str, transport: Any) -> httpx2.AsyncClient:
 
 
 @one_worker("anthropic")
+@pytest.mark.filterwarnings("ignore:POST /v1/messages is not recorded")  # said once, as the recorder does
 @pytest.mark.parametrize("how", ["DefaultAsyncHttpxClient", "httpx2.AsyncClient"])
 @pytest.mark.parametrize("fault", ["none", "429-once", "disconnect-mid-stream"])
 async def test_anthropic_traffic_retries_and_errors_pass_through_the_recorder(

@@ -211,7 +211,7 @@ async def test_recorded_data_found_corrupt_when_played_is_a_502_naming_it(tmp_pa
 
 
 async def test_an_unexpected_failure_is_a_json_500(monkeypatch: pytest.MonkeyPatch) -> None:
-    def broken(raw: bytes) -> Any:
+    def broken(raw: bytes, **route: Any) -> Any:
         raise RuntimeError("a bug")
 
     monkeypatch.setattr(CHAT, "decode_request", broken)

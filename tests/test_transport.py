@@ -291,7 +291,8 @@ async def test_openai_sdk_sees_a_reset_as_a_connection_error(fake_provider: Fake
 async def test_stall_against_the_idle_watchdog_in_virtual_time() -> None:
     loop = asyncio.get_running_loop()
     transport = FaultTransport(mock_provider(deepseek_reasoning_then_text()), [Stall(after_chunks=2, seconds=30)])
-    async with httpx.AsyncClient(transport=transport) as client:
+    # The client's own read timeout (httpx's default: 5 s) would fire first, as over a socket: it is longer here.
+    async with httpx.AsyncClient(transport=transport, timeout=60) as client:
         adapter = OpenAICompatAdapter("http://127.0.0.1:9", api_key="k", client=client, idle_timeout=10)
         start = loop.time()
         chunks, error = await run(adapter)
@@ -306,7 +307,7 @@ async def test_a_stall_shorter_than_the_watchdog_is_survived_in_virtual_time() -
     loop = asyncio.get_running_loop()
     expected = await reference(deepseek_reasoning_then_text())
     transport = FaultTransport(mock_provider(deepseek_reasoning_then_text()), [Stall(after_chunks=2, seconds=9)])
-    async with httpx.AsyncClient(transport=transport) as client:
+    async with httpx.AsyncClient(transport=transport, timeout=60) as client:
         adapter = OpenAICompatAdapter("http://127.0.0.1:9", api_key="k", client=client, idle_timeout=10)
         start = loop.time()
         chunks, error = await run(adapter)

@@ -6,6 +6,7 @@ import asyncio
 from collections.abc import Callable
 
 from chunktape._errors import ErrorCode, LlmError
+from chunktape._virtual_time import pause
 
 Listener = Callable[[object], None]
 
@@ -79,16 +80,17 @@ def _noop() -> None:
 
 
 async def sleep(seconds: float, signal: AbortSignal | None = None) -> None:
-    """``asyncio.sleep`` that raises ``LlmError(CANCELLED)`` as soon as ``signal`` aborts."""
+    """``asyncio.sleep`` that raises ``LlmError(CANCELLED)`` as soon as ``signal`` aborts; in a server's task that
+    answers one client, a silence declared towards it (``chunktape._virtual_time.pause``)."""
     if signal is None:
-        await asyncio.sleep(seconds)
+        await pause(seconds)
         return
     signal.throw_if_aborted()
     if seconds <= 0:
         await asyncio.sleep(0)
         signal.throw_if_aborted()
         return
-    sleeper = asyncio.ensure_future(asyncio.sleep(seconds))
+    sleeper = asyncio.ensure_future(pause(seconds))
     remove = signal.add_listener(lambda _reason: _cancel(sleeper))
     try:
         await sleeper

@@ -139,19 +139,29 @@ class AsyncBody(httpx2.AsyncByteStream, httpx.AsyncByteStream):
 
 class LoopBody(SyncBody):
     """An async body served to a sync client, on a private event loop: one implementation for both kinds of
-    client (the loop's ``asyncio.sleep`` is a real-time sleep here).
+    client (``loop_factory`` makes that loop: a plain one sleeps in real time, a virtual-time one jumps).
 
     Sync code may run where an event loop is already running (a sync SDK called from async code, a notebook);
     that thread cannot run a second loop, so from the first read made there on, the private loop runs in a
     thread of its own and this thread waits for each piece.
     """
 
-    def __init__(self, pieces: AsyncIterator[bytes], on_close: Callable[[], Awaitable[None]]) -> None:
-        self._loop = asyncio.new_event_loop()
+    def __init__(
+        self,
+        pieces: AsyncIterator[bytes],
+        on_close: Callable[[], Awaitable[None]],
+        *,
+        loop_factory: Callable[[], asyncio.AbstractEventLoop] = asyncio.new_event_loop,
+    ) -> None:
+        self._loop = loop_factory()
         self._thread: threading.Thread | None = None
         self._source = pieces
         self._async_close = on_close
         super().__init__(self._drive(), self._finish)
+
+    def run(self, step: Callable[[], Coroutine[Any, Any, T]]) -> T:
+        """``step()`` run to its end on the body's loop (before the body is handed over: its first pieces)."""
+        return self._run(step)
 
     def _run(self, step: Callable[[], Coroutine[Any, Any, T]]) -> T:
         if self._thread is None and not _loop_running():

@@ -40,6 +40,7 @@ from chunktape._cassettes.redaction import (
     redact_tool_runs,
     secrets_to_redact,
 )
+from chunktape._cassettes.response import ResponseSink, redacted_meta, response_sink
 from chunktape._cassettes.store import append_interactions, failed_path, save_cassette, save_new
 from chunktape._errors import ErrorCode, LlmError, ProtocolViolation
 from chunktape._protocol import (
@@ -396,14 +397,19 @@ class RecordingAdapter(WrappingAdapter):
         events = call.events
         iterator: AsyncGenerator[StreamChunk, None] | None = None
         outcome: Outcome | None = None
+        sink = ResponseSink()  # an HTTP adapter (OpenAICompatAdapter) reports its answer's metadata here
+        sinks = response_sink()
         try:
             iterator = self.inner.stream(options)
             while True:
                 clock.waiting()
+                token = sinks.set(sink)  # only while the inner stream runs, never across our own yield
                 try:
                     chunk = await anext(iterator)
                 except StopAsyncIteration:
                     break
+                finally:
+                    sinks.reset(token)
                 call.chunk(clock.arrived(), chunk)
                 yield chunk
             outcome = Completed(t_ns=clock.arrived())
@@ -426,6 +432,8 @@ class RecordingAdapter(WrappingAdapter):
             call.warn()
             raise
         finally:
+            if sink.observer is not None:
+                call.respond(redacted_meta(sink.observer.meta(), self._secrets()))
             call.end(outcome or Cancelled(t_ns=clock.arrived(), reason="interrupted"))
             if iterator is not None:
                 await iterator.aclose()

@@ -10,22 +10,25 @@ chunktape keeps its own clock rather than depending on it.
 
 A server in this process that holds a connection silent on purpose (a replay server playing a stall) says so with
 ``silent_for()``: a socket whose peer is silent that way no longer holds the clock, which then jumps to the earlier of
-the silence's end and the loop's next timer, as a real client would see it in real time.
+the silence's end and the loop's next timer, as a real client would see it in real time. A server that answers one
+client per task marks the task with ``serving(client)``; every ``pause()`` made in it (the replay engine's timed
+waits, a fault's stall or latency) is then such a declared silence towards that client, and a plain sleep elsewhere.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import math
 import selectors
 import socket
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, TypeVar
 
-__all__ = ["VirtualTimeLoop", "replay_loop", "silent_for"]
+__all__ = ["VirtualTimeLoop", "now", "pause", "replay_loop", "serving", "silent_for"]
 
 Address = tuple[str, int]
 _T = TypeVar("_T")
@@ -83,6 +86,53 @@ async def silent_for(seconds: float, client: Address | None) -> None:
         with _LOCK:
             if _SILENCES.get(client) is declared:
                 del _SILENCES[client]
+
+
+class _Served:
+    """The client one server task answers, and how much of its pauses that client's clock jumped over."""
+
+    __slots__ = ("client", "skipped")
+
+    def __init__(self, client: Address) -> None:
+        self.client = client
+        self.skipped = 0.0
+
+
+_SERVED: contextvars.ContextVar[_Served | None] = contextvars.ContextVar("chunktape_served_client", default=None)
+"""The client the current task answers, as its server sees it (set by ``serving``)."""
+
+
+@contextlib.contextmanager
+def serving(client: tuple[str, int] | None) -> Iterator[None]:
+    """Within this block (and the tasks it starts), ``pause()`` is a declared silence towards ``client`` and
+    ``now()`` counts the part of it the client's virtual clock jumped over."""
+    token = _SERVED.set(None if client is None else _Served((str(client[0]), int(client[1]))))
+    try:
+        yield
+    finally:
+        _SERVED.reset(token)
+
+
+async def pause(seconds: float) -> None:
+    """Wait ``seconds`` on the loop's clock; in a task ``serving`` a client, as a silence declared towards it (which
+    that client may end sooner: ``now()`` then moves on by the rest)."""
+    served = _SERVED.get()
+    if served is None or seconds <= 0:
+        await asyncio.sleep(max(seconds, 0))
+        return
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    await silent_for(seconds, served.client)
+    waited = loop.time() - started
+    if waited < seconds:
+        served.skipped += seconds - waited
+
+
+def now() -> float:
+    """The running loop's time, plus, in a task ``serving`` a client, the silences that client's clock jumped over:
+    the clock a schedule of pauses is kept on."""
+    served = _SERVED.get()
+    return asyncio.get_running_loop().time() + (0.0 if served is None else served.skipped)
 
 
 class _Selector(selectors.BaseSelector):

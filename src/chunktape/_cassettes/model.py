@@ -169,8 +169,13 @@ class ResponseMeta(_Wire, frozen=True, kw_only=True):
     """False when the stream carried no ``finish_reason`` (it ended with ``[DONE]`` alone)."""
     extras: dict[str, dict[str, Any]] = {}
     """Provider fields beyond the standard ones (``service_tier``, Groq's ``x_groq``...), by the event that
-    carried them: ``first``, ``delta`` (the first content event's, sent again on every content event), ``finish``
-    (Groq's ``x_groq.usage``), ``usage`` (the usage-only event), or ``completion`` for a JSON answer."""
+    carried them: ``first``, ``delta`` (the content events', sent again on every content event), ``finish``
+    (Groq's ``x_groq.usage``), ``usage`` (the usage-only event), or ``completion`` for a JSON answer; and, under
+    ``<place>.choice``, ``<place>.delta``, ``completion.message`` and ``<place>.usage``, the fields of its first
+    choice, of its delta or message, and its usage object as sent (``chunktape._cassettes.response``)."""
+    unkept: list[str] = []
+    """Provider fields this recording could not keep (their value changed from event to event: per-token data),
+    each as ``name (place)``: named, not dropped without a word."""
 
 
 class Interaction(_Wire, frozen=True, kw_only=True):

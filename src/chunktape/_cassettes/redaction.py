@@ -24,6 +24,7 @@ from chunktape._cassettes.model import (
     Interaction,
     Raised,
     RecordedRequest,
+    ResponseMeta,
     ToolRun,
 )
 from chunktape._errors import ErrorCode, LlmError
@@ -312,8 +313,23 @@ def redact_request(request: RecordedRequest, secrets: Iterable[str]) -> Recorded
 
 
 def redact_interaction(interaction: Interaction, secrets: Sequence[str], *, patterns: bool = False) -> Interaction:
-    """``interaction`` with every occurrence of ``secrets`` (and key patterns if asked) replaced."""
+    """``interaction`` with every occurrence of ``secrets`` (and key patterns if asked) replaced, its recorded
+    response metadata (``ResponseMeta``: headers, ids, provider fields) included."""
     scan = scanner(secrets, patterns=patterns)
+    response = interaction.response
+    if response is not None:
+        text = _meta_encoder.encode(response).decode()
+        cleaned = scan.redact(text)
+        if cleaned != text:
+            interaction = msgspec.structs.replace(interaction, response=_meta_decoder.decode(cleaned))
+    return _redact_stream(interaction, scan)
+
+
+_meta_encoder = msgspec.json.Encoder()
+_meta_decoder = msgspec.json.Decoder(ResponseMeta)
+
+
+def _redact_stream(interaction: Interaction, scan: Scanner) -> Interaction:
     if not _may_hold(interaction, scan):
         return interaction
     events = list(interaction.events)

@@ -10,7 +10,6 @@ timing. Every face holds its engine as ``playback`` (``ReplayAdapter.playback``,
 
 from __future__ import annotations
 
-import asyncio
 import os
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import NamedTuple
@@ -24,6 +23,7 @@ from chunktape._errors import LIBRARY_ADVICE, Advice, ErrorCode, LlmError
 from chunktape._protocol import GenerateOptions, StreamChunk, aclose_stream
 from chunktape._replayer.options import ReplayOptions
 from chunktape._secrets import redact_text, scanner
+from chunktape._virtual_time import now as clock
 from chunktape.faults._plan import ActiveFault, FaultPlan, Reservation, reservation
 
 __all__ = ["Hold", "Playback", "ReplayCall"]
@@ -270,24 +270,24 @@ class Playback:
     ) -> AsyncGenerator[StreamChunk, None]:
         """The interaction's chunks released on this engine's ``timing``, ending with its recorded outcome.
 
-        This is the stream a fault plan wraps; sleeps go through ``asyncio.sleep`` (virtual time works) and
-        stop at once on cancellation or an abort.
+        This is the stream a fault plan wraps; sleeps go through ``asyncio.sleep`` (virtual time works; in a
+        server's task, a silence declared towards its client, whose clock may jump over it) and stop at once on
+        cancellation or an abort.
         """
-        loop = asyncio.get_running_loop()
-        start = loop.time()
+        start = clock()
         timing = self.replay_options.timing
         due = timing.offsets(interaction)
         instant = timing.is_instant
         for position, event in enumerate(interaction.events):
             if not instant:
-                delay = start + due[position] + (shift() if shift is not None else 0.0) - loop.time()
+                delay = start + due[position] + (shift() if shift is not None else 0.0) - clock()
                 if delay > 0:
                     await abort.sleep(delay, signal)
             if signal is not None and signal.aborted:
                 raise signal.error()
             yield event.chunk
         if not instant:
-            delay = start + due[-1] + (shift() if shift is not None else 0.0) - loop.time()
+            delay = start + due[-1] + (shift() if shift is not None else 0.0) - clock()
             if delay > 0:
                 await abort.sleep(delay, signal)
         self._end(interaction, index)

@@ -67,6 +67,9 @@ class CassetteSession(LlmAdapter):
         self.calls: list[SessionCall] = []
         self.miss: LlmError | None = None
         """The first cassette miss (not found, mismatch, exhausted) a call raised, even if the caller caught it."""
+        self.virtual_time = False
+        """Whether this session's replays run in virtual time (the pytest plugin sets it for fault runs and timed
+        replays): a sync client's replayed body then waits on a virtual clock of its own (``ReplayTransport``)."""
         self._live_factory = live
         self._live: LlmAdapter | None = None
         self._validate = validate

@@ -38,6 +38,7 @@ from chunktape._session.modes import SessionCall
 from chunktape.http._protocols import protocol_for
 from chunktape.http._recording_transport import RecordingTransport
 from chunktape.http._replay_transport import ReplayTransport
+from chunktape.http._routes import route_model
 
 
 class Session(Protocol):
@@ -54,6 +55,8 @@ class Session(Protocol):
 
     @property
     def recording(self) -> bool: ...
+
+    virtual_time: bool
 
     def recording_settings(self) -> dict[str, Any]: ...
 
@@ -94,7 +97,8 @@ def _chat_request(request: AnyRequest) -> RecordedRequest | None:
     if protocol is None:
         return None
     try:
-        return RecordedRequest.from_options(protocol.decode_request(request.content).options)
+        decoded = protocol.decode_request(request.content, model=route_model(request.url.path))
+        return RecordedRequest.from_options(decoded.options)
     except LlmError:
         return None
 
@@ -121,7 +125,9 @@ class SessionTransport(DualTransport):
         self.replay: ReplayTransport | None = None
         """What answers the replayed requests (None when the session has no cassette to replay)."""
         if session.replayer is not None:
-            self.replay = ReplayTransport(session.replayer.source, session.replay_options)
+            self.replay = ReplayTransport(
+                session.replayer.source, session.replay_options, virtual_time=session.virtual_time
+            )
             session.attach_http(playback=self.replay.playback)
         self.recording: RecordingTransport | None = None
         """What records the others, once one was recorded."""

@@ -327,7 +327,7 @@ def record(
         raise CliError("--tools-module needs --tools FILE (the tools the model is offered)", EXIT_USAGE)
     implementations = load_tools_module(tools_module) if tools_module is not None else None
     api_key = os.environ.get(api_key_env, "")
-    if not api_key:
+    if not api_key and not _loopback(base_url):  # a provider on this machine (a scripted one, a proxy) needs none
         raise CliError(f"no API key: set the environment variable {api_key_env} (or name another with --api-key-env)")
     if output.is_dir():
         raise CliError(f"{output} is a directory; give the cassette file name with -o")
@@ -403,3 +403,19 @@ def record(
         raise typer.Exit(EXIT_INTERRUPTED)
     if failure is not None and not chat:
         raise CliError(str(failure))
+
+
+def _loopback(base_url: str | None) -> bool:
+    """Whether ``base_url`` is a provider on this machine (127.0.0.1, ::1, localhost)."""
+    if base_url is None:
+        return False
+    import ipaddress
+    from urllib.parse import urlsplit
+
+    host = urlsplit(base_url).hostname or ""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

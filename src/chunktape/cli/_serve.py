@@ -58,6 +58,23 @@ def serve(
         int,
         typer.Option("--max-body", min=1, help="The largest request body in bytes; a larger one is answered 413."),
     ] = MAX_BODY_BYTES,
+    script: Annotated[
+        Path | None,
+        typer.Option(
+            "--script",
+            help="Answer from a script of turns you write (.toml/.json: text, tool calls, usage, finish, errors) "
+            "instead of cassettes: a provider for your own conversation.",
+        ),
+    ] = None,
+    record: Annotated[
+        Path | None,
+        typer.Option(
+            "--record",
+            "-o",
+            help="With --script: record every answer, with the client's real requests, into this cassette "
+            "(saved on Ctrl-C).",
+        ),
+    ] = None,
 ) -> None:
     """Serve cassettes as an OpenAI-compatible chat-completions API on a loopback address, until Ctrl-C.
 
@@ -68,14 +85,23 @@ def serve(
     client that disconnects or times out before that leaves it for its retry. --repeat, or POST /reset, lets a
     client run again; a request no interaction matches is answered 418 (x-chunktape-error: CASSETTE_MISMATCH).
 
+    With --script FILE the server is a provider you write: it answers each request with the next turn of
+    the script (text, tool calls, usage, finish, HTTP and in-stream errors; --fault on top), and with
+    --record OUT it records your agent's real requests and those answers into a cassette its tests replay.
+
     Example: chunktape serve cassettes/demo-session.msgpack --port 8000 --speed 2
+    Example: chunktape serve --script turns.toml --record tests/cassettes/agent.msgpack
     """
-    if not cassettes and scenarios is None:
-        raise CliError("give at least one cassette or --scenarios FILE", EXIT_USAGE)
+    if script is not None and cassettes:
+        raise CliError("give cassettes or --script FILE, not both", EXIT_USAGE)
+    if record is not None and script is None:
+        raise CliError("--record goes with --script (a replay records nothing; chunktape proxy records)", EXIT_USAGE)
+    if not cassettes and scenarios is None and script is None:
+        raise CliError("give at least one cassette, --scenarios FILE or --script FILE", EXIT_USAGE)
     for path in cassettes or []:
         if not path.exists():  # a cassette miss: the command line's next step (with_cli_hint) says how to record one
             raise LlmError(f"{path} does not exist", ErrorCode.CASSETTE_NOT_FOUND)
-    for path in [*(cassettes or []), *([scenarios] if scenarios is not None else [])]:
+    for path in [*(cassettes or []), *(extra for extra in (scenarios, script) if extra is not None)]:
         if not path.is_file():
             raise CliError(f"{path} does not exist" if not path.exists() else f"{path} is not a file")
     options = ReplayOptions(
@@ -93,6 +119,9 @@ def serve(
         if server.remote_warning is not None:
             err_console().print(server.remote_warning, markup=False, soft_wrap=True, style="yellow")
         out.print(f"serving on {server.url}  (OpenAI base URL: {server.url}/v1)", markup=False, soft_wrap=True)
+        if script is not None:
+            what = f"; recording into {record}" if record is not None else ""
+            out.print(f"answering from the script {script}{what}", markup=False, soft_wrap=True)
         for name in server.scenarios:
             out.print(f"  scenario {name}: {server.url}/scenarios/{name}/v1", markup=False, soft_wrap=True)
         out.print("press Ctrl-C to stop", style="dim")
@@ -106,4 +135,12 @@ def serve(
         allow_remote=allow_remote,
         limits=ServerLimits(max_body=max_body),
         on_ready=announce,
+        script=script,
+        record=record,
     )
+    if record is not None:
+        out.print(
+            f"saved {record}" if record.exists() else f"nothing was answered: {record} not written",
+            markup=False,
+            soft_wrap=True,
+        )

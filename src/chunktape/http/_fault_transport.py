@@ -22,8 +22,11 @@ Each fault becomes:
                 N bytes of the body, or right after the first event with content of the ``inside`` kind, the
                 body raises the request's library's ``ReadError``; it never lets the finish event or ``[DONE]``
                 through (clients: ``STREAM_ABORTED``; openai: ``APIConnectionError``)
-``Stall``       silence for S seconds of loop time before chunk N+1
-``Latency``     delay before the first data event and between events, with seeded jitter
+``Stall``       silence for S seconds of loop time before chunk N+1; a silence longer than the request's read
+                timeout (``timeout=`` of the SDK or client) raises that library's ``ReadTimeout`` when the timeout
+                passes, as the network transport would (SDKs: their timeout error, e.g. openai's
+                ``APITimeoutError``); before the first content event, the response itself is late
+``Latency``     delay before the first data event and between events, with seeded jitter (read timeout: as a stall)
 ``Truncate``    the body ends cleanly after at most N chunks, before any finish/usage event and without
                 ``[DONE]`` (clients: ``STREAM_ABORTED``, "ended before the provider finished it")
 ``Corrupt``     by ``kind``, on the OpenAI chat-chunk stream:
@@ -72,11 +75,15 @@ from chunktape.faults import Fault, HttpError
 from chunktape.faults._plan import ActiveFault, FaultPlan, FiredFault
 from chunktape.faults._sse import check_faults, faulted
 from chunktape.http._render import error_body, error_headers
-from chunktape.wire._openai_chat import REASONING_FIELDS, options_from_openai_request
+from chunktape.http._routes import route_model
+from chunktape.http._timeouts import TimedBody
+from chunktape.wire._openai_chat import decode_chat_request
 
 __all__ = ["FaultTransport"]
 
 _decoder = msgspec.json.Decoder()
+_HEAD_PIECES = 2
+"""The faulty body's pieces a response waits for before it is handed over (``ReplayTransport``'s rule)."""
 _NO_OPTIONS = GenerateOptions(model="", messages=[])
 
 
@@ -106,8 +113,7 @@ class FaultTransport(DualTransport):
 
     async def _options(self, request: AnyRequest) -> GenerateOptions:
         try:
-            body = _decoder.decode(await request.aread())
-            return options_from_openai_request(body, reasoning=REASONING_FIELDS)
+            return decode_chat_request(await request.aread(), model=route_model(request.url.path)).options
         except Exception:  # not a chat request: selectors that read the body simply do not match
             return _NO_OPTIONS
 
@@ -134,14 +140,19 @@ class FaultTransport(DualTransport):
             for name, value in upstream.headers.multi_items()
             if name.lower() not in ("content-length", "content-encoding")
         ]
-        pieces = _faulty(upstream, active, request, dribble=self.dribble)
+        pieces = TimedBody(_faulty(upstream, active, request, dribble=self.dribble), request)
 
         async def close() -> None:
             try:
-                await aclose_stream(pieces)
+                await pieces.aclose()
             finally:
                 await upstream.aclose()
 
+        try:
+            await pieces.prefetch(_HEAD_PIECES)
+        except BaseException:
+            await close()
+            raise
         body = AsyncBody(pieces, close)
         return response(request, upstream.status_code, headers=headers, stream=body, extensions=upstream.extensions)
 

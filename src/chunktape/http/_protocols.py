@@ -91,7 +91,9 @@ class WireProtocol:
     def matches(self, path: str) -> bool:
         return path.endswith(self.route)
 
-    def decode_request(self, raw: bytes) -> Decoded:
+    def decode_request(self, raw: bytes, *, model: str | None = None) -> Decoded:
+        """``raw`` as this protocol's request; ``model``: the model the route names (Azure's deployment), taken
+        when the body names none."""
         raise NotImplementedError
 
     def renderer(self, *, model: str, include_usage: bool = True, meta: ResponseMeta | None = None) -> Renderer:
@@ -136,8 +138,8 @@ class _Chat(WireProtocol):
     route = "/chat/completions"
     streams = "chat completions"
 
-    def decode_request(self, raw: bytes) -> Decoded:
-        return Decoded(*chat.decode_chat_request(raw))
+    def decode_request(self, raw: bytes, *, model: str | None = None) -> Decoded:
+        return Decoded(*chat.decode_chat_request(raw, model=model))
 
     def renderer(self, *, model: str, include_usage: bool = True, meta: ResponseMeta | None = None) -> Renderer:
         return SseRenderer(model=model, include_usage=include_usage, meta=meta)
@@ -162,7 +164,7 @@ class _Anthropic(WireProtocol):
     route = "/messages"
     streams = "Anthropic messages"
 
-    def decode_request(self, raw: bytes) -> Decoded:
+    def decode_request(self, raw: bytes, *, model: str | None = None) -> Decoded:
         return Decoded(*anthropic.decode_messages_request(raw))
 
     def renderer(self, *, model: str, include_usage: bool = True, meta: ResponseMeta | None = None) -> Renderer:
@@ -209,7 +211,7 @@ class _Responses(WireProtocol):
     route = "/responses"
     streams = "OpenAI responses"
 
-    def decode_request(self, raw: bytes) -> Decoded:
+    def decode_request(self, raw: bytes, *, model: str | None = None) -> Decoded:
         return Decoded(*responses.decode_responses_request(raw))
 
     def renderer(self, *, model: str, include_usage: bool = True, meta: ResponseMeta | None = None) -> Renderer:

@@ -43,7 +43,7 @@ from typing import Any
 import msgspec
 
 from chunktape._cassettes.model import Cancelled, Completed, Raised, ResponseMeta
-from chunktape._cassettes.redaction import env_secrets, redact_text
+from chunktape._cassettes.response import ResponseObserver, kept_headers, redacted_meta
 from chunktape._errors import ErrorCode, LlmError
 from chunktape._httpx import (
     DECODING_ERRORS,
@@ -69,36 +69,19 @@ from chunktape._protocol import GenerateOptions, LlmAdapter, StreamChunk, aclose
 from chunktape._recorder import ProviderClock, RecordingAdapter, RecordingCall, raised_from
 from chunktape._secrets import redact_url, url_secrets
 from chunktape.http._protocols import CHAT, WireProtocol, protocol_for
+from chunktape.http._routes import CHAT_PATH, route_model
 from chunktape.http._vcr import SECRET_HEADERS
 from chunktape.wire._http_errors import http_error
 from chunktape.wire._openai_chat import DONE, not_an_event_stream
 from chunktape.wire._sse import SseEvent, SseParser
 
-__all__ = ["CHAT_PATH", "RecordingTransport", "UnrecordedRequestWarning", "kept_headers"]
+__all__ = ["CHAT_PATH", "RecordingTransport", "UnrecordedRequestWarning"]
 
-CHAT_PATH = "/chat/completions"
-"""Requests to a path ending like this are chat completions (``/v1/chat/completions``, ``/openai/...``)."""
-
-_KEPT_HEADERS = frozenset({"x-request-id", "request-id", "retry-after", "retry-after-ms", "x-groq-region"})
-_KEPT_PREFIXES = ("openai-", "x-ratelimit-", "ratelimit-", "anthropic-ratelimit-")
-_STANDARD = frozenset({"id", "object", "created", "model", "system_fingerprint", "choices", "usage"})
-"""Top-level fields of a chunk or completion that the renderer writes itself: everything else is an extra."""
 _decoder = msgspec.json.Decoder()
-_meta_encoder = msgspec.json.Encoder()
-_meta_decoder = msgspec.json.Decoder(ResponseMeta)
 
 
 class UnrecordedRequestWarning(UserWarning):
     """A chat-completions request that the chunk cassette cannot represent passed through unrecorded."""
-
-
-def kept_headers(headers: Mapping[str, str]) -> dict[str, str]:
-    """The response headers a replay sends again: request ids, ``openai-*``, rate limits, ``Retry-After``."""
-    return {
-        name: value
-        for name, value in ((name.lower(), value) for name, value in headers.items())
-        if name not in SECRET_HEADERS and (name in _KEPT_HEADERS or name.startswith(_KEPT_PREFIXES))
-    }
 
 
 def _credentials(request: AnyRequest) -> list[str]:
@@ -144,7 +127,10 @@ class _Exchange:
         self.status = 0
         self.headers: dict[str, str] = {}
         self.streaming = False
+        self.observer = ResponseObserver()
+        """What a chat-completions answer carried beyond its chunks (id, model, headers, extras)."""
         self.meta = ResponseMeta()
+        """What another protocol's answer carried: its headers and envelope (``WireProtocol.observed``)."""
         self.parser: SseParser | None = None
         self.decoder = protocol.decoder()
         self.body: list[bytes] = []
@@ -152,7 +138,6 @@ class _Exchange:
         self.kept = 0
         """How many bytes of that body arrived (those past ``keep`` were passed on, not kept)."""
         self.keep = MAX_DECODED_BYTES
-        self.finish_sent = False
         self.broken = False
         """True once the outcome is recorded: later bytes only pass through."""
 
@@ -163,7 +148,8 @@ class _Exchange:
         self.headers = dict(reply.headers.items())
         content_type = reply.headers.get("content-type", "")
         self.streaming = 200 <= self.status < 300 and content_type.startswith("text/event-stream")
-        self.meta = ResponseMeta(headers=kept_headers(reply.headers), streamed=self.streaming)
+        self.observer = ResponseObserver(reply.headers.multi_items(), streamed=self.streaming)
+        self.meta = ResponseMeta(headers=kept_headers(reply.headers.multi_items()), streamed=self.streaming)
         self.parser = SseParser() if self.streaming else None
         self.keep = MAX_DECODED_BYTES if 200 <= self.status < 300 else MAX_ERROR_BODY_BYTES
 
@@ -193,26 +179,12 @@ class _Exchange:
             self.call.chunk(t_ns, chunk)
 
     def _observe(self, data: str) -> None:
-        """Keep the response metadata this chunk JSON carries (the first value of each field wins)."""
+        """Keep the response metadata this chunk JSON carries (``ResponseObserver``)."""
         try:
             obj = _decoder.decode(data)
         except msgspec.DecodeError:
             return  # the decoder reports it
-        if not isinstance(obj, dict):
-            return
-        meta = self.meta
-        choices = obj.get("choices")
-        first = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else {}
-        if first.get("finish_reason") is not None:
-            self.finish_sent = True
-            where = "finish"
-        elif choices == [] and obj.get("usage") is not None:
-            where = "usage"
-        elif meta.id is None and meta.model is None:
-            where = "first"
-        else:
-            where = "delta"
-        self.meta = _with_fields(meta, obj, where)
+        self.observer.event(obj)
 
     def done(self) -> None:
         """The body ended: decode what is left and record the outcome."""
@@ -249,10 +221,9 @@ class _Exchange:
         if chunks is None or not isinstance(obj, dict):
             raise not_an_event_stream(body, self.headers.get("content-type"), streams=self.protocol.streams)
         if self.protocol is CHAT:
-            self.meta = _with_fields(self.meta, obj, "completion")
+            self.observer.completion(obj)
         else:
             self.meta = self.protocol.observed_whole(self.meta, obj)
-        self.finish_sent = True
         self._chunks(chunks, t_ns)
 
     def _error(self, body: bytes) -> LlmError:
@@ -304,7 +275,8 @@ class _Exchange:
         if self.call.ended:
             return
         t_ns = self.clock.arrived()
-        if self.parser is not None and (self.decoder.done or self.finish_sent):
+        finished = self.protocol is CHAT and self.observer.finish_sent
+        if self.parser is not None and (self.decoder.done or finished):
             try:
                 self._chunks(self.decoder.close(), t_ns)
             except LlmError as error:
@@ -321,32 +293,13 @@ class _Exchange:
 
     def _end(self, outcome: Raised | Completed | Cancelled) -> None:
         self.broken = True
-        meta = self.meta
-        if self.protocol is not CHAT and self.streaming:
-            meta = self.protocol.observed(meta, self.decoder)
-        finish_sent = self.finish_sent or not self.streaming or self.protocol is not CHAT
-        meta = msgspec.structs.replace(meta, finish_sent=finish_sent)
-        self.call.respond(_redacted(meta, self.secrets))
+        if self.protocol is CHAT:
+            meta = self.observer.meta()
+        else:  # the protocol keeps its own envelope (Anthropic's message, Responses' response)
+            meta = self.protocol.observed(self.meta, self.decoder) if self.streaming else self.meta
+            meta = msgspec.structs.replace(meta, finish_sent=True)
+        self.call.respond(redacted_meta(meta, self.secrets))
         self.call.end(outcome)
-
-
-def _with_fields(meta: ResponseMeta, obj: dict[str, Any], where: str) -> ResponseMeta:
-    changes: dict[str, Any] = {}
-    for field, kind in (("id", str), ("model", str), ("created", int), ("system_fingerprint", str)):
-        value = obj.get(field)
-        if getattr(meta, field) is None and isinstance(value, kind) and not isinstance(value, bool):
-            changes[field] = value
-    extra = {key: value for key, value in obj.items() if key not in _STANDARD}
-    if extra and where not in meta.extras:
-        changes["extras"] = {**meta.extras, where: extra}
-    return msgspec.structs.replace(meta, **changes) if changes else meta
-
-
-def _redacted(meta: ResponseMeta, secrets: Sequence[str]) -> ResponseMeta:
-    """``meta`` with the credentials in use and key-shaped strings replaced (its JSON, redacted as text)."""
-    text = _meta_encoder.encode(meta).decode()
-    cleaned = redact_text(text, [*secrets, *env_secrets().values()])
-    return meta if cleaned == text else _meta_decoder.decode(cleaned)
 
 
 def _passed_on(reply: AnyResponse) -> list[tuple[str, str]]:
@@ -437,16 +390,32 @@ class RecordingTransport(DualTransport):
         """Told (one line) of a chat-completions request passed through unrecorded; None: an
         ``UnrecordedRequestWarning`` (a server thread, the proxy, logs it instead)."""
         self._saved = False
+        self._warned: set[str] = set()
 
     @property
     def path(self) -> Path:
         return self.recorder.path
 
+    def _unrecorded(self, request: AnyRequest) -> None:
+        """Traffic the chunk cassette cannot hold (another route or protocol): said once per route, then passed on
+        (a proxy, which gives ``on_unrecorded``, says so itself)."""
+        route = f"{request.method} {request.url.path}"
+        if self.on_unrecorded is not None or request.method == "GET" or route in self._warned:
+            return  # a model list or a health check: nothing a replay would need
+        self._warned.add(route)
+        warnings.warn(
+            f"{route} is not recorded into {self.path}: chunktape records chat completions, Anthropic Messages and "
+            "OpenAI Responses (POST .../chat/completions, .../messages, .../responses); this route's requests pass "
+            "through to the provider unrecorded",
+            UnrecordedRequestWarning,
+            stacklevel=5,
+        )
+
     @staticmethod
     def records(method: str, path: str) -> bool:
         """Whether a request of ``method`` to ``path`` is one this transport records (a model request of a protocol
-        it speaks: chat completions, Messages, Responses); the others pass through unrecorded (a proxy says so once
-        per route)."""
+        it speaks: chat completions, Azure's route included, Messages, Responses); the others pass through
+        unrecorded (said once per route)."""
         return method.upper() == "POST" and protocol_for(path) is not None
 
     def _start(self, request: AnyRequest, now: Callable[[], float]) -> _Exchange | None:
@@ -454,11 +423,12 @@ class RecordingTransport(DualTransport):
         it passes through unrecorded)."""
         protocol = protocol_for(request.url.path) if request.method.upper() == "POST" else None
         if protocol is None:
+            self._unrecorded(request)
             return None
         seen = self._source.seen
         seen.extend(secret for secret in _credentials(request) if secret not in seen)
         try:
-            options = protocol.decode_request(request.content).options
+            options = protocol.decode_request(request.content, model=route_model(request.url.path)).options
         except LlmError as error:
             message = f"{request.method} {redact_url(str(request.url))} passed through unrecorded: {error.message}"
             if self.on_unrecorded is not None:

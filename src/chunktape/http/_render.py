@@ -117,7 +117,7 @@ class SseRenderer:
     model, ``created``, ``system_fingerprint`` and extra fields, and no ``finish_reason`` where it sent none.
     """
 
-    __slots__ = ("_encoder", "_meta", "include_usage")
+    __slots__ = ("_encoder", "_meta", "_usage_sent", "include_usage")
 
     def __init__(
         self,
@@ -133,17 +133,15 @@ class SseRenderer:
             created = created if meta.created is None else meta.created
         self._encoder = OpenAIChatEncoder(model=model, created=created, id=id)
         self._meta = meta
+        self._usage_sent = False
         self.include_usage = include_usage
         """Whether ``end()`` writes the usage-only ``choices: []`` chunk. OpenAI sends it only to a request with
         ``stream_options.include_usage: true``, and then a stream without it carries no usage at all."""
 
     def _event(self, obj: dict[str, Any], where: str) -> bytes:
         """``obj`` as an event, with the recorded metadata for its place in the stream (``ResponseMeta.extras``)."""
-        meta = self._meta
-        if meta is not None:
-            if meta.system_fingerprint is not None:
-                obj["system_fingerprint"] = meta.system_fingerprint
-            obj.update(meta.extras.get(where, ()))
+        if self._meta is not None:
+            _as_recorded(obj, self._meta, where, "delta")
         return data_event(obj)
 
     def head(self) -> bytes:
@@ -158,12 +156,20 @@ class SseRenderer:
                 return data_event(objects[0])
             return b"".join(data_event(obj) for obj in objects)
         if type(chunk) is Finish:
-            return self._event(objects[0], "finish") if self._meta.finish_sent else b""
+            if not self._meta.finish_sent:
+                return b""
+            finish = objects[0]
+            recorded = self._meta.extras.get("finish.usage")
+            usage = self._encoder.close() if recorded is not None and "usage" not in self._meta.extras else []
+            if usage:  # the provider sent its usage on the finish event (DeepSeek): so does the replay
+                finish["usage"] = usage[0]["usage"]
+                self._usage_sent = True
+            return self._event(finish, "finish")
         return b"".join(self._event(obj, "delta") for obj in objects)
 
     def end(self, *, done: bool = True) -> bytes:
         """The usage-only chunk (with ``include_usage``), then ``[DONE]`` if ``done`` and the stream had a finish."""
-        usage = self._encoder.close()
+        usage = [] if self._usage_sent else self._encoder.close()
         tail = b"".join(self._event(obj, "usage") for obj in usage) if self.include_usage else b""
         if done and self._encoder.finished:
             tail += DONE_EVENT
@@ -233,7 +239,22 @@ def completion_from_chunks(
     if calls:
         message["tool_calls"] = [tool_call_to_wire(call) for call in calls]
     finish = fold.finish
-    body: dict[str, Any] = {
+    body: dict[str, Any]
+    if meta is not None:
+        body = {
+            "id": meta.id or id,
+            "object": "chat.completion",
+            "created": meta.created or 0,
+            "model": meta.model or model,
+            "choices": [
+                {"index": 0, "message": message, "finish_reason": None if finish is None else finish_to_wire(finish)}
+            ],
+        }
+        if fold.usage is not None:
+            body["usage"] = usage_to_wire(fold.usage)
+        _as_recorded(body, meta, "completion", "message")
+        return body
+    body = {
         "id": id,
         "object": "chat.completion",
         "created": 0,
@@ -249,9 +270,27 @@ def completion_from_chunks(
     }
     if fold.usage is not None:
         body["usage"] = usage_to_wire(fold.usage)
-    if meta is not None:
-        body.update(id=meta.id or id, created=meta.created or 0, model=meta.model or model)
-        if meta.system_fingerprint is not None:
-            body["system_fingerprint"] = meta.system_fingerprint
-        body.update(meta.extras.get("completion", ()))
     return body
+
+
+def _as_recorded(obj: dict[str, Any], meta: ResponseMeta, place: str, inner: str) -> None:
+    """``obj`` (an event or a completion at ``place``) with the provider's recorded fields: its fingerprint, its
+    extras, its first choice's own fields (and no ``logprobs`` it did not send), its delta's or message's, and its
+    usage object as sent."""
+    extras = meta.extras
+    if meta.system_fingerprint is not None:
+        obj["system_fingerprint"] = meta.system_fingerprint
+    obj.update(extras.get(place, ()))
+    choices = obj.get("choices")
+    if choices:
+        choice = choices[0]
+        body = choice.get(inner)
+        own = "completion.message" if inner == "message" else f"{place}.delta"
+        if isinstance(body, dict):
+            body = {**body, **extras.get(own, {})}
+        rebuilt = {"index": choice.get("index", 0), inner: body, **extras.get(f"{place}.choice", {})}
+        rebuilt["finish_reason"] = choice.get("finish_reason")
+        obj["choices"] = [rebuilt, *choices[1:]]
+    usage = extras.get(f"{place}.usage")
+    if usage is not None and "usage" in obj:
+        obj["usage"] = usage.get("usage", obj["usage"])

@@ -14,7 +14,15 @@ wire format with the metadata ``RecordingTransport`` kept (``Interaction.respons
 ``system_fingerprint``, headers, extras, no invented ``finish_reason``):
 
 - a streamed request gets the event stream, released on the chosen timing (``asyncio.sleep``, so virtual time
-  works; a sync client sleeps for real); a request with ``stream: false`` the whole ``chat.completion``;
+  works; a sync client sleeps for real, or on a virtual clock of its own with ``virtual_time=True``); a request
+  with ``stream: false`` the whole ``chat.completion``;
+- the client's read timeout (``request.extensions["timeout"]``, what an SDK's ``timeout=`` sets) holds as over a
+  socket (``chunktape.http._timeouts``): a wait longer than it (a stall, latency, a slow recorded gap) raises the
+  request's library's ``ReadTimeout`` when it passes, which SDKs raise as their timeout error and retry. The
+  response is handed over with its first event of content, as the replay server sends its head, so a silence
+  before it times out the request itself (openai's own ``max_retries`` then retries it);
+- a client that gives up (its timeout fired, it closed the body) before the recorded ending or the finish leaves
+  the interaction unplayed: its retry replays it;
 - a recorded HTTP error (a 429 before any chunk) is answered with its status, message and ``Retry-After``, so
   the SDK raises its own error and runs its own retry; a recorded reset mid-stream breaks the body with the
   library's ``ReadError`` (``ReadTimeout`` for a recorded timeout): the SDK's connection error; a recorded
@@ -33,9 +41,10 @@ no httpx error, so the openai SDK (and those built on it) lets it through unchan
 
 from __future__ import annotations
 
+import asyncio
 import os
 import warnings
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import NamedTuple, Unpack
 
 import msgspec
@@ -44,17 +53,24 @@ from chunktape._cassettes.codec import LazyCassette
 from chunktape._cassettes.model import Cassette, Interaction, Raised
 from chunktape._errors import ErrorCode, LlmError
 from chunktape._httpx import AnyRequest, AnyResponse, AsyncBody, DualTransport, LoopBody, read_error, response
-from chunktape._protocol import aclose_stream
+from chunktape._protocol import Finish, aclose_stream
 from chunktape._replayer.options import ReplayKeywords, ReplayOptions
 from chunktape._replayer.playback import Hold, Playback
+from chunktape._virtual_time import VirtualTimeLoop
 from chunktape.faults._plan import ActiveFault, FaultPlan, Reservation
 from chunktape.faults._sse import check_faults, faulted
 from chunktape.http._protocols import CrossProtocolWarning, Renderer, WireProtocol, carried_over, protocol_for
 from chunktape.http._render import error_headers
+from chunktape.http._routes import route_model
+from chunktape.http._timeouts import TimedBody
 
 __all__ = ["ReplayTransport"]
 
 _encoder = msgspec.json.Encoder()
+_HEAD_PIECES = 2
+"""The pieces a response waits for before its head is handed over: the opening role event and the first event after
+it, as the replay server sends its head with the first bytes of content (a silence before them times out the
+request itself, as over a socket)."""
 _BROKEN = frozenset({ErrorCode.STREAM_ABORTED.value, ErrorCode.TIMEOUT.value})
 """Recorded outcomes that broke the connection rather than arriving in the body."""
 
@@ -68,11 +84,12 @@ class _Whole(NamedTuple):
 
 
 class _Streamed(NamedTuple):
-    """An event stream released as it is read; ``close`` once it is closed."""
+    """An event stream released as it is read; ``held`` is left once it is closed."""
 
     headers: dict[str, str]
     pieces: AsyncIterator[bytes]
     held: Reservation[int]
+    hold: Hold
 
 
 def _error(
@@ -95,11 +112,26 @@ class ReplayTransport(DualTransport):
         self,
         cassette: Cassette | LazyCassette | str | os.PathLike[str],
         replay_options: ReplayOptions | None = None,
+        *,
+        virtual_time: bool = False,
         **replay: Unpack[ReplayKeywords],
     ) -> None:
         self.playback = Playback(cassette, ReplayOptions.of(replay_options, **replay))
         """Matching, play counts, the faults' plan and timing (``assert_all_played()``, ``play_counts``)."""
         check_faults(self.playback.fault_plan)
+        self.virtual_time = virtual_time
+        """For sync clients: whether a body's waits (timing, stalls, the read timeout) run on a virtual clock of its
+        own, which jumps over them, rather than in real time. An async client's loop decides for itself."""
+
+    @classmethod
+    def over(cls, playback: Playback, *, virtual_time: bool = False) -> ReplayTransport:
+        """A transport answering from ``playback``, a replay engine another face shares (one set of play counts,
+        call numbers and faults for both: the fault search's stand-in for ``tape``)."""
+        transport = cls.__new__(cls)
+        transport.playback = playback
+        check_faults(playback.fault_plan)
+        transport.virtual_time = virtual_time
+        return transport
 
     @property
     def plan(self) -> FaultPlan:
@@ -122,7 +154,7 @@ class ReplayTransport(DualTransport):
                 "...chat/completions, .../messages and .../responses only",
                 ErrorCode.CASSETTE_MISMATCH,
             )
-        chat = protocol.decode_request(request.content)
+        chat = protocol.decode_request(request.content, model=route_model(request.url.path))
         engine = self.playback
         _, active = engine.begin(chat.options)
         failed = active.http_error if active is not None else None
@@ -131,7 +163,8 @@ class ReplayTransport(DualTransport):
             return _error(
                 protocol, fault.status, f"{fault.message or 'provider error'} [{item.label}]", fault.retry_after
             )
-        held = engine.hold(active, engine.as_recorded(chat.options), Hold(engine.release))
+        hold = Hold(engine.release)
+        held = engine.hold(active, engine.as_recorded(chat.options), hold)
         index = held.__enter__()
         interaction = engine.source.interaction(index)
         meta = interaction.response
@@ -155,10 +188,10 @@ class ReplayTransport(DualTransport):
             content = protocol.render(interaction, model=chat.options.model, include_usage=chat.include_usage)
             return _Whole(200, headers, content)
         renderer = protocol.renderer(model=chat.options.model, include_usage=chat.include_usage, meta=meta)
-        pieces = self._events(request, interaction, index, renderer, active)
+        pieces = self._events(request, interaction, index, renderer, active, hold)
         if active is not None:
             pieces = _faulty(pieces, active, request)
-        return _Streamed(headers, pieces, held)
+        return _Streamed(headers, pieces, held, hold)
 
     async def _events(
         self,
@@ -167,29 +200,50 @@ class ReplayTransport(DualTransport):
         index: int,
         renderer: Renderer,
         active: ActiveFault | None,
+        hold: Hold,
     ) -> AsyncIterator[bytes]:
-        """The event stream on the adapter's timing, shifted by the delays a fault injects, ending as recorded."""
-        yield renderer.head()
-        shift = (lambda: active.delayed_s) if active is not None else None
+        """The event stream on the adapter's timing, shifted by the delays a fault injects, ending as recorded.
+
+        A client that closes it before the recorded ending (or the finish) reached it, because it gave up (its read
+        timeout fired during a stall or a slow recorded gap) or stopped reading, leaves the interaction unplayed:
+        its retry replays it, as the replay server does for a client that left."""
+        delivered = False
         try:
-            async for chunk in self.playback.timed(interaction, index, None, shift):
-                piece = renderer.chunk(chunk)
-                if piece:
-                    yield piece
-        except LlmError:
-            pass  # the recorded outcome, rendered below
-        outcome = interaction.outcome
-        if type(outcome) is Raised and outcome.code in _BROKEN:
-            message = f"{outcome.message} (replayed from {self.playback.path or 'the cassette'})"
-            raise read_error(request, message, timeout=outcome.code == ErrorCode.TIMEOUT.value)
-        yield renderer.outcome(outcome).data
+            yield renderer.head()
+            shift = (lambda: active.delayed_s) if active is not None else None
+            try:
+                async for chunk in self.playback.timed(interaction, index, None, shift):
+                    piece = renderer.chunk(chunk)
+                    if type(chunk) is Finish:
+                        delivered = True  # a client may stop at the finish without reading on to the end
+                    if piece:
+                        yield piece
+            except LlmError:
+                pass  # the recorded outcome, rendered below
+            outcome = interaction.outcome
+            if type(outcome) is Raised and outcome.code in _BROKEN:
+                delivered = True  # the recorded break is the recorded ending
+                message = f"{outcome.message} (replayed from {self.playback.path or 'the cassette'})"
+                raise read_error(request, message, timeout=outcome.code == ErrorCode.TIMEOUT.value)
+            ending = renderer.outcome(outcome).data
+            delivered = True
+            yield ending
+        finally:
+            if not delivered:
+                hold.release()
 
     def handle(self, request: AnyRequest) -> AnyResponse:
         request.read()
         answer = self._answer(request)
         if isinstance(answer, _Whole):
             return response(request, answer.status, headers=answer.headers, content=answer.content)
-        body = LoopBody(answer.pieces, lambda: _release(answer))
+        timed = TimedBody(answer.pieces, request)
+        body = LoopBody(timed, lambda: _release(timed, answer), loop_factory=self._loop_factory())
+        try:
+            body.run(lambda: timed.prefetch(_HEAD_PIECES))
+        except BaseException:
+            body.close()
+            raise
         return response(request, 200, headers=answer.headers, stream=body)
 
     async def handle_async(self, request: AnyRequest) -> AnyResponse:
@@ -197,7 +251,16 @@ class ReplayTransport(DualTransport):
         answer = self._answer(request)
         if isinstance(answer, _Whole):
             return response(request, answer.status, headers=answer.headers, content=answer.content)
-        return response(request, 200, headers=answer.headers, stream=AsyncBody(answer.pieces, lambda: _release(answer)))
+        timed = TimedBody(answer.pieces, request)
+        try:
+            await timed.prefetch(_HEAD_PIECES)
+        except BaseException:
+            await _release(timed, answer)
+            raise
+        return response(request, 200, headers=answer.headers, stream=AsyncBody(timed, lambda: _release(timed, answer)))
+
+    def _loop_factory(self) -> Callable[[], asyncio.AbstractEventLoop]:
+        return VirtualTimeLoop if self.virtual_time else asyncio.new_event_loop
 
 
 def _warn_across(interaction: Interaction, protocol: WireProtocol, model: str) -> None:
@@ -221,10 +284,12 @@ async def _faulty(pieces: AsyncIterator[bytes], active: ActiveFault, request: An
         await aclose_stream(frames)
 
 
-async def _release(answer: _Streamed) -> None:
+async def _release(timed: TimedBody, answer: _Streamed) -> None:
     """The body was closed: close the stream (its end decides whether a fault used the interaction up), then
     give the interaction back unless it was."""
     try:
-        await aclose_stream(answer.pieces)
+        await timed.aclose()
     finally:
         answer.held.__exit__(None, None, None)
+        if timed.timed_out:  # the client gave up waiting: whatever it had, it never took the answer
+            answer.hold.release()

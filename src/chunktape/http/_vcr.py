@@ -48,6 +48,7 @@ from chunktape._errors import ErrorCode, LlmError
 from chunktape._limits import BodyDecodeError, BodyDecoder, UnreadableFile, decode_body, read_user_file
 from chunktape._protocol import StreamChunk
 from chunktape._secrets import is_credential_value, redact_url, url_secrets
+from chunktape.http._vcr_meta import vcr_response_meta
 from chunktape.wire._http_errors import header_value, http_error
 from chunktape.wire._openai_chat import (
     REASONING_FIELDS,
@@ -326,6 +327,7 @@ def _interaction(request: Any, response: Any) -> Interaction:
     content = _decompress(_as_bytes(raw), header_value(headers, "content-encoding"))
     chunks: list[StreamChunk] = []
     outcome: Outcome
+    payload: Any = None
     if status >= 300:
         outcome = _raised(http_error(status, content, headers))
     elif content.lstrip().startswith(b"{"):
@@ -346,6 +348,7 @@ def _interaction(request: Any, response: Any) -> Interaction:
         request=RecordedRequest.from_options(options),
         events=[Event(t_ns=0, chunk=chunk) for chunk in chunks],
         outcome=outcome,
+        response=vcr_response_meta(headers, content, payload if isinstance(payload, dict) else None),
     )
 
 
@@ -469,6 +472,9 @@ def read_vcr(
                     "(CLI: --keep-undecodable)",
                 )
             notes.append(f"{where}: kept as a raised INVALID_RESPONSE, its response cannot be decoded")
+        if interaction.response is not None and interaction.response.unkept:
+            unkept = ", ".join(interaction.response.unkept)
+            notes.append(f"{where}: not kept, as their value changes from event to event: {unkept}")
         interactions.append(interaction)
     if not interactions:
         raise LlmError(

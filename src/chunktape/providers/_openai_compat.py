@@ -16,15 +16,17 @@ Error mapping (every failure is an ``LlmError``):
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
+import msgspec
+
+from chunktape._cassettes.response import ResponseObserver, response_sink
 from chunktape._errors import ErrorCode, LlmError
-from chunktape._httpx import (
-    AnyAsyncClient,
-)
+from chunktape._httpx import AnyAsyncClient, AnyResponse
 from chunktape._protocol import (
     GenerateOptions,
     ReasoningOption,
@@ -85,6 +87,19 @@ class OpenAICompatAdapter(StreamingAdapter):
     route = "/chat/completions"
     streams = "chat completions"
 
+    def observer_for(self, response: AnyResponse) -> ResponseObserver | None:
+        """While a recorder records this stream (its sink is set), what keeps the answer's metadata and extras."""
+        sink = response_sink().get()
+        if sink is None:
+            return None
+        streamed = response.headers.get("content-type", "").startswith("text/event-stream")
+        observer = sink.observer = ResponseObserver(response.headers.multi_items(), streamed=streamed)
+        return observer
+
+    def observe(self, observer: ResponseObserver, data: str) -> None:
+        with contextlib.suppress(msgspec.DecodeError):  # what does not decode, the decoder has reported
+            observer.event(_json.decode(data))
+
     def new_decoder(self) -> OpenAIChatDecoder:
         return OpenAIChatDecoder()
 
@@ -120,3 +135,6 @@ class OpenAICompatAdapter(StreamingAdapter):
         if self.api_key:
             headers["Authorization"] = f"Bearer {self.api_key}"
         return headers
+
+
+_json = msgspec.json.Decoder()

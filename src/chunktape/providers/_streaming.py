@@ -19,6 +19,7 @@ import contextlib
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from typing import Any, Protocol
 
+from chunktape._cassettes.response import ResponseObserver
 from chunktape._errors import ErrorCode, LlmError
 from chunktape._httpx import (
     CONNECT_ERRORS,
@@ -79,6 +80,14 @@ class StreamingAdapter(LlmAdapter):
     def _headers_for_request(self) -> dict[str, str]:
         """The request headers, ``attribution_headers()`` and the credential included."""
 
+    def observer_for(self, response: AnyResponse) -> ResponseObserver | None:
+        """What observes the answer's headers and events for a recorder (None: nobody; a protocol that keeps its
+        envelope itself)."""
+        return None
+
+    def observe(self, observer: ResponseObserver, data: str) -> None:
+        """Hand one event's data to ``observer``."""
+
     async def aclose(self) -> None:
         if self._owns_client and self._client is not None:
             client, self._client = self._client, None
@@ -104,6 +113,7 @@ class StreamingAdapter(LlmAdapter):
         try:
             headers = self._headers_for_request()
             response = await guard.run(lambda: post_streaming(client, url, body, headers), "no response headers")
+            observer = self.observer_for(response)
             if response.status_code >= 300:
                 raise await self._http_error(response, guard)
             parser = SseParser()
@@ -129,6 +139,8 @@ class StreamingAdapter(LlmAdapter):
                         )
                 for item in items:
                     chunks = decoder.feed_item(item, unterminated=item is parser.unterminated)
+                    if observer is not None and isinstance(item, SseEvent) and item.data:
+                        self.observe(observer, item.data)
                     if isinstance(item, SseEvent) and item.data and not item.data.isspace() and self.idle_timeout:
                         # Only real data moves the idle deadline; keep-alive comments and blank data do not.
                         guard.deadline = loop.time() + self.idle_timeout

@@ -7,7 +7,8 @@
   the fault off the first call.
 - ``wants_virtual_time`` says which tests run on chunktape's virtual clock (``chunktape._virtual_time``, given
   by ``chunktape.pytest._clock``): every run of a fault matrix (the stalls, the recorded timing and the agent's
-  own retry back-offs then cost no wall time) and a ``tape`` test with recorded timing or a time fault.
+  own retry back-offs then cost no wall time) and a ``tape`` test with recorded timing or any fault (a 429's
+  Retry-After and the SDK's own back-off then cost none either).
   ``virtual_time=False`` (marker, ``tape_config``) or the ini ``tape_virtual_time = false`` turns it off.
   ``mark_items``: under pytest-xdist's ``loadgroup`` the runs of one test share an ``xdist_group``.
 - ``BaselineGate``: under pytest-xdist, a fault run whose cassette the ``[no-fault]`` run is about to record
@@ -28,10 +29,7 @@ from chunktape._errors import ErrorCode, LlmError
 from chunktape._replayer.timing import Timing
 from chunktape.faults import (
     STANDARD_FAULTS,
-    Disconnect,
     Fault,
-    Latency,
-    Stall,
     Targeted,
     fault_id,
     parse_fault,
@@ -125,13 +123,10 @@ def _target(fault: Fault, calls: list[int] | None) -> Fault:
 
 
 def uses_time(faults: Sequence[Fault], timing: Timing) -> bool:
-    """Whether a replay waits on the loop's clock: recorded or fixed timing, a stall, latency, a timed disconnect."""
-    if not timing.is_instant:
-        return True
-    return any(
-        isinstance(leaf, Stall | Latency) or (isinstance(leaf, Disconnect) and leaf.after_s is not None)
-        for leaf in FaultPlan(faults).stream_faults()
-    )
+    """Whether a replay's run waits on the loop's clock: recorded or fixed timing, or any fault (a stall, latency, a
+    timed disconnect wait themselves; an error's Retry-After and every failure's retry back-off are waited by the
+    code under test, the SDK's own retry included)."""
+    return not timing.is_instant or bool(FaultPlan(faults))
 
 
 def baseline_nodeid(nodeid: str, ident: str) -> str:
@@ -141,7 +136,7 @@ def baseline_nodeid(nodeid: str, ident: str) -> str:
 
 def wants_virtual_time(*, in_matrix: bool, faults: Sequence[Fault], timing: Timing) -> bool:
     """Whether a ``tape`` test whose settings allow virtual time gets it: every run of a fault matrix, and a test
-    whose replay waits on the clock (recorded or fixed timing, a time fault). A recording made on that clock stays
+    whose replay waits on the clock (recorded or fixed timing, any fault). A recording made on that clock stays
     true: while a socket is waited on, the clock runs at the real pace."""
     return in_matrix or uses_time(faults, timing)
 

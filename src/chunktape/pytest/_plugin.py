@@ -539,6 +539,7 @@ def tape(
         if flag is None:
             flag = bool(request.config.getini("tape_virtual_time"))
         if flag and wants_virtual_time(in_matrix=in_matrix, faults=replay.faults, timing=replay.timing):
+            session.virtual_time = True  # a sync client's replayed bodies too
             if item.nodeid.split("[", 1)[0] in request.config.stash.get(_clocked_key, set()):
                 clock.enter_context(virtual_time())
             elif inspect.iscoroutinefunction(getattr(item, "obj", None)):

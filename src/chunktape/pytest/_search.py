@@ -35,6 +35,7 @@ import os
 import random
 from collections.abc import AsyncGenerator, Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal, TypeAlias, get_args
 
 import msgspec
@@ -51,11 +52,13 @@ except ImportError as missing:  # pragma: no cover - depends on the environment
 from chunktape._cassettes.codec import LazyCassette, as_lazy
 from chunktape._cassettes.model import Cassette
 from chunktape._errors import ErrorCode, LlmError
+from chunktape._httpx import HTTP_ERRORS, HttpKind
 from chunktape._protocol import GenerateOptions, LlmAdapter, ReasoningOption, StreamChunk
 from chunktape._replayer.options import ReplayOptions
 from chunktape._replayer.playback import Playback
 from chunktape._replayer.timing import Timing
 from chunktape._session.session import CassetteSession
+from chunktape._session.transport import client_for
 from chunktape._virtual_time import replay_loop
 from chunktape.faults._specs import (
     STANDARD_FAULTS,
@@ -68,6 +71,10 @@ from chunktape.faults._specs import (
     Truncate,
     parse_faults,
 )
+from chunktape.harness._tools import Tool, ToolRunner
+from chunktape.harness._tooltape import ReplayingToolRunner, ToolTape
+from chunktape.http import ReplayTransport
+from chunktape.http._server.app import replay_server_for
 from chunktape.pytest._paths import shown
 
 __all__ = [
@@ -144,10 +151,17 @@ def run_virtual(agent: Agent, adapter: LlmAdapter, deadline_s: float) -> BaseExc
 
 
 class _Replay(LlmAdapter):
-    """The adapter one run hands the agent: the replay engine's chunk stream, as ``ReplayAdapter`` streams it.
+    """What one run hands the agent in place of ``tape``: every face of it over one replay engine (``Playback``), so
+    a schedule's call numbers count the agent's calls whichever face makes them.
 
-    The search builds the engine (``Playback``) itself: it sits below the replay faces.
+    The adapter (``stream()``, as ``ReplayAdapter`` streams it), ``transport()`` and ``http_client()`` (an SDK's
+    client, sync or async, httpx2 or httpx, answered in process by ``ReplayTransport``), ``fault`` (None: a schedule
+    is no single fault), ``calls``, ``injected`` and ``playback``; the pytest face also gives ``tape_server_url`` a
+    replay server over the same engine.
     """
+
+    fault = None
+    fault_id = None
 
     def __init__(self, playback: Playback) -> None:
         self.playback = playback
@@ -156,11 +170,40 @@ class _Replay(LlmAdapter):
     def name(self) -> str:
         return self.playback.recorded_name
 
+    @property
+    def calls(self) -> int:
+        return self.playback.calls
+
+    @property
+    def injected(self) -> list[str | None]:
+        return list(self.playback.injected)
+
+    @property
+    def replay_options(self) -> ReplayOptions:
+        return self.playback.replay_options
+
     def reasoning_options(self) -> Sequence[ReasoningOption]:
         return self.playback.source.meta.reasoning_options
 
     def stream(self, options: GenerateOptions) -> AsyncGenerator[StreamChunk, None]:
         return self.playback.open(options).chunks
+
+    def transport(self, *, kind: HttpKind = "httpx2", sync: bool = False) -> ReplayTransport:
+        """A transport for an SDK's client (either library, sync or async) on this run's engine; a sync client's
+        waits run on a virtual clock, as the run does."""
+        return ReplayTransport.over(self.playback, virtual_time=True)
+
+    def http_client(self, *, kind: HttpKind = "httpx2", sync: bool = False, **client: Any) -> Any:
+        """An httpx2 or httpx client (``sync``: ``Client``) on ``transport()``; ``client``: its own keywords."""
+        return client_for(self.transport(kind=kind, sync=sync), kind=kind, sync=sync, **client)
+
+    def tools(self, tools: Mapping[str, Tool] | None = None, *, verify: bool = False) -> ToolRunner:
+        """The recorded tool runs answered again, as ``tape.tools()`` replays them (no tool is called; ``verify``
+        is for the fault-free run, which ``tape`` itself makes)."""
+        timing = self.playback.replay_options.timing
+        scale = 1e-9 / timing.speed if timing.kind == "recorded" else 0
+        recorded = ToolTape(self.playback.source.tool_runs, self.playback.where)
+        return ReplayingToolRunner(recorded, None, time_scale=scale)
 
 
 # -- schedules -----------------------------------------------------------------------------------
@@ -297,6 +340,11 @@ class SearchResult:
         if self.failure is None:
             return f"no failing fault schedule in {self.examples} examples (seed {self.seed})"
         error = f"{type(self.error).__name__}: {self.error}"
+        if self.error is not None and tool_failed(self.error):
+            return (
+                "chunktape's fault search failed here, not the agent (a bug of chunktape's: please report it with "
+                f"this message):\n    {error}"
+            )
         if not self.failure.faults:
             return f"the agent fails without any fault:\n    {error}"
         found = (
@@ -316,6 +364,26 @@ class SearchResult:
             *(f"    {line}" for line in self.failure.scenario(name, cassette).splitlines()),
         ]
         return "\n".join(lines)
+
+
+_PACKAGE = Path(__file__).resolve().parent.parent
+"""chunktape's own source folder."""
+
+
+def tool_failed(error: BaseException) -> bool:
+    """Whether ``error`` is the search's own failure rather than the agent's: an exception raised inside
+    chunktape's code (other than the ``LlmError`` and HTTP errors a replay raises on purpose), or a face of ``tape``
+    the stand-in lacks (an ``AttributeError`` on it)."""
+    if isinstance(error, (LlmError, OSError, *HTTP_ERRORS)):
+        return False  # what a replay raises on purpose: a cassette's error, a broken or late HTTP body
+    if isinstance(error, AttributeError) and isinstance(getattr(error, "obj", None), _Replay):
+        return True
+    if not isinstance(error, Exception):
+        return False
+    frame = error.__traceback__
+    while frame is not None and frame.tb_next is not None:
+        frame = frame.tb_next
+    return frame is not None and Path(frame.tb_frame.f_code.co_filename).resolve().is_relative_to(_PACKAGE)
 
 
 # -- the search space ----------------------------------------------------------------------------
@@ -564,7 +632,17 @@ def run_fault_search(item: pytest.Function) -> None:
     arguments = {name: item.funcargs[name] for name in inspect.signature(test).parameters if name in item.funcargs}
 
     async def body(adapter: LlmAdapter) -> None:
-        await test(**{**arguments, "tape": adapter})
+        if not isinstance(adapter, _Replay) or "tape_server_url" not in arguments:
+            await test(**{**arguments, "tape": adapter})
+            return
+        # This run's server: the drawn schedule's faults, over the run's engine (started and stopped in threads, so
+        # the virtual clock waits for them as for any executor job).
+        server = replay_server_for(adapter.playback)
+        await asyncio.to_thread(server.start)
+        try:
+            await test(**{**arguments, "tape": adapter, "tape_server_url": server.url})
+        finally:
+            await asyncio.to_thread(server.stop)
 
     options = dict(marker.kwargs)
     try:

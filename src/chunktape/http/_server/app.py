@@ -8,9 +8,12 @@ Routes (``base`` is ``ReplayServer.url``; OpenAI SDKs take ``base_url=f"{base}/v
   own protocol and error shape (``chunktape.http._protocols``), whatever protocol the cassette was recorded on:
   an interaction recorded on another one is served with an ``x-chunktape-warning`` header (and a ``chunktape``
   log warning) naming what does not carry over.
-- ``POST /scenarios/<name>/chat/completions`` and ``POST /scenarios/<name>/v1/chat/completions`` (and the
-  Messages and Responses routes under the same prefix): one scenario
-  (a cassette with its own faults and timing, from a ``chunktape.http._server.scenarios`` file).
+- ``POST /openai/deployments/<deployment>/chat/completions?api-version=...`` (Azure OpenAI, ``openai.AzureOpenAI``):
+  the default cassette(s), the deployment standing for the model when the body names none (as recorded).
+- ``POST /scenarios/<name>/chat/completions``, ``POST /scenarios/<name>/v1/chat/completions``,
+  ``POST /scenarios/<name>/openai/deployments/<deployment>/chat/completions`` (and the Messages and Responses
+  routes under the same prefix): one scenario (a cassette with its own faults and timing, from a
+  ``chunktape.http._server.scenarios`` file).
 - ``GET /scenarios``: the scenarios as JSON (name, description, cassette, fault ids, timing, path, calls).
 - ``POST /reset``: forget what was played and every fault's call count, as if the server had just started.
 
@@ -94,14 +97,17 @@ from chunktape._replayer.options import ReplayKeywords, ReplayOptions
 from chunktape._replayer.playback import Hold, Playback, ReplayCall
 from chunktape._replayer.timing import Timing
 from chunktape._validation import StreamValidator
+from chunktape._virtual_time import serving
 from chunktape.faults import fault_id
 from chunktape.http._protocols import CHAT, PROTOCOLS, Renderer, WireProtocol, carried_over, protocol_for
 from chunktape.http._render import Ending, error_headers
+from chunktape.http._routes import AZURE_ROUTE
 from chunktape.http._server.limits import ServerLimits, read_body
 from chunktape.http._server.listen import listen_socket
 from chunktape.http._server.problems import MISS_STATUS, MISS_TYPE, MISSES, miss_message, problem
 from chunktape.http._server.running import quiet_server
 from chunktape.http._server.scenarios import Scenario, load_scenarios
+from chunktape.http._server.scripted import Script, ScriptEngine, load_script
 
 __all__ = [
     "MISS_STATUS",  # defined in http/problems.py, public here
@@ -109,6 +115,7 @@ __all__ = [
     "SCENARIO_HEADER",
     "CassetteSource",
     "ReplayServer",
+    "replay_server_for",
     "serve",
 ]
 
@@ -210,12 +217,13 @@ class _Target:
         source: Cassette | LazyCassette | str | os.PathLike[str],
         replay_options: ReplayOptions,
         description: str = "",
+        playback: Playback | ScriptEngine | None = None,
     ) -> None:
         self.name = name
         self.source = as_lazy(source)  # opened once: a reset replays the same content without re-reading it
         self.replay_options = replay_options
         self.description = description
-        self.playback = self._build()
+        self.playback: Playback | ScriptEngine = self._build() if playback is None else playback
 
     @property
     def timing(self) -> Timing:
@@ -225,7 +233,10 @@ class _Target:
         return Playback(self.source, self.replay_options)
 
     def reset(self) -> None:
-        self.playback = self._build()
+        if isinstance(self.playback, ScriptEngine):
+            self.playback.reset()
+        else:
+            self.playback = self._build()
 
     def describe(self) -> dict[str, Any]:
         playback = self.playback
@@ -264,6 +275,8 @@ class ReplayServer:
         scenarios: str | os.PathLike[str] | Sequence[Scenario] | None = None,
         allow_remote: bool = False,
         limits: ServerLimits = ServerLimits(),  # noqa: B008 - ServerLimits is frozen
+        script: str | os.PathLike[str] | Script | None = None,
+        record: str | os.PathLike[str] | None = None,
         **replay: Unpack[ReplayKeywords],
     ) -> None:
         sources: list[CassetteSource] = (
@@ -273,6 +286,20 @@ class ReplayServer:
         """How the default routes replay; each scenario replaces its ``timing``, ``faults`` (and ``match_on``, when it
         sets one) with its own."""
         self._default: _Target | None = None
+        self.script: ScriptEngine | None = None
+        """With ``script``: the scripted provider answering the default routes (``chunktape._server.scripted``),
+        which records what it answered into ``record`` (saved when the server stops)."""
+        if script is not None:
+            if sources:
+                raise LlmError("serve either cassettes or a script, not both", ErrorCode.INVALID_CONFIG)
+            loaded = script if isinstance(script, Script) else load_script(Path(script))
+            where = "the script" if isinstance(script, Script) else str(script)
+            self.script = ScriptEngine(
+                loaded, self.replay_options, record=None if record is None else Path(record), path=where
+            )
+            self._default = _Target(None, Cassette(), self.replay_options, playback=self.script)
+        elif record is not None:
+            raise LlmError("record= goes with script=: a replay records nothing", ErrorCode.INVALID_CONFIG)
         if sources:
             self._default = _Target(None, _merge(sources), self.replay_options)
         if isinstance(scenarios, str | os.PathLike):
@@ -291,7 +318,7 @@ class ReplayServer:
         self.limits = limits
         """What a client may send and how long it may take (request size and read deadlines)."""
         self.app = self._build_app()
-        self._server = quiet_server(self.app, limits)
+        self._server = quiet_server(_Silences(self.app), limits)
         self._quiet_shutdown = _QuietShutdown(self._server)
         self._thread: threading.Thread | None = None
         self._closed = False
@@ -323,7 +350,14 @@ class ReplayServer:
         """The replay engine behind the default routes."""
         if self._default is None:
             raise LlmError("this server has no default cassette, only scenarios", ErrorCode.INVALID_CONFIG)
-        return self._default.playback
+        engine = self._default.playback
+        if isinstance(engine, ScriptEngine):
+            raise LlmError("this server answers from a script: see ReplayServer.script", ErrorCode.INVALID_CONFIG)
+        return engine
+
+    def _save_script(self) -> None:
+        if self.script is not None:
+            self.script.save()
 
     def start(self) -> ReplayServer:
         """Serve in a background thread; returns at once (the socket already accepts connections)."""
@@ -351,6 +385,7 @@ class ReplayServer:
                 logging.getLogger("uvicorn.error").removeFilter(self._quiet_shutdown)
         if not self._running:
             self._release()
+            self._save_script()
 
     def run(self) -> None:
         """Serve in this thread until Ctrl-C, SIGTERM or ``stop()``; returns normally after a clean shutdown."""
@@ -367,6 +402,7 @@ class ReplayServer:
             self._running = False
             self._release()
             logging.getLogger("uvicorn.error").removeFilter(self._quiet_shutdown)
+            self._save_script()
 
     def _quiet_logs(self) -> None:
         logger = logging.getLogger("uvicorn.error")
@@ -414,6 +450,8 @@ class ReplayServer:
             exception_handlers={Exception: _internal_error},
             routes=[
                 *served,
+                Route(AZURE_ROUTE, self._completions, methods=["POST"]),
+                Route("/scenarios/{scenario}" + AZURE_ROUTE, self._completions, methods=["POST"]),
                 Route("/scenarios", self._list_scenarios, methods=["GET"]),
                 Route("/reset", self._reset, methods=["POST"]),
             ],
@@ -464,7 +502,9 @@ class ReplayServer:
             # the 413 rather than a reset), for at most ServerLimits.body_timeout.
             return problem(413, message, "INVALID_REQUEST", protocol=protocol)
         try:
-            options, streaming, include_usage = protocol.decode_request(raw)
+            options, streaming, include_usage = protocol.decode_request(
+                raw, model=request.path_params.get("deployment")
+            )
         except LlmError as exc:
             return problem(400, exc.message, "INVALID_REQUEST", protocol=protocol)
         # The call's number and fault are chosen now, before any await: the headers describe THIS call even
@@ -484,17 +524,20 @@ class ReplayServer:
         except _Gone:
             return await _abandoned(call)
         except LlmError as exc:
+            meta = _recorded(target.playback, call.hold)
+            headers = {**(meta.headers if meta is not None else {}), **headers}
             await chunks.aclose()
             early = None if _in_stream(target, call.hold.index, protocol) else _early_error(exc, headers, protocol)
             if early is not None or not streaming:
                 return early or problem(502, exc.message, exc.code.value, headers=headers, protocol=protocol)
             return _ReplayStream(_body(chunks, None, renderer, error=exc, hold=call.hold), headers)
         _warn_across(target, call.hold.index, protocol, options.model, headers)
-        meta: ResponseMeta | None = None
-        if protocol is not CHAT and call.hold.index is not None:
-            # Messages and Responses streams open with the envelope (message_start, response.created) as recorded.
-            meta = target.playback.source.interaction(call.hold.index).response
-            renderer = protocol.renderer(model=options.model, include_usage=include_usage, meta=meta)
+        # The interaction is held now: its recorded answer's metadata (id, model, headers, and the envelope Messages
+        # and Responses streams open with) is what goes out.
+        meta = _recorded(target.playback, call.hold)
+        if meta is not None:
+            headers = {**meta.headers, **headers}
+        renderer = protocol.renderer(model=options.model, include_usage=include_usage, meta=meta)
         if not streaming:
             try:
                 complete = _complete(chunks, first, options.model, headers, call.fault_id, protocol, meta)
@@ -503,6 +546,36 @@ class ReplayServer:
                 return await _abandoned(call)
         batch = target.timing.is_instant and call.fault_id is None
         return _ReplayStream(_body(chunks, first, renderer, batch=batch, hold=call.hold), headers)
+
+
+class _Silences:
+    """The app as served: each request is answered in a task ``serving`` its client, so every wait of its replay
+    (recorded gaps, a stall, latency) is a silence declared towards that client (``chunktape._virtual_time``). A
+    virtual-time client in this process then jumps over it instead of waiting it out in real time, and only the
+    fault's own silence (or the recorded gap) moves its clock."""
+
+    def __init__(self, app: Starlette) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        client = scope.get("client") if scope["type"] == "http" else None
+        with serving(None if client is None else (str(client[0]), int(client[1]))):
+            await self.app(scope, receive, send)
+
+
+def _recorded(playback: Playback | ScriptEngine, hold: Hold) -> ResponseMeta | None:
+    """The provider's recorded answer metadata of the interaction ``hold`` holds (None: none held, none recorded,
+    or the interaction does not decode, which the replay itself reports)."""
+    return _recorded_at(playback, hold.index)
+
+
+def _recorded_at(playback: Playback | ScriptEngine, index: int | None) -> ResponseMeta | None:
+    if index is None or not isinstance(playback, Playback):
+        return None
+    try:
+        return playback.source.interaction(index).response
+    except LlmError:
+        return None
 
 
 class _Gone(Exception):
@@ -567,9 +640,7 @@ def _header_text(text: str) -> str:
 def _in_stream(target: _Target, index: int | None, protocol: WireProtocol) -> bool:
     """Whether the recorded error came as an event after the stream's head (Anthropic's in-stream
     ``overloaded_error`` after ``message_start``), not as an HTTP status: then it is replayed so."""
-    if protocol is CHAT or index is None:
-        return False
-    meta = target.playback.source.interaction(index).response
+    meta = None if protocol is CHAT else _recorded_at(target.playback, index)
     return meta is not None and meta.streamed
 
 
@@ -578,7 +649,7 @@ def _warn_across(
 ) -> None:
     """An interaction recorded on another protocol than the route's: say what does not carry over, in an
     ``x-chunktape-warning`` header and the ``chunktape`` log."""
-    if index is None:
+    if index is None or not isinstance(target.playback, Playback):  # a script is written for every route
         return
     interaction = target.playback.source.interaction(index)
     if carried_over(interaction, protocol) is None:
@@ -720,6 +791,15 @@ async def _complete(
     return JSONResponse(protocol.completion(collected, model=model, meta=meta), headers=headers)
 
 
+def replay_server_for(playback: Playback) -> ReplayServer:
+    """A replay server (not started) whose default routes answer from ``playback``, an engine another face shares:
+    one set of play counts, call numbers and faults for both (the fault search's ``tape_server_url``)."""
+    server = ReplayServer(playback.source, replay_options=playback.replay_options)
+    assert server._default is not None  # built over a cassette
+    server._default = _Target(None, playback.source, playback.replay_options, playback=playback)
+    return server
+
+
 def _announce(server: ReplayServer) -> None:
     if server.remote_warning is not None:
         print(server.remote_warning, file=sys.stderr, flush=True)
@@ -738,6 +818,8 @@ def serve(
     allow_remote: bool = False,
     limits: ServerLimits = ServerLimits(),  # noqa: B008 - ServerLimits is frozen
     on_ready: Callable[[ReplayServer], None] | None = None,
+    script: str | os.PathLike[str] | Script | None = None,
+    record: str | os.PathLike[str] | None = None,
     **replay: Unpack[ReplayKeywords],
 ) -> None:
     """Run the replay server in the foreground until Ctrl-C (what ``chunktape serve`` does).
@@ -755,6 +837,8 @@ def serve(
         scenarios=scenarios,
         allow_remote=allow_remote,
         limits=limits,
+        script=script,
+        record=record,
         **replay,
     )
     (on_ready or _announce)(server)

@@ -262,14 +262,17 @@ class ChatRequest(NamedTuple):
     include_usage: bool
 
 
-def decode_chat_request(raw: bytes) -> ChatRequest:
+def decode_chat_request(raw: bytes, *, model: str | None = None) -> ChatRequest:
     """A chat-completions request body as ``GenerateOptions`` and its delivery flags (``stream``,
-    ``stream_options.include_usage``).
+    ``stream_options.include_usage``). ``model``: the model the route names (Azure's deployment in
+    ``/openai/deployments/{name}/chat/completions``), taken when the body names none.
 
     Anything that is not such a request (not JSON, nested too deeply, a field of the wrong type) raises
     ``LlmError(UNSUPPORTED_OPTION)`` naming the problem; nothing else escapes (``benchmarks/fuzz.py`` checks).
     """
     body: Any = json_body(raw, _bad_request)
+    if model is not None and isinstance(body, dict) and body.get("model") is None:
+        body = {**body, "model": model}
     options = options_from_openai_request(body, reasoning=REASONING_FIELDS)
     streaming = body.get("stream") is True
     stream_options = body.get("stream_options") if streaming else None
