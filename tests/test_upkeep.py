@@ -347,3 +347,28 @@ def test_check_max_age_fails_the_cassettes_older_than_it(tmp_path: Path) -> None
     assert bad.stderr.strip() == (
         "chunktape: error: --max-age 'a month' is not an age; give a number and a unit (s, m, h, d, w) such as '30d'"
     )
+
+
+def test_tape_report_masks_credentials_a_cassette_was_allowed_to_keep(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    secret = "sk-reportmask-0123456789abcdefghijkl"
+    monkeypatch.setenv("REPORT_TEST_API_KEY", secret)
+    _project(
+        pytester,
+        test_x=f"""
+        import pytest
+
+        from agent import ask
+
+
+        @pytest.mark.tape(allow_secrets=[{secret!r}])
+        async def test_hi(tape):
+            await ask(tape, "my key is {secret}")  # the prompt is on the page: the filters search it
+        """,
+    )
+    run_pytest(pytester, "--tape-mode", "once", "--tape-report", "report.html").assert_outcomes(passed=1)
+    assert secret in (pytester.path / "cassettes" / "test_x" / "test_hi.msgpack").read_bytes().decode(errors="replace")
+    page = (pytester.path / "report.html").read_text(encoding="utf-8")
+    assert "cassettes/test_x/test_hi.msgpack" in page
+    assert secret not in page

@@ -16,6 +16,7 @@ import pytest
 
 from chunktape._cassettes.codec import load_cassette
 from chunktape._cassettes.model import Cassette
+from chunktape._cassettes.redaction import env_secrets, redact
 from chunktape._errors import LlmError
 from chunktape._report.html import ReportSource, render_report, write_report
 from chunktape._report.orphans import orphans
@@ -166,7 +167,9 @@ class Upkeep:
 
 
 def _readable(path: Path) -> Cassette | None:
+    """The cassette at ``path`` as a report may show it (every credential masked, as ``chunktape report`` does),
+    or None when it cannot be read."""
     try:
-        return load_cassette(path)
+        return redact(load_cassette(path), env_secrets().values())
     except LlmError:
         return None
