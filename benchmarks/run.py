@@ -52,7 +52,10 @@ EXPECTED_ROWS = (
     "replay server: chunks/s, chunktape serve vs aimock, 100 httpx2 client",
     "replay server: short streams/s",
     "CLI start: chunktape --version",
+    "CLI start: chunktape --help",
     "CLI start: chunktape show",
+    "CLI start: chunktape check",
+    "CLI start: chunktape convert",
 )
 VERDICTS = {"PASS", "MISS", "pending"}
 
