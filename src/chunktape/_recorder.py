@@ -401,8 +401,10 @@ class RecordingAdapter(WrappingAdapter):
         sinks = response_sink()
         try:
             iterator = self.inner.stream(options)
+            now, feed = clock._now, call.chunk
             while True:
-                clock.waiting()
+                # ``clock.waiting()`` and ``clock.arrived()``, inlined: they run once per chunk.
+                since = clock._since = now()
                 token = sinks.set(sink)  # only while the inner stream runs, never across our own yield
                 try:
                     chunk = await anext(iterator)
@@ -410,7 +412,9 @@ class RecordingAdapter(WrappingAdapter):
                     break
                 finally:
                     sinks.reset(token)
-                call.chunk(clock.arrived(), chunk)
+                elapsed = clock.elapsed = clock.elapsed + (now() - since)
+                clock._since = None
+                feed(round(elapsed * 1e9), chunk)
                 yield chunk
             outcome = Completed(t_ns=clock.arrived())
         except LlmError as error:

@@ -366,7 +366,24 @@ class Journal:
         self._write(_JBegin(id, request, started_at, attempt))
 
     def event(self, id: int, t_ns: int, chunk: StreamChunk) -> None:
-        self._write(_JEvent(id, t_ns, chunk))
+        # ``_write``'s common case, inlined: it runs once per chunk.
+        lock = self._lock
+        lock.acquire()
+        try:
+            buffer = self._buffer
+            _encode_into(_JEvent(id, t_ns, chunk), buffer)
+            buffer.append(10)
+            pos = self._pos
+            end = pos + len(buffer)
+            window = self._map
+            if end <= self._end and window is not None:
+                start = self._start
+                window[pos - start : end - start] = buffer
+                self._pos = end
+                return
+        finally:
+            lock.release()
+        self._write(_JEvent(id, t_ns, chunk))  # past the window, or written with write(): the full path
 
     def end(self, id: int, outcome: Outcome, response: ResponseMeta | None = None) -> None:
         self._write(_JEnd(id, outcome, response))

@@ -181,28 +181,35 @@ def _screen_text(interaction: Interaction) -> str:
     for event in interaction.events:
         chunk: Any = event.chunk
         kind = type(chunk)
-        if _rich(chunk):
-            others.append(chunk)
-        if kind is TextDelta or kind is ReasoningDelta:
-            text = chunk.text
-        elif kind is ToolCallDelta:
-            text = chunk.arguments_delta
-            if chunk.id is not None or chunk.name is not None:
+        if kind is TextDelta:  # most chunks: ``_rich`` inlined for them
+            if chunk.citation is not None:
                 others.append(chunk)
+            text = chunk.text
+        elif kind is ReasoningDelta:
+            if chunk.signature is not None:
+                others.append(chunk)
+            text = chunk.text
         else:
-            if kind is BlockEnd:
-                block = chunk.block
-                streamed = "".join(blocks.get((chunk.index, _BLOCK_DELTA.get(type(block), ToolCallDelta)), ()))
-                if type(block) is ToolCallBlock:
-                    others.append((block.id, block.name))
-                    if block.arguments != streamed:
-                        others.append(block.arguments)
-                elif isinstance(block, TextBlock | ReasoningBlock) and block.text != streamed:
-                    others.append(block.text)
-                # any other block is rich: walked whole above
-            elif kind is Finish and chunk.reason.detail is not None:
-                others.append(chunk.reason.detail)
-            continue
+            if _rich(chunk):
+                others.append(chunk)
+            if kind is ToolCallDelta:
+                text = chunk.arguments_delta
+                if chunk.id is not None or chunk.name is not None:
+                    others.append(chunk)
+            else:
+                if kind is BlockEnd:
+                    block = chunk.block
+                    streamed = "".join(blocks.get((chunk.index, _BLOCK_DELTA.get(type(block), ToolCallDelta)), ()))
+                    if type(block) is ToolCallBlock:
+                        others.append((block.id, block.name))
+                        if block.arguments != streamed:
+                            others.append(block.arguments)
+                    elif isinstance(block, TextBlock | ReasoningBlock) and block.text != streamed:
+                        others.append(block.text)
+                    # any other block is rich: walked whole above
+                elif kind is Finish and chunk.reason.detail is not None:
+                    others.append(chunk.reason.detail)
+                continue
         if chunk.index != last_index or kind is not last_kind:
             last_index, last_kind = chunk.index, kind
             append = blocks.setdefault((last_index, kind), []).append
