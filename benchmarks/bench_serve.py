@@ -176,7 +176,7 @@ def peer_server(fixture: Path) -> AbstractContextManager[tuple[int, int]]:
 
 def measure(quick: bool = False) -> tuple[dict[int, dict[str, float]], str | None]:
     """Per client count: events/s of each side (and events per stream); and why the peer is missing, if it is."""
-    count, rounds, events_per_client, short_streams = (60, 1, 600, 20) if quick else (PIECES, 3, 20_000, 300)
+    count, rounds, events_per_run, short_streams = (60, 1, 600, 20) if quick else (PIECES, 3, 200_000, 300)
     missing = _peers.ensure_aimock(install=not quick)
     WORK.mkdir(exist_ok=True)
     results: dict[int, dict[str, float]] = {}
@@ -200,7 +200,7 @@ def measure(quick: bool = False) -> tuple[dict[int, dict[str, float]], str | Non
             for name, start in sides.items():
                 with start() as (port, pid):
                     for n in CLIENTS:
-                        streams = max(1, events_per_client // (count + 3) // n)
+                        streams = max(1, events_per_run // (count + 3) // n)
                         rate, per_stream, per_cpu = asyncio.run(_drive(port, n, streams, pid))
                         runs.setdefault((name, n), []).append(rate)
                         cpu_runs.setdefault((name, n), []).append(per_cpu)

@@ -118,6 +118,10 @@ _SENTINEL = "\x00chunktape-text\x01"
 form (``"\\u0000chunktape-text\\u0001"``) is found in the rendered bytes and split around."""
 _ENCODED_SENTINEL = _encode_text(_SENTINEL)
 _NO_TEMPLATE = (b"", b"")
+_SHARED: dict[tuple[str, int, str], dict[type, tuple[bytes, bytes]]] = {}
+"""Delta templates by (model, created, id), for streams without recorded metadata (their deltas depend on nothing
+else); forgotten all at once past ``_SHARED_MAX`` keys."""
+_SHARED_MAX = 256
 
 
 class SseRenderer:
@@ -131,7 +135,7 @@ class SseRenderer:
     between: the same bytes as rendering the whole event, at a fraction of the cost (a test holds them equal).
     """
 
-    __slots__ = ("_encoder", "_meta", "_templates", "_usage_sent", "include_usage")
+    __slots__ = ("_encoder", "_key", "_meta", "_templates", "_usage_sent", "include_usage")
 
     def __init__(
         self,
@@ -147,7 +151,10 @@ class SseRenderer:
             created = created if meta.created is None else meta.created
         self._encoder = OpenAIChatEncoder(model=model, created=created, id=id)
         self._meta = meta
-        self._templates: dict[type, tuple[bytes, bytes]] = {}
+        self._key = (model, created, id) if meta is None else None
+        """What a stream without recorded metadata renders its delta events from: streams that share it share their
+        templates (``_SHARED``), so a short stream does not pay for building them."""
+        self._templates: dict[type, tuple[bytes, bytes]] = _SHARED.get(self._key, {}) if self._key else {}
         self._usage_sent = False
         self.include_usage = include_usage
         """Whether ``end()`` writes the usage-only ``choices: []`` chunk. OpenAI sends it only to a request with
@@ -199,6 +206,10 @@ class SseRenderer:
         before, found, after = rendered.partition(_ENCODED_SENTINEL)
         template = (before, after) if found and _ENCODED_SENTINEL not in after else _NO_TEMPLATE
         self._templates[kind] = template
+        if self._key is not None and self._key not in _SHARED:
+            if len(_SHARED) >= _SHARED_MAX:
+                _SHARED.clear()  # many models or ids: start again (cheap, and safe beside other threads)
+            _SHARED[self._key] = self._templates
         return template
 
     def _render(self, chunk: StreamChunk) -> bytes:
