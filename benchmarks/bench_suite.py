@@ -40,7 +40,9 @@ PEER = _peers.PYTEST_RECORDING.package
 TESTS = 200
 MODULES = 4
 PIECES = 50
-SUITES = ("tape", "transport", PEER)
+SUITES = ("bare", "tape", "transport", PEER)
+"""``bare``: the same async tests draining a bare generator of the same prebuilt chunks, no fixture: what pytest and
+pytest-asyncio themselves cost per test here (the floor under the tape fixture's figure)."""
 URL_ENV = "BENCH_SUITE_URL"
 OUT_ENV = "BENCH_SUITE_OUT"
 
@@ -60,6 +62,18 @@ def pytest_sessionfinish(session):
         json.dump({{"seconds": sum(_seconds), "tests": session.testscollected, "plugins": plugins}}, out)
 '''
 SHARED = {
+    "bare": """
+from chunktape import BlockEnd, BlockStart, Finish, FinishReason, TextBlock, TextDelta, TokenUsage, UsageChunk
+
+_PIECES = [f"piece{i} " for i in range(50)]
+CHUNKS = [
+    BlockStart(index=0, block_type="text"),
+    *(TextDelta(index=0, text=piece) for piece in _PIECES),
+    BlockEnd(index=0, block=TextBlock(text="".join(_PIECES))),
+    UsageChunk(usage=TokenUsage(input_tokens=5, output_tokens=50)),
+    Finish(reason=FinishReason(kind="stop")),
+]
+""",
     # One SDK client per session on each side, built the same way (one httpx2.Client, one openai.OpenAI on it):
     # a test pays for replaying its stream, not for constructing a client.
     "transport": '''
@@ -104,11 +118,20 @@ def sdk():
 ''',
 }
 HEAD = {
+    "bare": "from chunktape import TextDelta\nfrom conftest import CHUNKS\n",
     "tape": "from chunktape import GenerateOptions, Message, TextDelta\n",
     "transport": "",
     PEER: "import pytest\n",
 }
 TEST = {
+    "bare": """
+async def test_{n}():
+    async def stream():
+        for chunk in CHUNKS:
+            yield chunk
+    text = "".join([chunk.text async for chunk in stream() if isinstance(chunk, TextDelta)])
+    assert text.startswith("piece0 ")
+""",
     "tape": """
 async def test_{n}(tape):
     options = GenerateOptions(model="m", messages=[Message(role="user", content="question {n}")])
@@ -149,7 +172,7 @@ def write_suite(root: Path, suite: str, tests: int) -> Path:
         numbers = range(module * per, min(tests, (module + 1) * per))
         name = f"test_m{module}"
         (folder / f"{name}.py").write_text(HEAD[suite] + "".join(TEST[suite].format(n=n) for n in numbers))
-        if suite != PEER:
+        if suite in ("tape", "transport"):
             for n in numbers:
                 path = folder / "cassettes" / name / f"test_{n}.msgpack"
                 save_cassette(Cassette(interactions=[_interaction(n)]), path)
@@ -220,12 +243,13 @@ def main(quick: bool = False) -> list[Row]:
     for name, (title, target) in NAMES.items():
         ours = figures[name]
         detail = f"{ours['ms per test']:.2f} ms per test (suite wall {ours['wall s']:.2f} s)"
+        floor = f"; a bare async test, no fixture: {figures['bare']['ms per test']:.2f} ms" if name == "tape" else ""
         if missing is not None:
-            rows.append(Row(title, "peer unavailable", f">= {target:g}x", None, f"{detail}; {missing}"))
+            rows.append(Row(title, "peer unavailable", f">= {target:g}x", None, f"{detail}{floor}; {missing}"))
             continue
         peer = figures[PEER]
         ratio = peer["ms per test"] / ours["ms per test"]
-        detail += f" vs {peer['ms per test']:.2f} ms (wall {peer['wall s']:.2f} s)"
+        detail += f" vs {peer['ms per test']:.2f} ms (wall {peer['wall s']:.2f} s){floor}"
         rows.append(Row(title, f"{ratio:.2f}x", f">= {target:g}x", ratio >= target, detail))
     return rows
 
