@@ -34,15 +34,17 @@ from chunktape import (
     Message,
     save_cassette,
 )
-from chunktape.http import ReplayServer
+from chunktape.http import ReplayServer, render_sse
 
 PEER = _peers.PYTEST_RECORDING.package
 TESTS = 200
 MODULES = 4
 PIECES = 50
-SUITES = ("bare", "tape", "transport", PEER)
+SUITES = ("bare", "mock", "tape", "transport", PEER)
 """``bare``: the same async tests draining a bare generator of the same prebuilt chunks, no fixture: what pytest and
-pytest-asyncio themselves cost per test here (the floor under the tape fixture's figure)."""
+pytest-asyncio themselves cost per test here (the floor under the tape fixture's figure). ``mock``: the SDK tests on
+one shared client whose transport is httpx2's ``MockTransport`` answering every request with the same prebuilt SSE
+body, no matching, no cassette: what the openai SDK and pytest cost per test (the floor under both SDK suites)."""
 URL_ENV = "BENCH_SUITE_URL"
 OUT_ENV = "BENCH_SUITE_OUT"
 
@@ -105,6 +107,22 @@ def sdk(tape, shared_sdk):
     yield shared_sdk
     _CURRENT.transport = None
 ''',
+    "mock": """
+import pathlib, httpx2, openai, pytest
+
+_BODY = (pathlib.Path(__file__).parent / "body.sse").read_bytes()
+
+
+def _answer(request):
+    return httpx2.Response(200, headers={"content-type": "text/event-stream"}, content=_BODY)
+
+
+@pytest.fixture(scope="session")
+def sdk():
+    with httpx2.Client(transport=httpx2.MockTransport(_answer)) as http:
+        with openai.OpenAI(base_url="http://127.0.0.1:9/v1", api_key="test", max_retries=0, http_client=http) as sdk:
+            yield sdk
+""",
     PEER: f'''
 import httpx2, openai, os, pytest
 
@@ -121,6 +139,7 @@ HEAD = {
     "bare": "from chunktape import TextDelta\nfrom conftest import CHUNKS\n",
     "tape": "from chunktape import GenerateOptions, Message, TextDelta\n",
     "transport": "",
+    "mock": "",
     PEER: "import pytest\n",
 }
 TEST = {
@@ -139,6 +158,13 @@ async def test_{n}(tape):
     assert text.startswith("piece0 ")
 """,
     "transport": """
+def test_{n}(sdk):
+    stream = sdk.chat.completions.create(
+        model="m", messages=[{{"role": "user", "content": "question {n}"}}], stream=True)
+    text = "".join(part.choices[0].delta.content or "" for part in stream if part.choices)
+    assert text.startswith("piece0 ")
+""",
+    "mock": """
 def test_{n}(sdk):
     stream = sdk.chat.completions.create(
         model="m", messages=[{{"role": "user", "content": "question {n}"}}], stream=True)
@@ -167,6 +193,7 @@ def write_suite(root: Path, suite: str, tests: int) -> Path:
     folder.mkdir()
     (folder / "pytest.ini").write_text("[pytest]\nasyncio_mode = auto\nasyncio_default_fixture_loop_scope = function\n")
     (folder / "conftest.py").write_text(CONFTEST + SHARED.get(suite, ""))
+    (folder / "body.sse").write_bytes(render_sse(_interaction(0)))
     per = -(-tests // MODULES)
     for module in range(MODULES):
         numbers = range(module * per, min(tests, (module + 1) * per))
@@ -243,7 +270,11 @@ def main(quick: bool = False) -> list[Row]:
     for name, (title, target) in NAMES.items():
         ours = figures[name]
         detail = f"{ours['ms per test']:.2f} ms per test (suite wall {ours['wall s']:.2f} s)"
-        floor = f"; a bare async test, no fixture: {figures['bare']['ms per test']:.2f} ms" if name == "tape" else ""
+        floors = {
+            "tape": ("a bare async test, no fixture", "bare"),
+            "transport": ("the SDK on a MockTransport", "mock"),
+        }
+        floor = f"; {floors[name][0]}: {figures[floors[name][1]]['ms per test']:.2f} ms"
         if missing is not None:
             rows.append(Row(title, "peer unavailable", f">= {target:g}x", None, f"{detail}{floor}; {missing}"))
             continue
