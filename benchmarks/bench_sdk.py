@@ -40,7 +40,7 @@ import openai
 from bench_core import URL, Row, print_table, recorded, request, session, text_stream
 
 from chunktape import Cassette, GenerateOptions, Message, save_cassette
-from chunktape.http import ReplayServer, ReplayTransport
+from chunktape.http import ReplayServer, ReplayTransport, render_sse
 
 _TEXT = ["Hello", ", ", "wor", "ld", "!"]
 _HEADERS = {"content-type": "application/json"}
@@ -130,10 +130,35 @@ def child(quick: bool, with_peer: bool) -> None:
 
         return run
 
+    def mocked(source: Cassette) -> httpx2.MockTransport:
+        """The floor: every request answered with its prebuilt body (no cassette, no matching, no rendering)."""
+        rendered = [render_sse(interaction) for interaction in source.interactions]
+        turn = iter(range(1 << 62))
+
+        def answer(request: httpx2.Request) -> httpx2.Response:
+            body = rendered[next(turn) % len(rendered)]
+            return httpx2.Response(200, headers={"content-type": "text/event-stream"}, content=body)
+
+        return httpx2.MockTransport(answer)
+
+    def floor_sdk() -> None:
+        with httpx2.Client(transport=mocked(short_source)) as http, _sdk(http, base) as client:
+            _sdk_drive(client, streams)
+
+    def floor_raw(source: Cassette, requests: Sequence[bytes], url: str) -> Callable[[], object]:
+        def run() -> object:
+            with httpx2.Client(transport=mocked(source)) as http:
+                return _raw_drive(http, url, requests)
+
+        return run
+
     sides: dict[str, dict[str, Callable[[], object]]] = {
-        "sdk": {"chunktape": ours_sdk},
-        "raw": {"chunktape": ours_raw(short, bodies, base + "/chat/completions")},
-        "raw-long": {"chunktape": ours_raw(long_, long_bodies, URL)},
+        "sdk": {"chunktape": ours_sdk, "floor": floor_sdk},
+        "raw": {
+            "chunktape": ours_raw(short, bodies, base + "/chat/completions"),
+            "floor": floor_raw(short_source, bodies, base + "/chat/completions"),
+        },
+        "raw-long": {"chunktape": ours_raw(long_, long_bodies, URL), "floor": floor_raw(long_source, long_bodies, URL)},
     }
     figures: dict[str, Any] = {}
     if with_peer:
@@ -213,15 +238,18 @@ def main(quick: bool = False) -> list[Row]:
     rows = []
     for key, (name, target) in ROWS.items():
         ours = counts[key] / medians[key]["chunktape"]
+        floor = counts[key] / medians[key]["floor"]
         detail = f"chunktape {ours:,.0f} streams/s"
         if key == "raw-long":
             detail += f" ({counts[key] / figures['again']:,.0f} when played again through one transport)"
+        floor_text = f"; prebuilt bodies on a MockTransport (the floor): {floor:,.0f}"
         if missing is not None:
-            rows.append(Row(name, "peer unavailable", f">= {target:g}x", None, f"{detail}; {missing}"))
+            rows.append(Row(name, "peer unavailable", f">= {target:g}x", None, f"{detail}{floor_text}; {missing}"))
             continue
         peer = counts[key] / medians[key]["cassetter"]
         ratio = ours / peer
-        rows.append(Row(name, f"{ratio:.2f}x", f">= {target:g}x", ratio >= target, f"{detail}, cassetter {peer:,.0f}"))
+        detail += f", cassetter {peer:,.0f}{floor_text}"
+        rows.append(Row(name, f"{ratio:.2f}x", f">= {target:g}x", ratio >= target, detail))
     return rows
 
 
