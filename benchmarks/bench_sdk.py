@@ -248,7 +248,10 @@ def main(quick: bool = False) -> list[Row]:
             continue
         peer = counts[key] / medians[key]["cassetter"]
         ratio = ours / peer
-        detail += f", cassetter {peer:,.0f}{floor_text}"
+        # What each side adds to a stream over the floor, the client's own cost both pay.
+        over = [(medians[key][side] - medians[key]["floor"]) / counts[key] * 1e6 for side in ("chunktape", "cassetter")]
+        detail += f", cassetter {peer:,.0f}{floor_text}; over it, µs per stream: chunktape {over[0]:,.0f}, "
+        detail += f"cassetter {over[1]:,.0f}"
         rows.append(Row(name, f"{ratio:.2f}x", f">= {target:g}x", ratio >= target, detail))
     return rows
 
