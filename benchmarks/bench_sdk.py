@@ -130,9 +130,13 @@ def child(quick: bool, with_peer: bool) -> None:
 
         return run
 
+    prebuilt = {id(short_source): [render_sse(interaction) for interaction in short_source.interactions]}
+    prebuilt[id(long_source)] = [render_sse(interaction) for interaction in long_source.interactions]
+
     def mocked(source: Cassette) -> httpx2.MockTransport:
-        """The floor: every request answered with its prebuilt body (no cassette, no matching, no rendering)."""
-        rendered = [render_sse(interaction) for interaction in source.interactions]
+        """The floor: every request answered with its body, built before the clock starts (no cassette, no
+        matching, no rendering)."""
+        rendered = prebuilt[id(source)]
         turn = iter(range(1 << 62))
 
         def answer(request: httpx2.Request) -> httpx2.Response:
