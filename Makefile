@@ -40,7 +40,9 @@ test: check chromium
 demo: install
 	$(BIN)/chunktape demo
 
-# Every benchmark, tiny, checked to run (seconds); then the full run that prints the figures.
+# Every benchmark, tiny, checked to run (seconds; installs nothing); then the full run that prints the figures, which
+# installs the pinned peers (cassetter, pytest-recording with pip, aimock with npm) into benchmarks/.work on its first
+# run (benchmarks/_peers.py; a row whose peer cannot be installed says so).
 bench-smoke: install
 	$(BIN)/python benchmarks/run.py --smoke
 
