@@ -17,7 +17,7 @@ import abc
 import asyncio
 import contextlib
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
-from typing import Any, Protocol
+from typing import Any
 
 from chunktape._cassettes.response import ResponseObserver
 from chunktape._errors import ErrorCode, LlmError
@@ -34,23 +34,13 @@ from chunktape._httpx import (
 from chunktape._protocol import GenerateOptions, LlmAdapter, StreamChunk, aclose_stream
 from chunktape._secrets import redact_text
 from chunktape.providers._guard import Guard, aiter_guarded
+from chunktape.wire._decoding import StreamDecoder
 from chunktape.wire._http_errors import http_error, not_an_event_stream
-from chunktape.wire._sse import SseComment, SseEvent, SseItem, SseParser
+from chunktape.wire._sse import SseComment, SseEvent, SseParser
 
-__all__ = ["StreamDecoder", "StreamingAdapter"]
+__all__ = ["StreamingAdapter"]
 
 _MAX_ERROR_BODY = 64 * 1024
-
-
-class StreamDecoder(Protocol):
-    """A protocol's stream decoder, as the adapter drives it."""
-
-    @property
-    def done(self) -> bool: ...
-
-    def feed_item(self, item: SseItem, *, unterminated: bool = False) -> list[StreamChunk]: ...
-
-    def close(self) -> list[StreamChunk]: ...
 
 
 class StreamingAdapter(LlmAdapter):
