@@ -1,5 +1,6 @@
-"""What every request codec shares when it reads a request body: the JSON body read safely (the nesting bound), the
-model and the fields that only say how to deliver, typed fields, function tools, the decoded request itself.
+"""What every request codec shares. Reading a body: the JSON read safely (the nesting bound), the model and the
+fields that only say how to deliver, roles, typed fields, function tools, the decoded request itself; writing one:
+the order in which the caller's fields win.
 
 Each protocol names its fields its own way; what it does with them is the same, so it is written here once, and every
 reader reports what is wrong through the protocol's own ``bad`` (an ``UNSUPPORTED_OPTION`` naming the protocol).
@@ -22,6 +23,7 @@ __all__ = [
     "generate_options",
     "json_body",
     "request_fields",
+    "request_tail",
     "role_of",
     "tool_spec",
     "too_deep",
@@ -89,6 +91,16 @@ class DecodedRequest(NamedTuple):
     options: GenerateOptions
     streaming: bool
     include_usage: bool
+
+
+def request_tail(body: dict[str, Any], options: GenerateOptions, extra_fields: dict[str, Any] | None) -> dict[str, Any]:
+    """``body`` (a protocol's request, built from ``options``) ended as every protocol ends one: the temperature, when
+    set, then ``extra_fields`` (what a reasoning effort adds), then ``options.extra``, which wins over all."""
+    if options.temperature is not None:
+        body["temperature"] = options.temperature
+    body.update(extra_fields or {})
+    body.update(options.extra)
+    return body
 
 
 def request_fields(

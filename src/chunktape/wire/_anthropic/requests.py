@@ -28,6 +28,7 @@ from chunktape.wire._requests import (
     generate_options,
     json_body,
     request_fields,
+    request_tail,
     role_of,
     typed,
 )
@@ -173,11 +174,7 @@ def options_to_anthropic_request(
             spec["input_schema"] = tool.parameters or _EMPTY_SCHEMA
             tools.append(spec)
         body["tools"] = tools
-    if options.temperature is not None:
-        body["temperature"] = options.temperature
-    body.update(extra_fields or {})
-    body.update(options.extra)
-    return body
+    return request_tail(body, options, extra_fields)
 
 
 def _plain_text(content: Any) -> str | None:

@@ -22,6 +22,7 @@ from chunktape.wire._requests import (
     generate_options,
     json_body,
     request_fields,
+    request_tail,
     role_of,
     tool_spec,
     typed,
@@ -104,11 +105,7 @@ def options_to_openai_request(
         ]
     if options.max_tokens is not None:
         body["max_tokens"] = options.max_tokens
-    if options.temperature is not None:
-        body["temperature"] = options.temperature
-    body.update(extra_fields or {})
-    body.update(options.extra)
-    return body
+    return request_tail(body, options, extra_fields)
 
 
 _TRANSPORT_FIELDS = ("stream", "stream_options")

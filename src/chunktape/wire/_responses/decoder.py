@@ -147,11 +147,7 @@ class ResponsesDecoder:
             case "response.output_item.added":
                 self._added(payload.get("item"), out)
             case "response.output_text.delta":
-                item = self._current(payload, "text", data)
-                text = payload.get("delta")
-                if not isinstance(text, str):
-                    raise invalid(f"output_text.delta without a text delta: {snippet(data)}")
-                item.pieces.append(text)
+                item, text = self._piece(payload, "text", data, "output_text.delta without a text delta")
                 out.append(TextDelta(index=item.index, text=text, part=_part(payload.get("content_index"))))
             case "response.output_text.annotation.added":
                 item = self._current(payload, "text", data)
@@ -161,18 +157,12 @@ class ResponsesDecoder:
                     TextDelta(index=item.index, text="", citation=annotation, part=_part(payload.get("content_index")))
                 )
             case "response.reasoning_summary_text.delta":
-                item = self._current(payload, "reasoning", data)
-                text = payload.get("delta")
-                if not isinstance(text, str):
-                    raise invalid(f"reasoning_summary_text.delta without a text delta: {snippet(data)}")
-                item.pieces.append(text)
+                item, text = self._piece(
+                    payload, "reasoning", data, "reasoning_summary_text.delta without a text delta"
+                )
                 out.append(ReasoningDelta(index=item.index, text=text, part=_part(payload.get("summary_index"))))
             case "response.function_call_arguments.delta":
-                item = self._current(payload, "tool-call", data)
-                piece = payload.get("delta")
-                if not isinstance(piece, str):
-                    raise invalid(f"function_call_arguments.delta without a delta: {snippet(data)}")
-                item.pieces.append(piece)
+                item, piece = self._piece(payload, "tool-call", data, "function_call_arguments.delta without a delta")
                 out.append(ToolCallDelta(index=item.index, arguments_delta=piece))
             case "response.output_item.done":
                 self._done_item(payload.get("item"), out)
@@ -219,6 +209,15 @@ class ResponsesDecoder:
         if isinstance(item_id, str) and item_id != item.id:
             raise invalid(f"{payload.get('type')} for item {item_id!r} inside item {item.id!r}")
         return item
+
+    def _piece(self, payload: Mapping[str, Any], kind: BlockType, data: str, missing: str) -> tuple[_Item, str]:
+        """The open ``kind`` item and the piece of it a ``*.delta`` event carries: a string, else ``missing``."""
+        item = self._current(payload, kind, data)
+        piece = payload.get("delta")
+        if not isinstance(piece, str):
+            raise invalid(f"{missing}: {snippet(data)}")
+        item.pieces.append(piece)
+        return item, piece
 
     def _added(self, item: Any, out: list[StreamChunk]) -> None:
         self._end_open(out)

@@ -24,6 +24,7 @@ from chunktape.wire._requests import (
     generate_options,
     json_body,
     request_fields,
+    request_tail,
     role_of,
     typed,
 )
@@ -90,11 +91,7 @@ def options_to_responses_request(
         ]
     if options.max_tokens is not None:
         body["max_output_tokens"] = options.max_tokens
-    if options.temperature is not None:
-        body["temperature"] = options.temperature
-    body.update(extra_fields or {})
-    body.update(options.extra)
-    return body
+    return request_tail(body, options, extra_fields)
 
 
 def _content(content: Any, where: str) -> tuple[str | None, list[dict[str, Any]] | None]:
