@@ -11,7 +11,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install test check demo bench bench-smoke fuzz clean
+.PHONY: install test check chromium demo bench bench-smoke fuzz clean
 
 $(STAMP): pyproject.toml
 	@test -n "$(PYTHON)" || { echo "chunktape needs Python >= 3.11 with venv and pip (ensurepip; Debian and Ubuntu: apt install python3-venv); or give PYTHON=/path/to/python"; exit 1; }
@@ -29,7 +29,12 @@ check: install
 
 # Bytecode caches on, even where the shell sets PYTHONDONTWRITEBYTECODE: pytest then keeps the test modules it
 # rewrites, and the CLI processes the suite starts reuse compiled modules instead of compiling them each time.
-test: check
+# The HTML report's tests run in a real headless Chromium: Debian's package, installed here when it is missing and
+# apt-get is usable (never failing the build where it is not: those tests then skip and say why).
+chromium:
+	@sh scripts/install_chromium.sh
+
+test: check chromium
 	PYTHONDONTWRITEBYTECODE= $(BIN)/pytest -n 2 --dist loadgroup
 
 demo: install

@@ -45,6 +45,8 @@ from chunktape import _abort as abort
 if TYPE_CHECKING:  # not at run time: the processes some tests start import these helpers, and not pytest
     import pytest
 
+    from chunktape.faults import Fault
+
 Step = tuple[float, StreamChunk]
 
 
@@ -305,3 +307,28 @@ def interrupt(process: subprocess.Popen[str], timeout: float = 30) -> tuple[str,
         process.kill()
         _, err = process.communicate()
         raise AssertionError(f"{process.args!r} did not stop within {timeout} s of SIGINT:\n{err}") from None
+
+
+def record_through_faults(source: Path, target: Path, faults: Sequence[Fault], calls: int | None = None) -> Cassette:
+    """Record ``source``'s requests replayed with ``faults`` and its recorded timing (in virtual time) into
+    ``target``: a recording whose errors name the injected fault, as a recording through a faulty replay has."""
+    from chunktape import RecordingAdapter, ReplayAdapter, ReplayOptions, Timing, load_cassette
+    from chunktape._virtual_time import replay_loop
+
+    recorded = load_cassette(source)
+    replay = ReplayAdapter(recorded, replay_options=ReplayOptions(timing=Timing.recorded(), faults=faults))
+    recorder = RecordingAdapter(replay, target)
+
+    async def main() -> None:
+        for interaction in recorded.interactions[:calls]:
+            try:
+                async for _ in recorder.stream(interaction.request.to_options()):
+                    pass
+            except LlmError:
+                pass
+
+    with asyncio.Runner(loop_factory=replay_loop) as runner:
+        runner.run(main())
+    saved = recorder.save(failed=False)
+    assert saved is not None
+    return saved

@@ -39,7 +39,20 @@ ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "cassettes"
 DEMO = EXAMPLES / "demo-session.msgpack"
 DUMMY_KEY = "sk-clitest-0123456789abcdefghijklmnop"
-COMMANDS = ["record", "play", "show", "check", "convert", "diff", "redact", "recover", "import-vcr", "serve", "demo"]
+COMMANDS = [
+    "record",
+    "play",
+    "show",
+    "check",
+    "convert",
+    "diff",
+    "report",
+    "redact",
+    "recover",
+    "import-vcr",
+    "serve",
+    "demo",
+]
 
 
 @pytest.fixture
@@ -83,7 +96,17 @@ def test_help_lists_every_command_and_the_exit_codes(runner: CliRunner) -> None:
 def test_every_command_has_help_with_an_example(runner: CliRunner, command: str) -> None:
     result = run(runner, command, "--help")
     assert result.exit_code == 0
-    assert "Example: chunktape " + command in " ".join(result.stdout.split()).replace("│", "").replace("  ", " ")
+    text = " ".join(result.stdout.split()).replace("│", "").replace("  ", " ")
+    assert "Example: chunktape " + command in text
+    assert text.index("Example: chunktape") > text.index("--help"), "the example comes last, after the options"
+    assert "<bool>" not in text  # a flag is shown as a flag, never as an option taking a bool
+
+
+def test_the_top_level_help_ends_with_an_example(runner: CliRunner) -> None:
+    text = " ".join(run(runner, "--help").stdout.split())
+    assert "--debug" in text
+    assert "<bool>" not in text
+    assert text.endswith("Example: chunktape demo --out . && chunktape show --timeline demo-session.msgpack")
 
 
 def test_usage_errors_are_one_line_and_exit_2(runner: CliRunner) -> None:
@@ -638,8 +661,11 @@ def test_demo(runner: CliRunner, tmp_path: Path) -> None:
     for fault_id in STANDARD_FAULTS:
         assert fault_id in out
     assert "http-429 " in out
-    assert out.strip().splitlines()[-1].startswith("demo done in ")
-    assert "18 faults: 9 completed (9 after retries), 9 ended in an error" in out.strip().splitlines()[-1]
+    done, kept, look = out.strip().splitlines()[-3:]
+    assert done.startswith("demo done in ")
+    assert "20 faults: 11 completed (11 after retries), 9 ended in an error" in done
+    assert kept == f"cassette kept: {(tmp_path / 'demo-session.msgpack').resolve()}"
+    assert look == f"look at it: chunktape show --timeline {tmp_path / 'demo-session.msgpack'}"
     cassette = load_cassette(tmp_path / "demo-session.msgpack")
     assert len(cassette.interactions) == 4  # the agent asks again for the read that failed once
     assert check_cassette(tmp_path / "demo-session.msgpack") == []
@@ -659,15 +685,21 @@ SCRIPT = Path(sys.executable).parent / "chunktape"
 
 def test_demo_and_check_as_processes(tmp_path: Path) -> None:
     demo = subprocess.run(
-        [str(SCRIPT), "demo", "--out", str(tmp_path), "--speed", "1000"],
+        [str(SCRIPT), "demo", "--out", ".", "--speed", "1000"],
         capture_output=True,
         text=True,
         env=_env(),
         timeout=120,
         check=False,
+        cwd=tmp_path,
     )
     assert demo.returncode == 0, demo.stderr
     assert "demo done in" in demo.stdout
+    # Where the cassette is, said last, whatever --out was: an absolute path and the next command.
+    assert demo.stdout.splitlines()[-2:] == [
+        f"cassette kept: {(tmp_path / 'demo-session.msgpack').resolve()}",
+        "look at it: chunktape show --timeline demo-session.msgpack",
+    ]
     assert "\x1b[" not in demo.stdout  # not a terminal: no colours
     check = subprocess.run(
         [str(SCRIPT), "check", str(tmp_path), str(EXAMPLES)],
@@ -872,8 +904,8 @@ def test_ctrl_c_while_recording_keeps_what_was_recorded(fake_provider: FakeProvi
         assert piece, "the recorder exited before streaming"
         seen += piece
     _, stderr = interrupt(process)
-    # No reply completed: what was received is kept beside the cassette, never as it.
-    assert process.returncode == 3, stderr
+    # No reply completed: what was received is kept beside the cassette, never as it; Ctrl-C exits 130.
+    assert process.returncode == 130, stderr
     kept = tmp_path / "cut.failed.msgpack"
     assert f"no call completed: interrupted; kept the failed recording in {kept}" in " ".join(stderr.split())
     assert not out.exists()
@@ -882,3 +914,33 @@ def test_ctrl_c_while_recording_keeps_what_was_recorded(fake_provider: FakeProvi
     assert [c.text for c in interaction.chunks if hasattr(c, "text")] == ["partial answer"]
     assert DUMMY_KEY not in kept.read_bytes().decode(errors="replace")
     assert not (tmp_path / "cut.msgpack.journal").exists()
+
+
+def test_ctrl_c_after_a_completed_reply_keeps_the_cassette_and_exits_130(
+    fake_provider: FakeProvider, tmp_path: Path
+) -> None:
+    second = chunk({"role": "assistant", "content": "second, cut"})
+    fake_provider.enqueue(_text_reply("first", " reply"), FakeResponse(body=sse(second, done=False), stall=True))
+    out = tmp_path / "chat.msgpack"
+    process = subprocess.Popen(
+        [str(SCRIPT), "record", "--base-url", fake_provider.url, "--chat", "-o", str(out)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=_env(DEEPSEEK_API_KEY=DUMMY_KEY),
+    )
+    assert process.stdin is not None
+    assert process.stdout is not None
+    process.stdin.write("hi\nagain\n")
+    process.stdin.flush()
+    seen = ""
+    while "second, cut" not in seen:
+        piece = process.stdout.read(1)
+        assert piece, "the recorder exited before streaming the second reply"
+        seen += piece
+    _, stderr = interrupt(process)
+    assert process.returncode == 130, stderr
+    assert f"interrupted; kept 2 interaction(s) in {out}" in " ".join(stderr.split())
+    kept = load_cassette(out).interactions
+    assert [type(item.outcome) for item in kept] == [Completed, Cancelled]

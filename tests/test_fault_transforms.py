@@ -112,7 +112,8 @@ async def test_an_http_stall_reports_its_delay_as_a_schedule_shift() -> None:
 
     # What FaultTransport does with a body: the HTTP codec over SSE frames; its delays shift the schedule.
     request = httpx.Request("POST", "http://127.0.0.1:9/chat/completions")
-    frames = [frame async for frame in active.apply(parse_frames(body()), SseCodec(request), None)]
+    codec = SseCodec(request, lambda error: b"data: {}\n\n")
+    frames = [frame async for frame in active.apply(parse_frames(body()), codec, None)]
     assert b"".join(frame.data for frame in frames) == deepseek_reasoning_then_text()
     assert active.delayed_s == pytest.approx(loop.time() - start)
     assert active.delayed_s >= 30

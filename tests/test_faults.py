@@ -77,6 +77,8 @@ def test_standard_catalogue_ids_are_stable_and_ordered() -> None:
         "stall-30s",
         "truncate",
         *(f"corrupt-{kind}" for kind in CORRUPT_KINDS),
+        "http-529",
+        "error-mid-stream",
     ]
     for name, fault in STANDARD_FAULTS.items():
         assert fault.fault_id == name == fault_id(fault)

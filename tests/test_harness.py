@@ -67,6 +67,8 @@ RETRIED = {
     "http-429",
     "http-500",
     "http-503",
+    "http-529",
+    "error-mid-stream",
     "disconnect-before-first-chunk",
     "disconnect-after-first-chunk",
     "disconnect-mid-text",

@@ -16,6 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import chunktape.faults._plan as injection_module
+from chunktape import ReplayAdapter
 from chunktape._abort import AbortController
 from chunktape._errors import ErrorCode, LlmError, ProtocolViolation
 from chunktape._protocol import (
@@ -42,6 +43,7 @@ from chunktape.faults import (
     HttpError,
     Latency,
     Stall,
+    StreamError,
     StreamFault,
     Targeted,
     Truncate,
@@ -50,7 +52,8 @@ from chunktape.faults._plan import ActiveFault, FaultPlan
 from chunktape.providers._demo import DEMO_TURNS
 from chunktape.providers._scripted import ScriptedAdapter, ScriptedToolCall, ScriptedTurn, script_chunks
 from fault_support import FaultyAdapter, first_request, from_list
-from helpers import drain
+from helpers import cassette_of, collect_until_error, drain, interaction_of, text_stream
+from helpers import options as request_of
 
 TOOL_TURN = DEMO_TURNS[0]  # reasoning, text, one tool call
 CHUNKS = script_chunks(TOOL_TURN)
@@ -617,3 +620,17 @@ async def test_disconnect_after_bytes_counts_streamed_content() -> None:
     assert len(content.encode()) >= 3
     assert out == CHUNKS[: len(out)]
     assert source.closed
+
+
+async def test_an_error_mid_stream_raises_the_providers_status_after_the_chunks_and_never_after_the_finish() -> None:
+    chunks = text_stream("a", "b", "c")
+    for after, delivered in ((1, 1), (2, 2), (100, len(chunks) - 1)):  # a shorter stream: just before its finish
+        replay = ReplayAdapter(
+            cassette_of(interaction_of(chunks)), faults=[StreamError(after_chunks=after, status=529, message="busy")]
+        )
+        got, error = await collect_until_error(replay.stream(request_of()))
+        assert len(got) == delivered
+        assert error is not None
+        assert (error.code, error.status, error.recoverable) == (ErrorCode.PROVIDER_HTTP_ERROR, 529, True)
+        assert "busy" in error.message
+        assert [chunk async for chunk in replay.stream(request_of())] == chunks  # transient: the retry replays it

@@ -71,3 +71,51 @@ def test_lazy_names_are_the_defining_modules_objects() -> None:
     assert chunktape.faults.STANDARD_FAULTS  # a submodule stays reachable as an attribute
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         _ = chunktape.nope  # type: ignore[attr-defined]  # a typo stays a type error
+
+
+COMMANDS = {
+    "--version": ["--version"],
+    "--help": ["--help"],
+    "show": ["show", "{demo}"],
+    "show --timeline": ["show", "--timeline", "{demo}"],
+    "check": ["check", "{demo}"],
+    "convert": ["convert", "{demo}", "{out}", "--force"],
+}
+
+
+@pytest.mark.parametrize("command", list(COMMANDS))
+def test_starting_a_command_loads_no_test_or_server_stack(command: str, tmp_path: Path) -> None:
+    """Running ``chunktape --version``, ``show``, ``check``, ``convert`` (and the group's ``--help``, which lists
+    every command) imports none of pytest, uvicorn, starlette or looptime, nor the HTTP clients."""
+    demo = Path(__file__).resolve().parents[1] / "cassettes" / "demo-session.msgpack"
+    args = [arg.format(demo=demo, out=tmp_path / "out.json") for arg in COMMANDS[command]]
+    code = (
+        "import contextlib, io, sys\nfrom chunktape.cli import app\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        f"    try:\n        app({args!r})\n    except SystemExit as exit:\n        assert exit.code == 0, exit\n"
+        "print(' '.join(m for m in ('pytest', 'uvicorn', 'starlette', 'looptime', 'httpx', 'httpx2') "
+        "if m in sys.modules))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.split() == []
+
+
+def test_the_groups_help_lists_each_commands_own_one_line_help() -> None:
+    """``chunktape --help`` reads each command's one-line help from its source instead of importing it: the same
+    words as the loaded command's."""
+    import typer
+
+    from chunktape.cli import app
+
+    group = typer.main.get_group(app)
+    listed = {}
+    group._lazy.listing = True  # type: ignore[attr-defined]  # what format_help sets
+    try:
+        for name in group.list_commands(None):  # type: ignore[arg-type]
+            listed[name] = group.commands[name].short_help
+    finally:
+        group._lazy.listing = False  # type: ignore[attr-defined]
+    for name, summary in listed.items():
+        loaded = group.commands[name]
+        assert summary == (loaded.short_help or (loaded.help or "").split("\n\n", 1)[0]), name
+    assert len(listed) >= 14

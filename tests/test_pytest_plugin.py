@@ -389,7 +389,9 @@ def test_precedence_is_command_line_then_marker_then_ini_then_default(pytester: 
 
     pytester.makefile(".ini", pytest=INI.format(asyncio_mode="auto", extra="tape_mode = sometimes"))
     bad = run_pytest(pytester)
-    bad.stderr.fnmatch_lines(["*tape_mode = 'sometimes' is not a record mode; valid: none, once, new_episodes, all"])
+    bad.stderr.fnmatch_lines(
+        ["*tape_mode = 'sometimes' is not a record mode; valid: none, once, new_episodes, all, rewrite"]
+    )
     bad_cli = run_pytest(pytester, "--tape-mode", "sometimes")
     bad_cli.stderr.fnmatch_lines(["*argument --tape-mode: invalid choice: 'sometimes'*"])
 
@@ -458,13 +460,14 @@ def test_markers_are_registered_with_their_signature(pytester: pytest.Pytester) 
     result.stdout.fnmatch_lines(
         [
             "@pytest.mark.tape(name=None, mode=None, faults=(), timing=None, match_on=None, allow_repeats=False, "
-            "allow_secrets=(), virtual_time=None):*",
+            "allow_secrets=(), virtual_time=None, max_age=None):*",
             "@pytest.mark.tape_fault_matrix(faults=STANDARD_FAULTS, calls=None):*",
         ]
     )
     help_text = run_pytest(pytester, "--help").stdout.str()
     assert "chunktape: record and replay LLM streams:" in help_text
-    assert "--tape-mode={none,once,new_episodes,all}" in help_text
+    assert "--tape-mode={none,once,new_episodes,all,rewrite}" in help_text
+    assert "--tape-prune=[{list,delete}]" in help_text
 
 
 README = Path(__file__).resolve().parent.parent / "README.md"

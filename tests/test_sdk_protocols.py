@@ -207,3 +207,92 @@ async def test_openai_responses_sdk_gets_the_recorded_stream_from_every_face(
     async with httpx2.AsyncClient(transport=failing) as client:
         with pytest.raises(openai.RateLimitError):
             await openai_run(OFFLINE + "/v1", client, max_retries=0)
+
+
+# -- the in-stream error fault on each protocol -----------------------------------------------------------------
+
+
+@one_worker("anthropic")
+async def test_an_injected_error_mid_stream_is_what_an_overloaded_provider_sends(
+    fake_provider: FakeProvider, tmp_path: Path
+) -> None:
+    """``error-mid-stream`` over a clean recording gives the SDK what a real overloaded provider gave it: its own
+    error for an ``overloaded_error`` event after the stream began, once; the retry gets the recording."""
+    import anthropic
+
+    fake_provider.enqueue(FakeResponse(body=overloaded_mid_stream()), FakeResponse(body=messages_stream()))
+    overloaded, clean = tmp_path / "overloaded.json", tmp_path / "clean.json"
+
+    async def once(base_url: str, client: httpx2.AsyncClient) -> str:
+        sdk = anthropic.AsyncAnthropic(base_url=base_url, api_key=KEY, http_client=client, max_retries=0)
+        events: list[str] = []
+        try:
+            async for event in await sdk.messages.create(**QUESTION, stream=True):
+                events.append(event.type)
+        except anthropic.APIStatusError as error:
+            return f"{type(error).__name__}: {error.body['error']['type']} after {events[:1]}"  # type: ignore[index]
+        return f"no error: {len(events)} events"
+
+    for path in (overloaded, clean):
+        async with httpx2.AsyncClient(transport=RecordingTransport(httpx2.AsyncHTTPTransport(), path)) as client:
+            if path is overloaded:
+                live = await once(fake_provider.url, client)
+            else:
+                await once(fake_provider.url, client)
+    assert live == "APIStatusError: overloaded_error after ['message_start']"
+    transport = ReplayTransport(clean, faults=["error-mid-stream"])
+    async with httpx2.AsyncClient(transport=transport) as client:
+        assert await once(OFFLINE, client) == live
+        assert (await once(OFFLINE, client)).startswith("no error")  # transient: the retry replays the recording
+    with ReplayServer(clean, timing=Timing.instant(), faults=["error-mid-stream"]) as server:
+        async with httpx2.AsyncClient() as plain:
+            assert await once(server.url, plain) == live
+
+
+async def test_an_injected_error_mid_stream_fails_a_responses_stream_and_a_chat_stream(
+    fake_provider: FakeProvider, tmp_path: Path
+) -> None:
+    """The same fault in the other protocols' own forms: ``response.failed`` for Responses, an ``error`` object
+    inside a chat-completions stream; the openai SDK reports each as the stream failing, after the first events."""
+    import openai
+
+    from sdk_agents import text_and_tool_call
+
+    fake_provider.enqueue(FakeResponse(body=responses_stream()), FakeResponse(body=text_and_tool_call()))
+    responses_path, chat_path = tmp_path / "responses.json", tmp_path / "chat.json"
+    async with httpx2.AsyncClient(transport=RecordingTransport(httpx2.AsyncHTTPTransport(), responses_path)) as c:
+        sdk = openai.AsyncOpenAI(base_url=fake_provider.url + "/v1", api_key="sk-test", http_client=c)
+        async for _ in await sdk.responses.create(model="gpt-test", input="Weather in Paris?", stream=True):
+            pass
+    async with httpx2.AsyncClient(transport=RecordingTransport(httpx2.AsyncHTTPTransport(), chat_path)) as c:
+        sdk = openai.AsyncOpenAI(base_url=fake_provider.url + "/v1", api_key="sk-test", http_client=c)
+        messages: Any = [{"role": "user", "content": "What is the weather in Paris?"}]
+        async for _ in await sdk.chat.completions.create(model="m", messages=messages, stream=True):
+            pass
+
+    async def responses_once(client: httpx2.AsyncClient) -> tuple[list[str], str | None]:
+        sdk = openai.AsyncOpenAI(base_url=OFFLINE + "/v1", api_key="sk-test", http_client=client, max_retries=0)
+        kinds: list[str] = []
+        async for event in await sdk.responses.create(model="gpt-test", input="Weather in Paris?", stream=True):
+            kinds.append(event.type)
+            if event.type == "response.failed":
+                return kinds, event.response.error.code if event.response.error else None
+        return kinds, None
+
+    async def chat_once(client: httpx2.AsyncClient) -> str:
+        sdk = openai.AsyncOpenAI(base_url=OFFLINE + "/v1", api_key="sk-test", http_client=client, max_retries=0)
+        try:
+            async for _ in await sdk.chat.completions.create(model="m", messages=messages, stream=True):
+                pass
+        except openai.APIError as error:
+            return f"{type(error).__name__}: {error.message}"
+        return "no error"
+
+    async with httpx2.AsyncClient(transport=ReplayTransport(responses_path, faults=["error-mid-stream"])) as client:
+        kinds, code = await responses_once(client)
+        assert kinds[0] == "response.created"
+        assert (kinds[-1], code) == ("response.failed", "server_error")
+        assert "response.completed" not in kinds
+    async with httpx2.AsyncClient(transport=ReplayTransport(chat_path, faults=["error-mid-stream"])) as client:
+        assert "overloaded [injected fault error-mid-stream" in await chat_once(client)
+        assert await chat_once(client) == "no error"

@@ -42,6 +42,7 @@ class ErrorCode(StrEnum):
     INVALID_CONFIG = "INVALID_CONFIG"
     SCRIPT_EXHAUSTED = "SCRIPT_EXHAUSTED"
     CASSETTE_UNWRITABLE = "CASSETTE_UNWRITABLE"
+    CASSETTE_STALE = "CASSETTE_STALE"
 
 
 class Advice(StrEnum):
@@ -87,6 +88,7 @@ _DEFAULT_HINTS: dict[ErrorCode, str] = {
     ErrorCode.INVALID_CONFIG: "fix the named field",
     ErrorCode.SCRIPT_EXHAUSTED: "give the ScriptedAdapter one turn per stream() call, or cycle=True",
     ErrorCode.CASSETTE_UNWRITABLE: "pick a cassette path whose folder exists (or can be created) and is writable",
+    ErrorCode.CASSETTE_STALE: "re-record the cassette",
 }
 
 _RECOVERABLE_CODES = frozenset({ErrorCode.STREAM_ABORTED, ErrorCode.TIMEOUT})

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import msgspec
@@ -28,6 +29,7 @@ from chunktape._cassettes.model import (
 from chunktape._errors import ErrorCode, LlmError, ProtocolViolation
 from chunktape._limits import UnreadableFile, read_user_file
 from chunktape._protocol import Finish, ReplyBuilder, TokenUsage
+from chunktape._report.staleness import stale
 from chunktape._validation import shortened, validate
 
 __all__ = [
@@ -221,8 +223,11 @@ def _duration(t_ns: int) -> str:
     return f"{seconds / 86_400:.3g} days" if seconds < 2 * 31_557_600 else f"{seconds / 31_557_600:.3g} years"
 
 
-def check_cassette(path: PathLike) -> list[CheckProblem]:
-    """Every problem with the cassette at ``path``: decoding, version, timing, and the StreamChunk rules.
+def check_cassette(
+    path: PathLike, *, max_age: timedelta | None = None, now: datetime | None = None
+) -> list[CheckProblem]:
+    """Every problem with the cassette at ``path``: decoding, version, timing, and the StreamChunk rules; with
+    ``max_age``, also a cassette recorded longer ago than that (rule ``stale``, the ``CASSETTE_STALE`` message).
 
     Timing problems: an event earlier than the one before, an end before the last event, and anything
     recorded more than ``MAX_GAP_NS`` (one hour) after the call. A ``Raised`` status outside 400-599 fails to
@@ -239,6 +244,10 @@ def check_cassette(path: PathLike) -> list[CheckProblem]:
         detail = error.message.removeprefix(f"{shown}: ")
         return [CheckProblem(path=shown, interaction=None, rule=error.code.value, detail=detail)]
     problems: list[CheckProblem] = []
+    if max_age is not None:
+        old = stale(cassette, max_age, "", now)
+        if old is not None:
+            problems.append(CheckProblem(path=shown, interaction=None, rule="stale", detail=old.message))
     for index, interaction in enumerate(cassette.interactions):
         problems.extend(_check_interaction(shown, index, interaction))
     return problems

@@ -24,6 +24,15 @@ class RecordMode(StrEnum):
     """Replay what matches, record (and append) what does not."""
     ALL = "all"
     """Always record, replacing the cassette; sessions given one ``run_id`` replace it once, together."""
+    REWRITE = "rewrite"
+    """pytest-recording's name: delete the cassette and record it again. As ``all``, the new recording replaces the
+    old file only once it is saved as passed (a failed run keeps it); the pytest plugin also removes the cassette of
+    a passing test that made no call."""
+
+    @property
+    def replaces(self) -> bool:
+        """Whether this mode records every call and replaces the cassette (``all``, ``rewrite``)."""
+        return self in (RecordMode.ALL, RecordMode.REWRITE)
 
     @classmethod
     def parse(cls, value: str | RecordMode) -> RecordMode:

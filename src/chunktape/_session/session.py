@@ -89,7 +89,7 @@ class CassetteSession(LlmAdapter):
         self._tool_tape: ToolTape | None = None
         self.written: Path | None = None
         """The file this session wrote on save: ``path``, ``failed_path``, or None when nothing was recorded."""
-        if self.path.exists() and self.mode is not RecordMode.ALL:
+        if self.path.exists() and not self.mode.replaces:
             self._replayer = ReplayAdapter(self.path, replay_options=self.replay_options)
 
     @property
@@ -156,7 +156,7 @@ class CassetteSession(LlmAdapter):
         # create the cassette between now and our save, and replacing it would lose its interactions. all
         # replaces, but only once per run: later writers of the same run (tagged with it) add to it.
         append = self.mode in (RecordMode.NEW_EPISODES, RecordMode.ONCE)
-        tags = {RUN_TAG: self._run_id} if self.mode is RecordMode.ALL and self._run_id is not None else {}
+        tags = {RUN_TAG: self._run_id} if self.mode.replaces and self._run_id is not None else {}
         return {
             "redact": self.replay_options.redact,
             "allow_secrets": self.replay_options.allow_secrets,
@@ -224,7 +224,7 @@ class CassetteSession(LlmAdapter):
         model the recorded results, and lists every divergence in ``tool_divergences`` (and warns
         ``ToolDivergenceWarning``). Runners of one session share its recording: each recorded run answers once.
         """
-        records = self.mode is RecordMode.ALL or (self.mode is RecordMode.ONCE and self._replayer is None)
+        records = self.mode.replaces or (self.mode is RecordMode.ONCE and self._replayer is None)
         needs_tools = records or verify
         if needs_tools and tools is None:
             why = f"record mode {self.mode.value!r} records them" if records else "verify=True runs them"
@@ -329,7 +329,7 @@ class CassetteSession(LlmAdapter):
         self._failed = failed
         problem: LlmError | None = None
         for recorder in recorders:  # each is saved, even after one failed
-            if recorder is not self._recorders()[0] and self.mode is RecordMode.ALL and self._run_id is None:
+            if recorder is not self._recorders()[0] and self.mode.replaces and self._run_id is None:
                 recorder.append = True  # the first writer replaced the cassette; the others add to it
             try:
                 saved = recorder.save(failed=failed, secret_advice=secret_advice)

@@ -8,14 +8,16 @@ file, no API key, a provider error, a busy port); 130 interrupted. ``--debug`` s
 from __future__ import annotations
 
 import importlib
+import inspect
 import os
 import sys
 import traceback
 from collections.abc import Iterator, Mapping, MutableMapping, Sequence
+from pathlib import Path
 from typing import Annotated, Any, Final
 
 import typer
-from typer.core import TyperGroup
+from typer.core import TyperCommand, TyperGroup
 
 from chunktape import __version__
 from chunktape._errors import LlmError
@@ -55,9 +57,10 @@ _COMMANDS: Final[Mapping[str, tuple[str, str]]] = {
     "check": ("chunktape.cli._files", "check"),
     "convert": ("chunktape.cli._files", "convert"),
     "diff": ("chunktape.cli._files", "diff"),
+    "report": ("chunktape.cli._report", "report"),
     "redact": ("chunktape.cli._files", "redact_cassette"),
     "recover": ("chunktape.cli._files", "recover_journal"),
-    "import-vcr": ("chunktape.cli._files", "import_vcr"),
+    "import-vcr": ("chunktape.cli._import_vcr", "import_vcr"),
     "serve": ("chunktape.cli._serve", "serve"),
     "proxy": ("chunktape.cli._proxy", "proxy"),
     "demo": ("chunktape.cli._demo", "demo"),
@@ -73,20 +76,53 @@ def _command(name: str) -> Any:
     if isinstance(target, typer.Typer):
         return typer.main.get_group(target)
     single = typer.Typer(add_completion=False)
-    single.command(name)(target)
+    help_text, epilog = _example_last(inspect.getdoc(target) or "")
+    single.command(name, help=help_text, epilog=epilog)(target)
     return typer.main.get_command(single)
 
 
+def _example_last(doc: str) -> tuple[str, str | None]:
+    """A command's docstring split into its help and its ``Example:`` paragraph, which ``--help`` shows last,
+    after the options (as git and curl end theirs)."""
+    head, found, example = doc.rpartition("\n\nExample:")
+    return (head, f"Example:{example}") if found else (doc, None)
+
+
+def _summary(name: str) -> str | None:
+    """A command's one-line help, read from its module's source without importing it (and what it imports)."""
+    import ast
+    import importlib.util
+
+    module, attribute = _COMMANDS[name]
+    spec = importlib.util.find_spec(module)
+    origin = spec.origin if spec is not None else None
+    if not origin or not origin.endswith(".py"):
+        return None  # no source to read (a sourceless install): the command is loaded instead
+    for node in ast.parse(Path(origin).read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.FunctionDef) and node.name == attribute:
+            return (ast.get_docstring(node) or "").split("\n\n", 1)[0]
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == attribute for t in node.targets):
+            for keyword in getattr(node.value, "keywords", []):
+                if keyword.arg == "help" and isinstance(keyword.value, ast.Constant):
+                    return str(keyword.value.value).split("\n\n", 1)[0]
+    return ""
+
+
 class _Commands(MutableMapping[str, Any]):
-    """The group's commands by name, each built on first use (``chunktape --version`` builds none)."""
+    """The group's commands by name, each built on first use (``chunktape --version`` builds none); while the
+    group's ``--help`` lists them, a command not built yet is only its name and one-line help."""
 
     def __init__(self, built: Mapping[str, Any]) -> None:
         self._built = dict(built)
+        self.listing = False
 
     def __getitem__(self, name: str) -> Any:
         if name not in self._built:
             if name not in _COMMANDS:
                 raise KeyError(name)
+            summary = _summary(name) if self.listing else None
+            if summary is not None:
+                return TyperCommand(name, short_help=summary)
             self._built[name] = _command(name)
         return self._built[name]
 
@@ -108,10 +144,19 @@ class _Group(TyperGroup):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.commands = _Commands(self.commands)
+        self._lazy = _Commands(self.commands)
+        self.commands = self._lazy
 
     def list_commands(self, ctx: Any) -> list[str]:
         return list(self.commands)  # the names only: listing them loads no command
+
+    def format_help(self, ctx: Any, formatter: Any) -> None:
+        """The group's help lists every command without loading one (``serve`` would load the server stack)."""
+        self._lazy.listing = True
+        try:
+            super().format_help(ctx, formatter)
+        finally:
+            self._lazy.listing = False
 
     def main(
         self,
@@ -180,6 +225,7 @@ app = typer.Typer(
     help="Record and replay LLM adapter streams, chunk by chunk with timing, and inject faults.\n\n"
     "Exit codes: 0 ok, 1 check failed or difference found, 2 usage error, 3 runtime error "
     "(missing or corrupt file, no API key, provider error, busy port), 130 interrupted.",
+    epilog="Example: chunktape demo --out . && chunktape show --timeline demo-session.msgpack",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,

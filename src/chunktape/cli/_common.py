@@ -32,17 +32,20 @@ __all__ = [
     "Append",
     "CliError",
     "Force",
+    "LongGap",
     "ShowSecrets",
     "check_output_suffix",
     "check_writable_output",
     "console",
     "err_console",
+    "gap_threshold",
     "load",
     "one_line",
     "parse_fault_option",
     "shown",
     "timing_option",
     "with_cli_hint",
+    "write_cassette",
 ]
 
 EXIT_OK: Final = 0
@@ -54,7 +57,7 @@ EXIT_USAGE: Final = 2
 EXIT_RUNTIME: Final = 3
 """The command could not do its job: a missing or corrupt file, no API key, a provider error, a busy port."""
 EXIT_INTERRUPTED: Final = 130
-"""Ctrl-C (``record`` keeps what it recorded and exits 0)."""
+"""Ctrl-C (``record`` first says what it kept of its recording)."""
 
 
 class CliError(Exception):
@@ -166,6 +169,17 @@ def check_writable_output(path: Path, *, force: bool, append: bool, what: str = 
         raise CliError(f"{where}{path} exists; pass --append to add to it or --force to replace it")
 
 
+def write_cassette(cassette: Cassette, target: Path, *, append: bool) -> Cassette:
+    """``cassette`` saved at ``target`` (atomic), or with ``append`` added to what ``target`` holds (under the
+    writers' lock, as every appending save): what the file now holds."""
+    from chunktape._cassettes.store import append_interactions, save_cassette
+
+    if append:
+        return append_interactions(target, cassette.interactions, cassette.meta, tool_runs=cassette.tool_runs)
+    save_cassette(cassette, target)
+    return cassette
+
+
 def load(path: Path) -> Cassette:
     """A cassette by path; a missing or undecodable file is a ``CliError`` (an ``LlmError`` passes through)."""
     from chunktape._cassettes.codec import load_cassette
@@ -179,6 +193,26 @@ ShowSecrets = Annotated[
     bool,
     typer.Option("--show-secrets", help="Print credentials as recorded (masked by default, also allowed ones)."),
 ]
+
+
+LongGap = Annotated[
+    float | None,
+    typer.Option(
+        "--long-gap",
+        metavar="SECONDS",
+        help="A gap between chunks this long or longer is marked long (default: 8x the median gap, at least 0.2).",
+        show_default=False,
+    ),
+]
+
+
+def gap_threshold(seconds: float | None) -> int | None:
+    """``--long-gap SECONDS`` in nanoseconds (None: each timeline's default); not above 0 is a usage error."""
+    if seconds is None:
+        return None
+    if not seconds > 0:
+        raise CliError(f"--long-gap must be > 0 seconds, got {seconds:g}", EXIT_USAGE)
+    return int(seconds * 1e9)
 
 
 def shown(cassette: Cassette, show_secrets: bool) -> Cassette:

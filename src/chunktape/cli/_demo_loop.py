@@ -227,3 +227,8 @@ def run_demo(out_dir: Path | None, speed: float) -> None:
         style="bold",
         soft_wrap=True,
     )
+    if out_dir is None:
+        out.print("the cassette was in a temp folder, now deleted; keep it with --out DIR", soft_wrap=True)
+    else:
+        out.print(f"cassette kept: {path.resolve()}", markup=False, soft_wrap=True)
+        out.print(f"look at it: chunktape show --timeline {path}", markup=False, soft_wrap=True)

@@ -1,4 +1,4 @@
-"""Commands over cassette files: show, check, convert, diff, redact, recover, import-vcr."""
+"""Commands over cassette files: show, check, convert, diff, redact, recover (import-vcr: ``_import_vcr``)."""
 
 from __future__ import annotations
 
@@ -7,12 +7,12 @@ from typing import Annotated
 
 import msgspec
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
 from chunktape._cassettes.journal import held_journal, live_journal, recover, recovered_path
-from chunktape._cassettes.model import Cassette, Interaction
+from chunktape._cassettes.model import Interaction
 from chunktape._cassettes.redaction import check_secrets, env_secrets, redact
 from chunktape._cassettes.store import append_interactions, save_cassette
+from chunktape._errors import LlmError
 from chunktape._report.analysis import (
     InteractionSummary,
     check_cassette,
@@ -24,21 +24,24 @@ from chunktape._report.analysis import (
 from chunktape._secrets import redact_text
 from chunktape.cli._common import (
     EXIT_FAILED,
+    EXIT_USAGE,
     Append,
     CliError,
     Force,
+    LongGap,
     ShowSecrets,
     check_output_suffix,
     check_writable_output,
     console,
     err_console,
+    gap_threshold,
     load,
     shown,
+    write_cassette,
 )
 from chunktape.cli._render import printable, printable_json, summary_table
-from chunktape.http._vcr import VcrSerializer, read_vcr
 
-__all__ = ["check", "convert", "diff", "import_vcr", "recover_journal", "redact_cassette", "show"]
+__all__ = ["check", "convert", "diff", "recover_journal", "redact_cassette", "show"]
 
 CassetteArg = Annotated[Path, typer.Argument(help="A cassette file (.msgpack or .json).", show_default=False)]
 
@@ -46,15 +49,36 @@ CassetteArg = Annotated[Path, typer.Argument(help="A cassette file (.msgpack or 
 def show(
     cassette: CassetteArg,
     json: Annotated[bool, typer.Option("--json", help="Print the whole cassette as stable, sorted JSON.")] = False,
+    timeline: Annotated[
+        bool,
+        typer.Option(
+            "--timeline",
+            help="Draw each interaction's timing: chunk arrivals, block spans, long gaps, where it ended or failed.",
+        ),
+    ] = False,
+    compact: Annotated[
+        bool | None,
+        typer.Option(
+            "--compact/--full",
+            help="With --timeline: one line per interaction, or every one in full (default: compact from "
+            "10 interactions on).",
+            show_default=False,
+        ),
+    ] = None,
+    long_gap: LongGap = None,
     show_secrets: ShowSecrets = False,
 ) -> None:
     """Show a cassette: one row per interaction (model, last user message, chunks, timing, usage, outcome).
 
-    `--json` prints the cassette as sorted, indented JSON, stable enough to be a git textconv. Credentials
-    are masked, also those the cassette was allowed to keep, unless --show-secrets.
+    `--timeline` draws each interaction on its own time scale: time to first chunk, the chunks' arrivals,
+    each block's span, the gaps (long ones shaded) and where the stream ended, raised or was cut short (an
+    injected fault marked !). `--json` prints the cassette as sorted, indented JSON, stable enough to be a
+    git textconv. Credentials are masked, also those the cassette was allowed to keep, unless --show-secrets.
 
-    Example: chunktape show cassettes/demo-session.msgpack
+    Example: chunktape show --timeline cassettes/demo-session.msgpack
     """
+    if json and timeline:
+        raise CliError("use either --json or --timeline, not both", EXIT_USAGE)
     loaded = shown(load(cassette), show_secrets)
     if json:
         data = msgspec.json.format(msgspec.json.encode(loaded, order="sorted"), indent=2)
@@ -63,6 +87,14 @@ def show(
     out = console()
     meta = loaded.meta
     title = f"{cassette}  ·  {len(loaded.interactions)} interaction(s)  ·  {meta.recorder}, adapter {meta.adapter!r}"
+    if timeline:
+        from chunktape._report.timeline import timeline as timeline_of
+        from chunktape.cli._timeline import render_timelines
+
+        threshold = gap_threshold(long_gap)
+        items = [timeline_of(item, index, long_gap_ns=threshold) for index, item in enumerate(loaded.interactions)]
+        render_timelines(out, title, items, compact=compact)
+        return
     summaries = [_marked(summarize(item, index), item) for index, item in enumerate(loaded.interactions)]
     out.print(summary_table(title, summaries))
 
@@ -77,16 +109,33 @@ def _marked(summary: InteractionSummary, interaction: Interaction) -> Interactio
 
 def check(
     paths: Annotated[list[Path], typer.Argument(help="Cassette files or folders (searched recursively).")],
+    max_age: Annotated[
+        str | None,
+        typer.Option(
+            "--max-age",
+            metavar="AGE",
+            help="Also fail a cassette recorded longer ago than AGE (30d, 12h, 2w; units s, m, h, d, w).",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
-    """Validate cassettes: format, version, timing and the StreamChunk protocol rules.
+    """Validate cassettes: format, version, timing and the StreamChunk protocol rules; with --max-age, their age.
 
     Folders are searched recursively for *.msgpack and *.json files; JSON files there that are not cassettes
     (no top-level version and interactions) are skipped with a note. Prints one line per failing file (path,
     interaction, rule) and exits 1 if any fails, 3 if a path does not exist (every other path is still
-    checked); exits 0 when all pass.
+    checked); exits 0 when all pass. A cassette's age is the time since it was first recorded.
 
-    Example: chunktape check tests/cassettes cassettes/demo-session.msgpack
+    Example: chunktape check --max-age 30d tests/cassettes
     """
+    oldest = None
+    if max_age is not None:
+        from chunktape._report.staleness import parse_age
+
+        try:
+            oldest = parse_age(max_age, "--max-age")
+        except LlmError as error:
+            raise CliError(error.message.replace("--max-age=", "--max-age "), EXIT_USAGE) from None
     found = find_cassette_files(paths)
     files = found.files
     err = err_console()
@@ -95,6 +144,8 @@ def check(
     if not files:
         raise CliError("no cassette files (*.msgpack, *.json) under the given paths")
     failures: list[str] = []
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn  # check's alone: not at the start
+
     with Progress(
         TextColumn("checking"),
         BarColumn(),
@@ -107,7 +158,7 @@ def check(
         task = progress.add_task("", total=len(files))
         for path in files:
             progress.update(task, description=path.name)
-            problems = check_cassette(path)
+            problems = check_cassette(path, max_age=oldest)
             if problems:
                 more = f" (and {len(problems) - 1} more problem(s))" if len(problems) > 1 else ""
                 failures.append(f"{problems[0]}{more}")
@@ -144,22 +195,21 @@ def convert(
     check_writable_output(target, force=force, append=append)
     if target.exists() and source.exists() and target.samefile(source) and append:
         raise CliError(f"{target} is the source itself; --append would double it")
-    written = _write(loaded, target, append=append)
+    written = write_cassette(loaded, target, append=append)
     console().print(f"wrote {target} ({len(written.interactions)} interaction(s))", markup=False, soft_wrap=True)
-
-
-def _write(cassette: Cassette, target: Path, *, append: bool) -> Cassette:
-    """``cassette`` saved at ``target`` (atomic), or with ``append`` added to what ``target`` holds (under the
-    writers' lock, as every appending save): what the file now holds."""
-    if append:
-        return append_interactions(target, cassette.interactions, cassette.meta, tool_runs=cassette.tool_runs)
-    save_cassette(cassette, target)
-    return cassette
 
 
 def diff(
     old: Annotated[Path, typer.Argument(help="The first cassette.", show_default=False)],
     new: Annotated[Path, typer.Argument(help="The second cassette.", show_default=False)],
+    summary: Annotated[
+        bool,
+        typer.Option(
+            "--summary",
+            help="Say in words what changed (text, tool calls, outcome, usage by N tokens, timing by N ms), as "
+            "for two recordings of the same test.",
+        ),
+    ] = False,
     show_secrets: ShowSecrets = False,
 ) -> None:
     """Compare two cassettes interaction by interaction: requests, chunks and text, outcomes, timing shift.
@@ -167,9 +217,21 @@ def diff(
     Exits 0 when the content is the same (timing may still shift), 1 when it differs. Credentials are
     masked, unless --show-secrets; a difference in credentials alone is still reported, as such.
 
-    Example: chunktape diff before.msgpack after.msgpack
+    Example: chunktape diff --summary before.msgpack after.msgpack
     """
     before, after = load(old), load(new)
+    if summary:
+        from chunktape._report.drift import drift_summary
+
+        drift = drift_summary(shown(before, show_secrets), shown(after, show_secrets))
+        changes = drift.changes
+        if drift.same and not show_secrets and not drift_summary(before, after).same:
+            changes = ["credentials changed (masked here; --show-secrets prints them)"]
+        for line in [*changes, *([drift.timing] if drift.timing else [])] or ["no change"]:
+            console().print(printable(line), markup=False, soft_wrap=True)
+        if changes:
+            raise typer.Exit(EXIT_FAILED)
+        return
     result = diff_cassettes(shown(before, show_secrets), shown(after, show_secrets))
     if result.same and not show_secrets and not diff_cassettes(before, after).same:
         result = msgspec.structs.replace(
@@ -270,48 +332,4 @@ def recover_journal(
             journal.unlink(missing_ok=True)
     console().print(
         f"recovered {len(cassette.interactions)} interaction(s) into {target}", markup=False, soft_wrap=True
-    )
-
-
-def import_vcr(
-    source: Annotated[Path, typer.Argument(help="A vcrpy cassette of chat completions (streamed or not).")],
-    output: Annotated[Path, typer.Option("--output", "-o", help="The chunk cassette to write.", show_default=False)],
-    serializer: Annotated[
-        VcrSerializer,
-        typer.Option(
-            help="The serializer the cassette was written with: vcrpy's yaml or json, or parsed-body "
-            "(pydantic-ai's json_body_serializer); auto detects them.",
-        ),
-    ] = VcrSerializer.AUTO,
-    keep_undecodable: Annotated[
-        bool,
-        typer.Option(
-            "--keep-undecodable",
-            help="Import a response that cannot be decoded as a raised INVALID_RESPONSE (and skip a request "
-            "that cannot be read) instead of failing.",
-        ),
-    ] = False,
-    force: Force = False,
-    append: Append = False,
-) -> None:
-    """Convert a vcrpy cassette of OpenAI-compatible chat completions into a chunk cassette.
-
-    Other traffic (/models, /embeddings...) is skipped with a note on stderr. An interaction that cannot be
-    decoded fails the import, naming it, unless --keep-undecodable. An existing output cassette is left alone
-    unless --append (add the imported interactions to it) or --force (replace it).
-
-    Example: chunktape import-vcr tests/cassettes/chat.yaml -o chat.msgpack
-    """
-    check_output_suffix(output, "--output")
-    imported = read_vcr(source, serializer=serializer, keep_undecodable=keep_undecodable)
-    check_writable_output(output, force=force, append=append, what="--output")
-    err = err_console()
-    for note in imported.notes:
-        err.print(note, style="dim", markup=False, soft_wrap=True)
-    cassette = redact(imported.cassette, env_secrets().values())  # skips interactions holding no secret
-    _write(cassette, output, append=append)
-    console().print(
-        f"imported {len(cassette.interactions)} interaction(s) from {source} into {output}",
-        markup=False,
-        soft_wrap=True,
     )

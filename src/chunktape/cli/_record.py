@@ -22,7 +22,15 @@ from rich.console import Console
 from chunktape._errors import LlmError
 from chunktape._protocol import GenerateOptions, Message, StreamChunk, ToolSpec
 from chunktape._secrets import redact_text
-from chunktape.cli._common import EXIT_USAGE, CliError, check_output_suffix, console, err_console
+from chunktape.cli._common import (
+    EXIT_INTERRUPTED,
+    EXIT_RUNTIME,
+    EXIT_USAGE,
+    CliError,
+    check_output_suffix,
+    console,
+    err_console,
+)
 from chunktape.cli._render import ChunkPrinter, tool_result_line
 from chunktape.harness._conversation import MAX_TOOL_ROUNDS, Conversation
 from chunktape.harness._events import ToolResultEvent
@@ -289,9 +297,9 @@ def record(
     Give the input with --prompt, --messages FILE.json (and --tools FILE.json), or --chat for a multi-turn
     session on stdin (each turn is another interaction of the same cassette). With --tools, every tool call is
     answered before the conversation goes on: in --chat by the line you type for it, or by --tools-module
-    pkg.mod:TOOLS; each tool execution is recorded in the cassette. Ctrl-C stops and keeps what was
-    recorded (aside, as below, if no reply had completed). The API key is read from --api-key-env and never
-    written to the cassette or printed.
+    pkg.mod:TOOLS; each tool execution is recorded in the cassette. Ctrl-C stops, keeps what was
+    recorded (aside, as below, if no reply had completed), says where, and exits 130. The API key is read
+    from --api-key-env and never written to the cassette or printed.
     A run in which no call completed (a down server, a wrong URL or key, Ctrl-C before the reply) writes no
     cassette unless --force: it is kept beside it as <name>.failed.<suffix>, and the exit code is 3. So is a
     recording that still holds a credential, with every credential replaced; --allow-secret VALUE keeps a
@@ -376,16 +384,23 @@ def record(
                 written = recorder.save(failed=False if force else None, secret_advice=_SECRET_ADVICE)
             finally:
                 runner.run(adapter.aclose())
+    code = EXIT_INTERRUPTED if interrupted else EXIT_RUNTIME  # Ctrl-C: 130, once it said what it kept
     if recorder.written is not None and recorder.written != output:
         state = "was left as it was" if output.exists() else "was not written"
         reason = f": {failure}" if failure is not None else ": interrupted" if interrupted else ""
         raise CliError(
             f"no call completed{reason}; kept the failed recording in {recorder.written}, {output} {state} "
-            "(--force writes it)"
+            "(--force writes it)",
+            code,
         )
+    if interrupted and written is None:
+        state = "was left as it was" if output.exists() else "was not written"
+        raise CliError(f"interrupted before anything was recorded; {output} {state}", code)
     count = 0 if written is None else len(written.interactions)
     note = "interrupted; kept" if interrupted else "saved"
     err_console().print(f"{note} {count} interaction(s) in {output}", style="dim", markup=False, soft_wrap=True)
+    if interrupted:
+        raise typer.Exit(EXIT_INTERRUPTED)
     if failure is not None and not chat:
         raise CliError(str(failure))
 

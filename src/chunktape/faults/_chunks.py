@@ -80,6 +80,9 @@ class ChunkCodec:
     def corrupter(self, fault: Corrupt, label: str) -> _Corrupter:
         return _Corrupter(fault, label)
 
+    def reported(self, error: LlmError) -> StreamChunk:
+        raise error  # a chunk stream has no error item: the adapter raises what the provider reported
+
 
 CHUNKS = ChunkCodec()
 """The codec of chunk streams (``ReplayAdapter``, the replay server)."""

@@ -8,6 +8,9 @@ applies them, to a chunk stream or (through ``chunktape.http._fault_transport``)
 Stream faults act on one ``stream()`` call:
 
 ``HttpError``   the call fails with ``PROVIDER_HTTP_ERROR`` before any chunk
+``StreamError`` after N chunks the provider reports an error inside the stream (``PROVIDER_HTTP_ERROR`` with
+                its status): each protocol's own in-band form, Anthropic's ``error`` event (``overloaded_error``
+                for 529), OpenAI Responses' ``response.failed``, a chat-completions ``error`` object
 ``Disconnect``  the stream breaks with ``STREAM_ABORTED`` after N chunks, after T seconds, or inside the
                 first block of a type; a disconnect never lets the ``finish`` chunk through
 ``Stall``       the stream goes silent for S seconds before chunk N, then continues
@@ -21,9 +24,9 @@ written down; the README, ``chunktape demo``, the pytest fault matrix, ``play --
 all follow it):
 
 - every stream fault is **transient** or **permanent** (``fault.transient``). Transient: a retry of the same
-  request succeeds -- HTTP 408, 409, 429 and 5xx, every disconnect, stall, latency, truncation and corrupt
-  stream. Permanent: any other HTTP status (400, 401, 403, 404, 422...): the request fails however often it
-  is sent.
+  request succeeds -- HTTP 408, 409, 429 and 5xx (an in-stream error of those statuses too), every disconnect,
+  stall, latency, truncation and corrupt stream. Permanent: any other HTTP status (400, 401, 403, 404, 422...):
+  the request fails however often it is sent.
 - a bare transient fault fires **once**, on the first call it sees, and the retry replays the recording; a
   bare permanent fault fires on **every** call.
 - ``Targeted(fault, calls=[...])`` fires on each call it lists; with only ``model=``/``match=`` it counts
@@ -65,6 +68,7 @@ __all__ = [
     "Latency",
     "STANDARD_FAULTS",
     "Stall",
+    "StreamError",
     "StreamFault",
     "Targeted",
     "Truncate",
@@ -172,6 +176,21 @@ class HttpError(_FaultBase, frozen=True, tag="http-error"):
     message: str | None = None
 
 
+class StreamError(_FaultBase, frozen=True, tag="stream-error"):
+    """After ``after_chunks`` chunks the provider reports an error inside the stream, which ends there: the call
+    raises ``PROVIDER_HTTP_ERROR`` with this status (Anthropic's 529 ``overloaded_error``, a 500 ``server_error``).
+
+    Over HTTP it is the answer's own in-band error (Anthropic's ``error`` event, OpenAI Responses'
+    ``response.failed``, a chat-completions ``error`` object) after a 200; like a disconnect it never lets the
+    ``finish`` chunk through: a shorter stream reports it just before its finish.
+    """
+
+    after_chunks: NonNegInt = 1
+    status: Status = 500
+    retry_after: NonNegFloat | None = None
+    message: str | None = None
+
+
 class Disconnect(_FaultBase, frozen=True, tag="disconnect"):
     """The stream breaks with ``STREAM_ABORTED``: after N chunks, after T seconds of loop time (counted from
     the first read of the stream), right after the first delta of the first block of type ``inside``, or after
@@ -231,10 +250,10 @@ class Corrupt(_FaultBase, frozen=True, tag="corrupt"):
     seed: int = 0
 
 
-StreamFault: TypeAlias = HttpError | Disconnect | Stall | Latency | Truncate | Corrupt
+StreamFault: TypeAlias = HttpError | StreamError | Disconnect | Stall | Latency | Truncate | Corrupt
 """A fault that acts on one stream."""
 
-STREAM_FAULT_TYPES = (HttpError, Disconnect, Stall, Latency, Truncate, Corrupt)
+STREAM_FAULT_TYPES = (HttpError, StreamError, Disconnect, Stall, Latency, Truncate, Corrupt)
 """The classes of ``StreamFault``, for ``isinstance``."""
 
 
@@ -283,7 +302,9 @@ class Targeted(_FaultBase, frozen=True, tag="targeted"):
                 raise _invalid(Targeted, "match", f"is not a valid regular expression ({exc})") from None
 
 
-Fault: TypeAlias = HttpError | Disconnect | Stall | Latency | Truncate | Corrupt | FailFirst | Always | Chaos | Targeted
+Fault: TypeAlias = (
+    HttpError | StreamError | Disconnect | Stall | Latency | Truncate | Corrupt | FailFirst | Always | Chaos | Targeted
+)
 """Any fault spec, as accepted by ``ReplayAdapter(faults=...)``, markers and scenario files."""
 
 _FAULT_TYPES = (*STREAM_FAULT_TYPES, FailFirst, Always, Chaos, Targeted)
@@ -295,7 +316,7 @@ def is_transient(fault: Fault) -> bool:
     """The transient/permanent rule of the module docstring: HTTP 408, 409, 429 and 5xx and every other stream
     fault are transient; ``Always`` is permanent, ``FailFirst`` transient, the others as the faults they hold."""
     match fault:
-        case HttpError():
+        case HttpError() | StreamError():
             return fault.status in _TRANSIENT_STATUSES or fault.status >= 500
         case Disconnect() | Stall() | Latency() | Truncate() | Corrupt():
             return True
@@ -321,6 +342,8 @@ def fault_id(fault: Fault) -> str:
     match fault:
         case HttpError():
             return f"http-{fault.status}"
+        case StreamError():
+            return f"stream-error-{fault.status}-after-{fault.after_chunks}-chunks"
         case Disconnect():
             if fault.inside is not None:
                 return f"disconnect-mid-{fault.inside}"
@@ -364,6 +387,9 @@ def _standard() -> dict[str, StreamFault]:
         Stall(id="stall-30s", after_chunks=1, seconds=30.0),
         Truncate(id="truncate", after_chunks=3),
         *(Corrupt(id=f"corrupt-{kind}", kind=kind) for kind in CORRUPT_KINDS),
+        # What Anthropic's API does when it is overloaded: a 529, or an overloaded_error event mid-stream.
+        HttpError(id="http-529", status=529, message="overloaded"),
+        StreamError(id="error-mid-stream", after_chunks=1, status=529, message="overloaded"),
     ]
     return {fault_id(fault): fault for fault in faults}
 

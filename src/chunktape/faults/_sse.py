@@ -10,7 +10,7 @@ protocol with another event stream (Anthropic Messages, OpenAI Responses) gets a
 from __future__ import annotations
 
 import random
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 import msgspec
@@ -196,13 +196,15 @@ class _BadArguments:
 
 
 class SseCodec:
-    """The transforms' view of an SSE body; a broken connection is ``request``'s library's ``ReadError``."""
+    """The transforms' view of an SSE body; a broken connection is ``request``'s library's ``ReadError``, an error
+    the provider reports in-band is the event ``report(error)`` writes in the body's protocol."""
 
     can_cut = True
     bytes_of = "of the body"
 
-    def __init__(self, request: AnyRequest) -> None:
+    def __init__(self, request: AnyRequest, report: Callable[[LlmError], bytes]) -> None:
         self.request = request
+        self.report = report
 
     def counts(self, item: Frame) -> bool:
         return item.counts
@@ -243,6 +245,9 @@ class SseCodec:
             raise refused
         return _BadArguments(fault)
 
+    def reported(self, error: LlmError) -> Frame:
+        return Frame(self.report(error), is_data=True, ending=True)
+
 
 async def parse_frames(source: AsyncIterator[bytes], *, events: bool = False) -> AsyncIterator[Frame]:
     """``source``'s SSE items as frames, however its pieces cut them; closes ``source`` when closed. ``events``:
@@ -258,8 +263,11 @@ async def parse_frames(source: AsyncIterator[bytes], *, events: bool = False) ->
         await aclose_stream(source)
 
 
-def faulted(source: AsyncIterator[bytes], active: ActiveFault, request: AnyRequest) -> AsyncIterator[Frame]:
+def faulted(
+    source: AsyncIterator[bytes], active: ActiveFault, request: AnyRequest, report: Callable[[LlmError], bytes]
+) -> AsyncIterator[Frame]:
     """The frames of ``source`` with ``active``'s fault applied (no abort signal: httpx has none); a request to
-    ``.../messages`` or ``.../responses`` has an event stream of that protocol."""
+    ``.../messages`` or ``.../responses`` has an event stream of that protocol, whose in-band error event
+    ``report`` writes."""
     events = request.url.path.endswith(("/messages", "/responses"))
-    return active.apply(parse_frames(source, events=events), SseCodec(request), None)
+    return active.apply(parse_frames(source, events=events), SseCodec(request, report), None)

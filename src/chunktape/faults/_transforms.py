@@ -20,7 +20,16 @@ from typing import Protocol, TypeVar, assert_never
 from chunktape import _abort as abort
 from chunktape._errors import ErrorCode, LlmError
 from chunktape._protocol import AbortSignal, BlockType, aclose_stream
-from chunktape.faults._specs import Corrupt, Disconnect, HttpError, Latency, Stall, StreamFault, Truncate
+from chunktape.faults._specs import (
+    Corrupt,
+    Disconnect,
+    HttpError,
+    Latency,
+    Stall,
+    StreamError,
+    StreamFault,
+    Truncate,
+)
 
 __all__ = ["Codec", "Corrupter", "apply", "http_error"]
 
@@ -103,9 +112,14 @@ class Codec(Protocol[T]):
         """The rewriter for a protocol ``Corrupt`` kind; ``INVALID_CONFIG`` for a kind the layer cannot express."""
         ...
 
+    def reported(self, error: LlmError) -> T:
+        """The provider's in-band report of ``error`` once the stream started (an error event on the wire); a layer
+        that has no such item raises ``error`` instead."""
+        ...
 
-def http_error(fault: HttpError, label: str) -> LlmError:
-    """The ``PROVIDER_HTTP_ERROR`` an injected ``HttpError`` raises before any chunk."""
+
+def http_error(fault: HttpError | StreamError, label: str) -> LlmError:
+    """The ``PROVIDER_HTTP_ERROR`` an injected ``HttpError`` raises before any chunk (a ``StreamError``, later)."""
     text = fault.message or "provider error"
     return LlmError(
         f"HTTP {fault.status}: {text} [{label}]",
@@ -128,6 +142,8 @@ def apply(
     match fault:
         case HttpError():
             return _http(http_error(fault, label), items)
+        case StreamError():
+            return _stream_error(fault, http_error(fault, label), items, codec)
         case Disconnect():
             return _disconnect(fault, label, items, codec)
         case Stall():
@@ -147,6 +163,23 @@ async def _http(error: LlmError, items: AsyncIterator[T]) -> AsyncIterator[T]:
     try:
         raise error
         yield  # pragma: no cover - makes this an async generator
+    finally:
+        await aclose_stream(items)
+
+
+async def _stream_error(
+    fault: StreamError, error: LlmError, items: AsyncIterator[T], codec: Codec[T]
+) -> AsyncIterator[T]:
+    """The items up to ``after_chunks`` chunks (never the finish), then the provider's report of ``error``."""
+    seen = 0
+    try:
+        async for item in items:
+            counted = codec.counts(item)
+            if counted and (seen >= fault.after_chunks or codec.finishes(item)):
+                break
+            yield item
+            seen += counted
+        yield codec.reported(error)
     finally:
         await aclose_stream(items)
 

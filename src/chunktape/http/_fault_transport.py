@@ -54,11 +54,12 @@ Responses that are not a 2xx event stream pass through untouched (only ``HttpErr
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from typing import Any
 
 import msgspec
 
+from chunktape._errors import LlmError
 from chunktape._httpx import (
     AnyAsyncTransport,
     AnyRequest,
@@ -74,7 +75,8 @@ from chunktape._protocol import GenerateOptions, aclose_stream
 from chunktape.faults import Fault, HttpError
 from chunktape.faults._plan import ActiveFault, FaultPlan, FiredFault
 from chunktape.faults._sse import check_faults, faulted
-from chunktape.http._render import error_body, error_headers
+from chunktape.http._protocols import CHAT, WireProtocol, protocol_for
+from chunktape.http._render import error_headers
 from chunktape.http._routes import route_model
 from chunktape.http._timeouts import TimedBody
 from chunktape.wire._openai_chat import decode_chat_request
@@ -140,7 +142,8 @@ class FaultTransport(DualTransport):
             for name, value in upstream.headers.multi_items()
             if name.lower() not in ("content-length", "content-encoding")
         ]
-        pieces = TimedBody(_faulty(upstream, active, request, dribble=self.dribble), request)
+        report = _protocol(request).renderer(model="").error
+        pieces = TimedBody(_faulty(upstream, active, request, report, dribble=self.dribble), request)
 
         async def close() -> None:
             try:
@@ -160,21 +163,32 @@ class FaultTransport(DualTransport):
         await aclose_inner(self.inner)
 
 
+def _protocol(request: AnyRequest) -> WireProtocol:
+    """The wire protocol of ``request``'s route (chat completions unless it is a Messages or Responses one)."""
+    return protocol_for(request.url.path) or CHAT
+
+
 def _error_response(item: FiredFault, fault: HttpError, request: AnyRequest) -> AnyResponse:
     message = f"{fault.message or 'provider error'} [{item.label}]"
+    body = _protocol(request).error_body(message, status=fault.status, retry_after=fault.retry_after)
     return response(
         request,
         fault.status,
         headers={"content-type": "application/json", **error_headers(fault.retry_after)},
-        content=msgspec.json.encode(error_body(message, status=fault.status, retry_after=fault.retry_after)),
+        content=msgspec.json.encode(body),
     )
 
 
 async def _faulty(
-    upstream: AnyResponse, active: ActiveFault, request: AnyRequest, *, dribble: int | None
+    upstream: AnyResponse,
+    active: ActiveFault,
+    request: AnyRequest,
+    report: Callable[[LlmError], bytes],
+    *,
+    dribble: int | None,
 ) -> AsyncIterator[bytes]:
     """The upstream body through the fault's transforms, re-cut into ``dribble``-byte pieces if asked."""
-    frames = faulted(araw_pieces(upstream), active, request)  # which closes the body's iterator when it ends
+    frames = faulted(araw_pieces(upstream), active, request, report)  # which closes the body's iterator at its end
     try:
         async for frame in frames:
             if dribble is None:

@@ -78,6 +78,10 @@ class Renderer(Protocol):
 
     def outcome(self, outcome: Any) -> Ending: ...
 
+    def error(self, error: LlmError) -> bytes:
+        """The protocol's in-band error event, as a provider reports an error once the stream started."""
+        ...
+
 
 class WireProtocol:
     """One protocol's HTTP side. ``name`` is how chunks name it (``ProviderEvent.protocol``)."""

@@ -190,7 +190,7 @@ class ReplayTransport(DualTransport):
         renderer = protocol.renderer(model=chat.options.model, include_usage=chat.include_usage, meta=meta)
         pieces = self._events(request, interaction, index, renderer, active, hold)
         if active is not None:
-            pieces = _faulty(pieces, active, request)
+            pieces = _faulty(pieces, active, request, renderer.error)
         return _Streamed(headers, pieces, held, hold)
 
     async def _events(
@@ -275,8 +275,10 @@ def _warn_across(interaction: Interaction, protocol: WireProtocol, model: str) -
         warnings.warn(message, CrossProtocolWarning, stacklevel=6)
 
 
-async def _faulty(pieces: AsyncIterator[bytes], active: ActiveFault, request: AnyRequest) -> AsyncIterator[bytes]:
-    frames = faulted(pieces, active, request)
+async def _faulty(
+    pieces: AsyncIterator[bytes], active: ActiveFault, request: AnyRequest, report: Callable[[LlmError], bytes]
+) -> AsyncIterator[bytes]:
+    frames = faulted(pieces, active, request, report)
     try:
         async for frame in frames:
             yield frame.data

@@ -5,11 +5,15 @@ or records it through the ``tape_live_adapter`` fixture, per the record mode. Wh
 first match wins:
 
 - record mode: ``--tape-mode`` > ``@pytest.mark.tape(mode=...)`` > ``tape_config`` > ini ``tape_mode`` > ``none``
-- replay settings (faults, timing, match_on, allow_repeats, allow_secrets, redact) and ``virtual_time``: the marker
-  > a ``tape_config`` fixture (override it per module or folder in ``conftest.py``) > the ini options
-  (``tape_match_on``, ``tape_virtual_time``) > the defaults; they have no command-line flag
+- replay settings (faults, timing, match_on, allow_repeats, allow_secrets, redact), ``virtual_time`` and ``max_age``:
+  the marker > a ``tape_config`` fixture (override it per module or folder in ``conftest.py``) > the ini options
+  (``tape_match_on``, ``tape_virtual_time``, ``tape_max_age``) > the defaults; they have no command-line flag
 - cassette folder: a ``tape_dir`` fixture override > ``--tape-dir`` > ini ``tape_dir`` > next to the test file
 - strict playback: ``--tape-strict`` > ini ``tape_strict`` > off
+
+Upkeep (``_upkeep``): ``--tape-mode rewrite`` re-records, a cassette older than ``max_age`` fails in ``none`` and is
+re-recorded in ``once``, the drift of each re-recorded cassette is printed, ``--tape-prune`` lists (or deletes) the
+cassettes no collected test used, ``--tape-report`` writes the run's HTML report.
 
 Saving happens at teardown, once the test's outcome is known (a sync fixture, so it works the same under
 pytest-asyncio and anyio): a test that did not pass never replaces its cassette, its recording is kept beside
@@ -29,16 +33,22 @@ import contextlib
 import inspect
 import uuid
 from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, NoReturn, TypedDict
 
 import pytest
 
+from chunktape._cassettes.codec import load_cassette
 from chunktape._cassettes.matching import Matcher
+from chunktape._cassettes.model import Cassette
 from chunktape._errors import Advice, AdviceWords, ErrorCode, LlmError
 from chunktape._protocol import LlmAdapter, WrappingAdapter
+from chunktape._recorder import RUN_TAG
 from chunktape._replayer.options import ReplayOptions
 from chunktape._replayer.timing import Timing
+from chunktape._report.drift import drift_summary
+from chunktape._report.staleness import parse_age, stale
 from chunktape._secrets import redact_text
 from chunktape._session.modes import MISS_CODES, RecordMode
 from chunktape._session.session import CassetteSession
@@ -59,6 +69,7 @@ from chunktape.pytest._matrix import (
 )
 from chunktape.pytest._missing import MissingCassettes
 from chunktape.pytest._paths import cassette_file_name, checked_name, named_cassette, shown, test_name
+from chunktape.pytest._upkeep import USES, Upkeep, partial_selection
 
 __all__ = ["BASELINE_ID", "Tape", "TapeConfig"]
 
@@ -93,6 +104,7 @@ class TapeConfig(TypedDict, total=False):
     allow_secrets: Sequence[str]
     redact: bool | Sequence[str]
     virtual_time: bool
+    max_age: str | timedelta
 
 
 LiveAdapter = LlmAdapter | Callable[[], LlmAdapter]
@@ -101,7 +113,7 @@ LiveAdapter = LlmAdapter | Callable[[], LlmAdapter]
 _MODES = [mode.value for mode in RecordMode]
 _REPLAY_ARGS = ("faults", "timing", "match_on", "allow_repeats", "allow_secrets", "redact")
 """The marker's arguments that are replay options (``ReplayOptions`` checks them)."""
-_CONFIG_ARGS = ("mode", *_REPLAY_ARGS, "virtual_time")
+_CONFIG_ARGS = ("mode", *_REPLAY_ARGS, "virtual_time", "max_age")
 """What ``tape_config`` may set: every argument of the marker but the cassette's name."""
 _TAPE_ARGS = ("name", *_CONFIG_ARGS)
 _PROPERTY = "chunktape"
@@ -140,8 +152,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         choices=_MODES,
         default=None,
         help="when the tape fixture records: none (replay only, the default: never calls a provider), "
-        "once (record missing cassettes), new_episodes (record and append requests without a match), "
-        "all (re-record everything). Overrides @pytest.mark.tape(mode=...) and the tape_mode ini.",
+        "once (record missing cassettes, and stale ones: tape_max_age), new_episodes (record and append requests "
+        "without a match), all (re-record everything), rewrite (pytest-recording's name: re-record the cassettes of "
+        "the tests that run, and remove those of passing tests that made no call). Overrides "
+        "@pytest.mark.tape(mode=...) and the tape_mode ini.",
     )
     group.addoption(
         "--tape-dir",
@@ -156,6 +170,31 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         action="store_true",
         default=None,
         help="fail a test that leaves recorded interactions of its cassette unplayed.",
+    )
+    group.addoption(
+        "--tape-prune",
+        dest="tape_prune",
+        nargs="?",
+        const="list",
+        choices=["list", "delete"],
+        default=None,
+        help="after the run, list the cassettes under the tape folders that no collected test used; "
+        "--tape-prune=delete removes them, and refuses when the run was partial (-k, -m, selected files or node "
+        "ids, --deselect, --lf, a collection error, a run that stopped early).",
+    )
+    group.addoption(
+        "--tape-report",
+        dest="tape_report",
+        default=None,
+        metavar="PATH",
+        help="write one self-contained HTML report of the cassettes this run used (a timeline chart per "
+        "interaction), as chunktape report does.",
+    )
+    parser.addini(
+        "tape_max_age",
+        "the oldest a cassette may be (30d, 12h, 2w): an older one fails its test (none), or is re-recorded "
+        "(once, new_episodes); @pytest.mark.tape(max_age=...) and tape_config win",
+        default="",
     )
     parser.addini("tape_mode", f"default record mode of the tape fixture: {', '.join(_MODES)}", default="")
     parser.addini("tape_dir", "root folder for cassettes, relative to the ini file", default="")
@@ -179,10 +218,11 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
         "tape(name=None, mode=None, faults=(), timing=None, match_on=None, allow_repeats=False, allow_secrets=(), "
-        "virtual_time=None): the tape fixture's cassette: its file name, record mode (--tape-mode wins), faults "
-        "injected on replay, replay Timing, request matchers, whether played interactions may play again, values "
-        "that may stay in the cassette although they look like credentials, and "
-        "whether fault runs and timed replays run in virtual time (default: the tape_virtual_time ini).",
+        "virtual_time=None, max_age=None): the tape fixture's cassette: its file name, record mode (--tape-mode "
+        "wins), faults injected on replay, replay Timing, request matchers, whether played interactions may play "
+        "again, values that may stay in the cassette although they look like credentials, "
+        "whether fault runs and timed replays run in virtual time (default: the tape_virtual_time ini), and the "
+        "oldest the cassette may be (30d; default: the tape_max_age ini).",
     )
     config.addinivalue_line(
         "markers",
@@ -205,7 +245,22 @@ def pytest_configure(config: pytest.Config) -> None:
             ReplayOptions(match_on=ini_match_on)
         except LlmError as error:
             raise pytest.UsageError(f"ini option tape_match_on = {ini_match_on!r}: {error.message}") from None
+    ini_age = str(config.getini("tape_max_age")).strip()
+    if ini_age:
+        try:
+            parse_age(ini_age, "tape_max_age")
+        except LlmError as error:
+            raise pytest.UsageError(f"ini option {error.message}") from None
+    if config.getoption("tape_prune") == "delete":
+        why = partial_selection(config)
+        if why is not None:
+            raise pytest.UsageError(
+                f"--tape-prune=delete refuses a partial run ({why}): a cassette of a test left out would look unused; "
+                "run the whole suite, or list them with --tape-prune"
+            )
     config.pluginmanager.register(_Summary(config), "chunktape-summary")
+    if getattr(config, "workerinput", None) is None:  # the controller (or a run without pytest-xdist) prunes
+        config.pluginmanager.register(Upkeep(config), "chunktape-upkeep")
     # One id for the whole run, shared by the pytest-xdist workers: --tape-mode all replaces a shared cassette
     # once per run and adds every later writer's recording to it.
     workerinput = getattr(config, "workerinput", None)
@@ -327,15 +382,26 @@ def tape_dir(request: pytest.FixtureRequest) -> Path:
 
     Override it (in a module, class or conftest.py) to keep cassettes somewhere else.
     """
-    test_file = request.path
-    root = _root_dir(request.config)
+    return default_tape_dir(request.config, request.path)
+
+
+def default_tape_dir(config: pytest.Config, test_file: Path) -> Path:
+    """The ``tape_dir`` fixture's folder for a test file when no one overrides it."""
+    root = _root_dir(config)
     if root is None:
         return test_file.parent / "cassettes" / test_file.stem
     try:
-        relative = test_file.parent.relative_to(request.config.rootpath)
+        relative = test_file.parent.relative_to(config.rootpath)
     except ValueError:
         relative = Path()
     return root / relative / test_file.stem
+
+
+def tape_root(config: pytest.Config, test_file: Path) -> Path:
+    """The folder ``--tape-prune`` searches for a test file's cassettes: ``--tape-dir`` (or the ini's), else the
+    ``cassettes`` folder beside the test file."""
+    root = _root_dir(config)
+    return root if root is not None else test_file.parent / "cassettes"
 
 
 def _marker_kwargs(item: pytest.Item) -> dict[str, Any]:
@@ -365,7 +431,7 @@ def _live(value: LiveAdapter) -> Callable[[], LlmAdapter]:
 @pytest.fixture
 def tape_config() -> TapeConfig:
     """Override in a test module or a ``conftest.py`` to set defaults for every ``tape`` below it (``TapeConfig``:
-    mode, faults, timing, match_on, allow_repeats, allow_secrets, redact, virtual_time); a test's
+    mode, faults, timing, match_on, allow_repeats, allow_secrets, redact, virtual_time, max_age); a test's
     ``@pytest.mark.tape(...)`` arguments win over it, and it wins over the ini options."""
     return {}
 
@@ -421,6 +487,34 @@ def tape(
         where = "tape_config" if tape_config and not set(marker) & set(_TAPE_ARGS) else "@pytest.mark.tape"
         raise pytest.fail.Exception(redact_text(f"{where}: {error.message}"), pytrace=False) from None
     path = named_cassette(tape_dir, name) if named else tape_dir / cassette_file_name(name)
+    predicted = default_tape_dir(request.config, item.path) / cassette_file_name(name)
+    root = tape_root(request.config, item.path) if tape_dir == predicted.parent else tape_dir
+    use = {"path": str(path.resolve()), "root": str(root.resolve()), "ran": True, "overridden": root == tape_dir}
+    item.user_properties.append((USES, use))
+    previous, stale_reason = None, None
+    max_age = settings.get("max_age") or str(request.config.getini("tape_max_age")).strip() or None
+    if max_age is not None and path.exists():
+        where = "the tape_max_age ini option"
+        if marker.get("max_age") is not None:
+            where = "@pytest.mark.tape"
+        elif tape_config.get("max_age") is not None:
+            where = "tape_config"
+        try:
+            oldest = parse_age(max_age, f"{where}: max_age")
+        except LlmError as error:
+            raise pytest.fail.Exception(redact_text(error.message), pytrace=False) from None
+        previous = _readable(path)
+        old = None if previous is None else stale(previous, oldest, "")
+        if old is not None and mode in (RecordMode.ONCE, RecordMode.NEW_EPISODES):
+            mode, stale_reason = RecordMode.ALL, f"stale: {old.message}"  # a failed test keeps the old one
+        elif old is not None and mode is RecordMode.NONE:
+            pytest.fail(
+                f"[CASSETTE_STALE] {shown(request.config, path)} was {old.message} ({where}); re-record it: "
+                f"pytest '{item.nodeid}' --tape-mode rewrite",
+                pytrace=False,
+            )
+    if mode.replaces and _tape_fault is None and previous is None and path.exists():
+        previous = _readable(path)  # what the re-recording replaces: its drift is printed after the run
     gate = _baseline_gate(request)
     missing = item.stash[_missing_key] = _missing_cassettes(request)
     if _tape_fault is not None:
@@ -485,9 +579,56 @@ def tape(
         if written is not None:
             recorded = sum(1 for made in session.calls if made.recorded)
             total = len(session.cassette.interactions) if passed else recorded
-            item.user_properties.append(
-                (_PROPERTY, {"path": shown(request.config, written), "interactions": total, "failed": not passed})
-            )
+            wrote: dict[str, Any] = {
+                "path": shown(request.config, written),
+                "interactions": total,
+                "failed": not passed,
+            }
+            if passed and previous is not None and written == path:
+                wrote["drift"] = drift_summary(previous, session.cassette).sentence()
+                wrote["why"] = stale_reason or f"--tape-mode {session.mode.value}"
+            item.user_properties.append((_PROPERTY, wrote))
+        elif passed and mode is RecordMode.REWRITE and previous is not None and path.exists():
+            _remove_unused(request.config, item, path)
+
+
+def _predicted_use(item: pytest.Item) -> dict[str, Any]:
+    """The cassette a test that never reached its ``tape`` fixture (skipped, or an error before it) would use,
+    where ``tape_dir`` is not overridden: ``--tape-prune`` must not count it as unused."""
+    marker = item.get_closest_marker("tape")
+    name = marker.kwargs.get("name") if marker is not None else None
+    callspec = getattr(item, "callspec", None)
+    run = callspec.params.get("_tape_fault") if callspec is not None else None
+    matrix_id = run.ident if isinstance(run, MatrixRun) else None
+    if matrix_id is None and item.get_closest_marker("tape_fault_matrix") is not None:
+        matrix_id = BASELINE_ID
+    folder = default_tape_dir(item.config, item.path)
+    try:
+        if name is not None:
+            path = named_cassette(folder, checked_name(name))
+        else:
+            path = folder / cassette_file_name(test_name(item, matrix_id))
+    except LlmError:
+        path = folder
+    return {"path": str(path.resolve()), "root": str(tape_root(item.config, item.path).resolve()), "ran": False}
+
+
+def _readable(path: Path) -> Cassette | None:
+    """The cassette at ``path``, or None when it cannot be read (the session then reports why)."""
+    try:
+        return load_cassette(path)
+    except LlmError:
+        return None
+
+
+def _remove_unused(config: pytest.Config, item: pytest.Item, path: Path) -> None:
+    """``--tape-mode rewrite``: a passing test that made no call leaves no cassette, unless another test of this
+    run wrote it (a shared ``name=``) or it cannot be read (left for a person to look at)."""
+    current = _readable(path)
+    if current is None or current.meta.tags.get(RUN_TAG) == config.stash[_run_key]:
+        return
+    path.unlink(missing_ok=True)
+    item.user_properties.append((_PROPERTY, {"path": shown(config, path), "removed": True, "failed": False}))
 
 
 @pytest.fixture
@@ -620,6 +761,9 @@ def pytest_runtest_makereport(
 ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
     """Remember each phase's report (teardown saves by outcome); shorten cassette misses to their message; list the
     tool divergences a ``tape.tools(..., verify=True)`` run found."""
+    uses_tape = "tape" in getattr(item, "fixturenames", ())
+    if call.when == "teardown" and uses_tape and not any(name == USES for name, _ in item.user_properties):
+        item.user_properties.append((USES, _predicted_use(item)))
     report = yield
     item.stash.setdefault(_reports_key, {})[report.when] = report
     if report.skipped and item.stash.get(_skipped_key, False):
@@ -662,6 +806,9 @@ class _Summary:
         self.written: dict[str, int] = {}
         self.failed: dict[str, tuple[int, str]] = {}
         self.real_time: set[str] = set()
+        self.drift: dict[str, tuple[str, str]] = {}
+        """Each re-recorded cassette: what changed, and why it was re-recorded."""
+        self.removed: set[str] = set()
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if report.when != "teardown":
@@ -670,13 +817,18 @@ class _Summary:
             if name == _REAL_TIME:
                 self.real_time.add(report.nodeid)
             if name == _PROPERTY and isinstance(value, dict):
+                if value.get("removed"):
+                    self.removed.add(value["path"])
+                    continue
+                if "drift" in value:
+                    self.drift[value["path"]] = (value["drift"], value["why"])
                 if value["failed"]:
                     self.failed[value["path"]] = (value["interactions"], report.nodeid)
                 else:  # writers of a shared cassette report what it held after their save: the last holds most
                     self.written[value["path"]] = max(value["interactions"], self.written.get(value["path"], 0))
 
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
-        if not self.written and not self.failed and not self.real_time:
+        if not self.written and not self.failed and not self.real_time and not self.removed:
             return
         terminalreporter.write_sep("-", "chunktape")
         if self.real_time:
@@ -689,6 +841,17 @@ class _Summary:
             terminalreporter.write_line(f"chunktape: wrote {len(self.written)} cassette(s), {total} interaction(s):")
             for path, count in sorted(self.written.items()):
                 terminalreporter.write_line(f"  {path} ({count} interaction(s))")
+        if self.drift:
+            terminalreporter.write_line(f"chunktape: re-recorded {len(self.drift)} cassette(s); what changed:")
+            for path, (drift, why) in sorted(self.drift.items()):
+                terminalreporter.write_line(f"  {path} ({why}): {drift}")
+        if self.removed:
+            terminalreporter.write_line(
+                f"chunktape: removed {len(self.removed)} cassette(s) whose passing test made no call (--tape-mode "
+                "rewrite):"
+            )
+            for path in sorted(self.removed):
+                terminalreporter.write_line(f"  {path}")
         if self.failed:
             terminalreporter.write_line(
                 f"chunktape: {len(self.failed)} test(s) did not pass while recording; their cassettes were left "

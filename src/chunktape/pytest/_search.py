@@ -66,6 +66,7 @@ from chunktape.faults._specs import (
     Fault,
     HttpError,
     Stall,
+    StreamError,
     StreamFault,
     Targeted,
     Truncate,
@@ -400,7 +401,7 @@ def _catalogue(faults: FaultCatalogue) -> tuple[StreamFault, ...]:
         if not isinstance(fault, _STREAM_FAULTS):
             raise LlmError(
                 f"fault search: faults[{position}] is a {type(fault).__name__}; give stream faults (HttpError, "
-                "Disconnect, Stall, Latency, Truncate, Corrupt): the search chooses the calls itself",
+                "StreamError, Disconnect, Stall, Latency, Truncate, Corrupt): the search chooses the calls itself",
                 ErrorCode.INVALID_CONFIG,
             )
         catalogue.append(fault)
@@ -420,7 +421,7 @@ def _variants(template: StreamFault, chunks: int, deadline_s: float) -> st.Searc
     Each parameter's first choice is the template's own, so shrinking ends on catalogue entries where it can.
     """
     changes: dict[str, st.SearchStrategy[Any]] = {}
-    if isinstance(template, Disconnect | Stall | Truncate) and template.after_chunks is not None:
+    if isinstance(template, Disconnect | Stall | Truncate | StreamError) and template.after_chunks is not None:
         changes["after_chunks"] = st.integers(0, max(chunks, template.after_chunks))
     if isinstance(template, Stall):
         # A stall that outlasts the deadline: an agent without an idle timeout waits on it for good.

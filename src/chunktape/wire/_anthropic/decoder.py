@@ -37,7 +37,6 @@ from chunktape._protocol import (
     BlockStart,
     BlockType,
     CallId,
-    Finish,
     FinishReason,
     ProviderEvent,
     ReasoningBlock,
@@ -49,7 +48,6 @@ from chunktape._protocol import (
     TextDelta,
     ToolCallBlock,
     ToolCallDelta,
-    UsageChunk,
 )
 from chunktape.wire._anthropic.fields import (
     ERROR_STATUS,
@@ -58,8 +56,9 @@ from chunktape.wire._anthropic.fields import (
     finish_from_wire,
     usage_from_wire,
 )
+from chunktape.wire._decoding import decode_body, ending, event_object, invalid, require_finished
 from chunktape.wire._http_errors import error_from_payload, snippet
-from chunktape.wire._sse import SseComment, SseItem, SseParser
+from chunktape.wire._sse import SseComment, SseItem
 
 __all__ = ["AnthropicDecoder", "decode_anthropic_message", "decode_anthropic_sse", "error_from_anthropic"]
 
@@ -78,10 +77,6 @@ def error_from_anthropic(payload: Any, *, what: str = "the provider sent an erro
     if status is None:
         return base
     return LlmError(base.message, ErrorCode.PROVIDER_HTTP_ERROR, status=status, retry_after=base.retry_after)
-
-
-def _invalid(message: str) -> LlmError:
-    return LlmError(message, ErrorCode.INVALID_RESPONSE)
 
 
 class _Open:
@@ -133,23 +128,11 @@ class AnthropicDecoder:
         """Decode one event's ``data`` (its ``event:`` name, if any, names an event the data may not)."""
         if not data.strip():
             return []
-        try:
-            payload: Any = _decoder.decode(data)
-        except msgspec.DecodeError as exc:
-            if unterminated:
-                raise LlmError(
-                    f"the stream ended in the middle of an event: {snippet(data)}", ErrorCode.STREAM_ABORTED, cause=exc
-                ) from exc
-            if event == "error":
-                raise error_from_payload(data, what="the provider sent an error event") from None
-            raise _invalid(f"unparseable event from the provider ({exc}): {snippet(data)}") from exc
-        kind = payload.get("type") if isinstance(payload, dict) else None
-        if not isinstance(kind, str):
-            kind = event
+        # An ``error`` event is the provider's error whatever its data holds.
+        payload = event_object(data, unterminated=unterminated, error_event=event == "error")
+        kind = payload.get("type") if isinstance(payload.get("type"), str) else event
         if kind == "error" or event == "error":
             raise error_from_anthropic(payload)
-        if not isinstance(payload, dict):
-            raise _invalid(f"an event that is not a JSON object: {snippet(data)}")
         out: list[StreamChunk] = []
         match kind:
             case "message_start":
@@ -189,28 +172,24 @@ class AnthropicDecoder:
 
     def close(self) -> list[StreamChunk]:
         """End of body: close the open block, emit ``usage`` then ``finish``; a body cut short is ``STREAM_ABORTED``."""
-        if not self._done and self._stop is None:
-            raise LlmError("the stream ended before the provider finished it", ErrorCode.STREAM_ABORTED)
+        require_finished(self._done or self._stop is not None)
         out: list[StreamChunk] = []
         self._end(out)
-        finish = self._stop or finish_from_wire(None)
-        if self._usage is not None:
-            out.append(UsageChunk(usage=usage_from_wire(self._usage)))
-        out.append(Finish(reason=finish))
-        return out
+        usage = usage_from_wire(self._usage) if self._usage is not None else None
+        return out + ending(usage, self._stop or finish_from_wire(None))
 
     # -- blocks --------------------------------------------------------------------------------------
 
     def _check_index(self, payload: Mapping[str, Any]) -> None:
         block = self._open
         if block is not None and payload.get("index", block.wire_index) != block.wire_index:
-            raise _invalid(f"an event for block {payload.get('index')!r} inside block {block.wire_index!r}")
+            raise invalid(f"an event for block {payload.get('index')!r} inside block {block.wire_index!r}")
 
     def _start(self, payload: Mapping[str, Any], out: list[StreamChunk]) -> None:
         self._end(out)
         block = payload.get("content_block")
         if not isinstance(block, dict) or not isinstance(block.get("type"), str):
-            raise _invalid(f"content_block_start without a content block: {snippet(repr(payload))}")
+            raise invalid(f"content_block_start without a content block: {snippet(repr(payload))}")
         wire_type: str = block["type"]
         kind: BlockType
         if wire_type == "text":
@@ -239,7 +218,7 @@ class AnthropicDecoder:
         out.append(BlockStart(index=index, block_type=kind, opening={} if opening == default else {PROTOCOL: opening}))
         if kind in ("tool-call", "server-tool-call"):
             if call_id is None or name is None:
-                raise _invalid(f"a {wire_type} block without an id and a name: {snippet(repr(block))}")
+                raise invalid(f"a {wire_type} block without an id and a name: {snippet(repr(block))}")
             current.id, current.name = call_id, name
             out.append(ToolCallDelta(index=index, id=CallId(call_id), name=name, arguments_delta=""))
             started = content.get("input")
@@ -261,11 +240,11 @@ class AnthropicDecoder:
         block = self._open
         delta = payload.get("delta")
         if block is None:
-            raise _invalid(f"content_block_delta outside any block: {snippet(data)}")
+            raise invalid(f"content_block_delta outside any block: {snippet(data)}")
         self._check_index(payload)
         kind = delta.get("type") if isinstance(delta, dict) else None
         if not isinstance(delta, dict):
-            raise _invalid(f"content_block_delta without a delta: {snippet(data)}")
+            raise invalid(f"content_block_delta without a delta: {snippet(data)}")
         if kind == "text_delta" and block.kind == "text" and isinstance(delta.get("text"), str):
             self._text(delta["text"], out)
         elif kind == "citations_delta" and block.kind == "text":
@@ -280,10 +259,10 @@ class AnthropicDecoder:
         elif kind == "input_json_delta" and block.kind in ("tool-call", "server-tool-call"):
             partial = delta.get("partial_json")
             if not isinstance(partial, str):
-                raise _invalid(f"input_json_delta without partial_json: {snippet(data)}")
+                raise invalid(f"input_json_delta without partial_json: {snippet(data)}")
             self._piece(partial, out)
         elif kind in ("text_delta", "thinking_delta", "signature_delta", "input_json_delta", "citations_delta"):
-            raise _invalid(f"a {kind} inside a {block.kind} block: {snippet(data)}")
+            raise invalid(f"a {kind} inside a {block.kind} block: {snippet(data)}")
         else:
             out.append(ProviderEvent(protocol=PROTOCOL, event=event, data=data))  # a delta type newer than us
 
@@ -331,7 +310,7 @@ class AnthropicDecoder:
             try:
                 _decoder.decode(text)
             except msgspec.DecodeError:
-                raise _invalid(
+                raise invalid(
                     f"tool call {block.name!r} has input that is not valid JSON when its block ends "
                     f"(cut by max_tokens?): {snippet(text)}"
                 ) from None
@@ -342,15 +321,7 @@ class AnthropicDecoder:
 
 def decode_anthropic_sse(body: bytes) -> list[StreamChunk]:
     """Decode a whole recorded ``/v1/messages`` event stream into StreamChunks."""
-    parser = SseParser()
-    decoder = AnthropicDecoder()
-    out: list[StreamChunk] = []
-    for item in parser.feed(body):
-        out.extend(decoder.feed_item(item))
-    for item in parser.close():
-        out.extend(decoder.feed_item(item, unterminated=item is parser.unterminated))
-    out.extend(decoder.close())
-    return out
+    return decode_body(body, AnthropicDecoder())
 
 
 def decode_anthropic_message(body: bytes | str | Mapping[str, Any]) -> list[StreamChunk]:
@@ -359,12 +330,12 @@ def decode_anthropic_message(body: bytes | str | Mapping[str, Any]) -> list[Stre
     try:
         message: Any = _decoder.decode(body) if isinstance(body, bytes | str) else body
     except msgspec.DecodeError as exc:
-        raise _invalid(f"not a message object: {exc}") from exc
+        raise invalid(f"not a message object: {exc}") from exc
     if not isinstance(message, dict) or message.get("type") == "error":
         raise error_from_anthropic(message, what="the provider answered with an error")
     content = message.get("content")
     if not isinstance(content, list):
-        raise _invalid("not a message object: `content` must be a list")
+        raise invalid("not a message object: `content` must be a list")
     decoder = AnthropicDecoder()
     out: list[StreamChunk] = []
     start = {key: value for key, value in message.items() if key != "content"}
@@ -372,7 +343,7 @@ def decode_anthropic_message(body: bytes | str | Mapping[str, Any]) -> list[Stre
     events: list[dict[str, Any]] = []
     for index, block in enumerate(content):
         if not isinstance(block, dict):
-            raise _invalid(f"content[{index}] is not a content block")
+            raise invalid(f"content[{index}] is not a content block")
         opening = dict(block)
         delta: dict[str, Any] | None = None
         match block.get("type"):

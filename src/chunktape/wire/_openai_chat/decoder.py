@@ -38,7 +38,6 @@ from chunktape._protocol import (
     BlockEnd,
     BlockStart,
     CallId,
-    Finish,
     FinishReason,
     ReasoningBlock,
     ReasoningDelta,
@@ -48,11 +47,11 @@ from chunktape._protocol import (
     TokenUsage,
     ToolCallBlock,
     ToolCallDelta,
-    UsageChunk,
 )
+from chunktape.wire._decoding import decode_body, decode_event, ending, require_finished
 from chunktape.wire._http_errors import error_from_payload, snippet
 from chunktape.wire._openai_chat.fields import DONE, WireUsage, finish_from_wire, usage_from_wire
-from chunktape.wire._sse import SseComment, SseItem, SseParser
+from chunktape.wire._sse import SseComment, SseItem
 
 __all__ = [
     "ChatChunk",
@@ -217,17 +216,7 @@ class OpenAIChatDecoder:
         if stripped == DONE or stripped == DONE.encode():
             self._done = True
             return []
-        try:
-            chunk = _chunk_decoder.decode(data)
-        except msgspec.DecodeError as exc:
-            if unterminated:
-                raise LlmError(
-                    f"the stream ended in the middle of an event: {snippet(data)}", ErrorCode.STREAM_ABORTED, cause=exc
-                ) from exc
-            raise LlmError(
-                f"unparseable chunk from the provider ({exc}): {snippet(data)}", ErrorCode.INVALID_RESPONSE, cause=exc
-            ) from exc
-        return self._feed_chunk(chunk)
+        return self._feed_chunk(decode_event(data, _chunk_decoder, unterminated=unterminated, what="chunk"))
 
     def _feed_chunk(self, chunk: _Chunk) -> list[StreamChunk]:
         if chunk.error is not None:
@@ -265,14 +254,10 @@ class OpenAIChatDecoder:
         A body that ended without ``[DONE]`` and without any ``finish_reason`` was cut short:
         ``STREAM_ABORTED``. ``[DONE]`` without a ``finish_reason`` counts as ``stop``.
         """
-        if self._finish is None and not self._done:
-            raise LlmError("the stream ended before the provider finished it", ErrorCode.STREAM_ABORTED)
+        require_finished(self._finish is not None or self._done)
         out: list[StreamChunk] = []
         self._end_block(out)
-        if self._usage is not None:
-            out.append(UsageChunk(usage=self._usage))
-        out.append(Finish(reason=self._finish or FinishReason(kind="stop")))
-        return out
+        return out + ending(self._usage, self._finish or FinishReason(kind="stop"))
 
     # -- blocks --------------------------------------------------------------------------------------
 
@@ -451,15 +436,7 @@ def _complete_json(text: str) -> bool:
 
 def decode_openai_sse(body: bytes) -> list[StreamChunk]:
     """Decode a whole recorded SSE body into StreamChunks (the vcrpy import and tests use this)."""
-    parser = SseParser()
-    decoder = OpenAIChatDecoder()
-    out: list[StreamChunk] = []
-    for item in parser.feed(body):
-        out.extend(decoder.feed_item(item))
-    for item in parser.close():
-        out.extend(decoder.feed_item(item, unterminated=item is parser.unterminated))
-    out.extend(decoder.close())
-    return out
+    return decode_body(body, OpenAIChatDecoder())
 
 
 def decode_openai_completion(body: bytes | str | Mapping[str, Any]) -> list[StreamChunk]:
