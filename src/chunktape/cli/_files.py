@@ -297,6 +297,7 @@ def recover_journal(
 
     Credentials in the environment (names containing KEY, TOKEN, SECRET, PASSWORD...) and key-shaped strings are
     redacted first.
+
     A file that is not a journal (a cassette, an empty file) is refused and left alone, as is the journal of a
     recording still running; the journal is deleted only once the cassette holding what it recovered is written
     and fsynced.
