@@ -232,7 +232,8 @@ def diff(
         if changes:
             raise typer.Exit(EXIT_FAILED)
         return
-    result = diff_cassettes(shown(before, show_secrets), shown(after, show_secrets))
+    names = (old.name, new.name) if old.name != new.name else (str(old), str(new))
+    result = diff_cassettes(shown(before, show_secrets), shown(after, show_secrets), names=names)
     if result.same and not show_secrets and not diff_cassettes(before, after).same:
         result = msgspec.structs.replace(
             result, changes=["credentials differ (masked here; --show-secrets prints them)"]
