@@ -364,7 +364,7 @@ class _Run:
                             yield TextEvent(text=chunk.text, index=chunk.index, attempt=attempt)
                         case ReasoningDelta():
                             yield ReasoningEvent(text=chunk.text, index=chunk.index, attempt=attempt)
-                        case BlockEnd(block=ToolCallBlock() as block):
+                        case BlockEnd(block=ToolCallBlock(cut=False) as block):  # a cut call cannot be run
                             pending.append(ToolCallEvent.from_block(block, chunk.index, attempt))
                         case _:
                             pass
