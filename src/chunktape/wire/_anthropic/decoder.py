@@ -19,9 +19,9 @@
   answered with (529 for ``overloaded_error``: recoverable); a body cut before ``message_stop`` and any stop
   reason is ``STREAM_ABORTED``; unparseable data ``INVALID_RESPONSE``.
 
-A tool call whose input is not complete JSON when its block ends (``max_tokens`` cut it) raises
-``INVALID_RESPONSE``: the protocol's tool calls carry valid JSON, as the chat decoder's do. A block the provider
-leaves open when the message ends is closed then.
+A tool call whose input is not complete JSON when its block ends is ``cut`` (``ToolCallBlock.cut``) when
+``max_tokens`` stopped the message there, as Anthropic's token limit does; anywhere else it is
+``INVALID_RESPONSE``. A block the provider leaves open when the message ends is closed then.
 """
 
 from __future__ import annotations
@@ -102,7 +102,7 @@ class AnthropicDecoder:
     Every chunk list returned, concatenated, is a stream that satisfies ``validate()``; a failure raises ``LlmError``.
     """
 
-    __slots__ = ("_done", "_next", "_open", "_stop", "_usage", "message")
+    __slots__ = ("_cut", "_done", "_next", "_open", "_stop", "_usage", "message")
 
     def __init__(self) -> None:
         self._next = 0
@@ -110,6 +110,8 @@ class AnthropicDecoder:
         self._usage: dict[str, Any] | None = None
         self._stop: FinishReason | None = None
         self._done = False
+        self._cut: str | None = None
+        """The name of a tool call whose input ended before it was valid JSON (``max_tokens`` must have cut it)."""
         self.message: dict[str, Any] | None = None
         """``message_start``'s message, as sent (its id, model and usage), once it came."""
 
@@ -150,15 +152,20 @@ class AnthropicDecoder:
                 self._check_index(payload)
                 self._end(out)
             case "message_delta":
-                self._end(out)
                 delta = payload.get("delta")
+                reason = delta.get("stop_reason") if isinstance(delta, dict) else None
+                self._end(out, stop=reason if isinstance(reason, str) else None)
                 if isinstance(delta, dict):
-                    reason = delta.get("stop_reason")
                     sequence = delta.get("stop_sequence")
                     self._stop = finish_from_wire(
                         reason if isinstance(reason, str) else None,
                         sequence if isinstance(sequence, str) else None,
                         delta.get("stop_details"),
+                    )
+                if self._cut is not None and reason != "max_tokens":
+                    raise invalid(
+                        f"tool call {self._cut!r} has input that is not valid JSON, and the stop reason is "
+                        f"{reason!r}, not max_tokens"
                     )
                 usage = payload.get("usage")
                 if isinstance(usage, dict):
@@ -187,6 +194,8 @@ class AnthropicDecoder:
 
     def _start(self, payload: Mapping[str, Any], out: list[StreamChunk]) -> None:
         self._end(out)
+        if self._cut is not None:
+            raise invalid(f"a content block after tool call {self._cut!r}, whose input is not valid JSON")
         block = payload.get("content_block")
         if not isinstance(block, dict) or not isinstance(block.get("type"), str):
             raise invalid(f"content_block_start without a content block: {snippet(repr(payload))}")
@@ -281,7 +290,8 @@ class AnthropicDecoder:
         block.pieces.append(partial)
         out.append(ToolCallDelta(index=block.index, arguments_delta=partial))
 
-    def _end(self, out: list[StreamChunk]) -> None:
+    def _end(self, out: list[StreamChunk], *, stop: str | None = None) -> None:
+        """Close the open block; ``stop``: the stop reason, when the block ends with the message (no block stop)."""
         block, self._open = self._open, None
         if block is None:
             return
@@ -309,13 +319,20 @@ class AnthropicDecoder:
                 out.append(ToolCallDelta(index=block.index, arguments_delta=text))
             try:
                 _decoder.decode(text)
+                cut = False
             except msgspec.DecodeError:
-                raise invalid(
-                    f"tool call {block.name!r} has input that is not valid JSON when its block ends "
-                    f"(cut by max_tokens?): {snippet(text)}"
-                ) from None
-            maker = ToolCallBlock if block.kind == "tool-call" else ServerToolCallBlock
-            ended = maker(id=CallId(block.id), name=block.name, arguments=text)
+                # max_tokens cut it (the stop reason says so now, or in the message_delta that follows).
+                if block.kind != "tool-call" or stop not in (None, "max_tokens"):
+                    raise invalid(
+                        f"tool call {block.name!r} has input that is not valid JSON when its block ends: "
+                        f"{snippet(text)}"
+                    ) from None
+                cut = True
+                self._cut = block.name
+            if block.kind == "tool-call":
+                ended = ToolCallBlock(id=CallId(block.id), name=block.name, arguments=text, cut=cut)
+            else:
+                ended = ServerToolCallBlock(id=CallId(block.id), name=block.name, arguments=text)
         out.append(BlockEnd(index=block.index, block=ended))
 
 

@@ -174,6 +174,8 @@ class AnthropicEncoder:
                         head = self._flush(None, None)
                 if isinstance(block, ReasoningBlock) and block.encrypted is not None:
                     self.lost.add("encrypted reasoning")
+                if isinstance(block, ToolCallBlock) and block.cut:
+                    return head  # max_tokens ended the message inside it: Anthropic sends no block stop then
                 return head + event_bytes({"type": "content_block_stop", "index": chunk.index})
             case UsageChunk():
                 self._usage = chunk.usage

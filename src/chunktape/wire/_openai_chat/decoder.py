@@ -256,7 +256,7 @@ class OpenAIChatDecoder:
         """
         require_finished(self._finish is not None or self._done)
         out: list[StreamChunk] = []
-        self._end_block(out)
+        self._end_block(out, may_cut=self._finish is not None and self._finish.kind == "length")
         return out + ending(self._usage, self._finish or FinishReason(kind="stop"))
 
     # -- blocks --------------------------------------------------------------------------------------
@@ -277,19 +277,20 @@ class OpenAIChatDecoder:
         self._pieces = []
         out.append(BlockStart(index=self._block, block_type=kind))
 
-    def _end_block(self, out: list[StreamChunk]) -> None:
-        """Close the open block; ending the tool-call phase flushes every buffered call in index order."""
+    def _end_block(self, out: list[StreamChunk], *, may_cut: bool = False) -> None:
+        """Close the open block; ending the tool-call phase flushes every buffered call in index order.
+
+        ``may_cut``: the stream finished with ``length``, so its last tool call may be one the token limit cut."""
         if self._block_type == "text":
             out.append(BlockEnd(index=self._block, block=TextBlock(text="".join(self._pieces))))
         elif self._block_type == "reasoning":
             out.append(BlockEnd(index=self._block, block=ReasoningBlock(text="".join(self._pieces))))
         elif self._block_type == "tool-call":
-            self._end_live(out)
-            for key in sorted(self._calls):
-                call = self._calls[key]
-                if call.state == "buffered":
-                    self._go_live(call, out)
-                    self._end_live(out)
+            buffered = [key for key in sorted(self._calls) if self._calls[key].state == "buffered"]
+            self._end_live(out, may_cut=may_cut and not buffered)
+            for key in buffered:
+                self._go_live(self._calls[key], out)
+                self._end_live(out, may_cut=may_cut and key == buffered[-1])
         self._block_type = None
 
     def _tool(self, delta: _ToolCall, out: list[StreamChunk]) -> None:
@@ -377,7 +378,7 @@ class OpenAIChatDecoder:
             )
         )
 
-    def _end_live(self, out: list[StreamChunk]) -> None:
+    def _end_live(self, out: list[StreamChunk], *, may_cut: bool = False) -> None:
         call = self._live
         if call is None:
             return
@@ -388,7 +389,8 @@ class OpenAIChatDecoder:
             out.append(ToolCallDelta(index=call.block_index, arguments_delta=arguments))
         if call.name is None:
             raise LlmError(f"tool call #{call.block_index} never got a function name", ErrorCode.INVALID_RESPONSE)
-        if not _complete_json(arguments):
+        cut = not _complete_json(arguments)
+        if cut and not may_cut:
             raise LlmError(
                 f"tool call {call.name!r} has arguments that are not valid JSON: {snippet(arguments)}",
                 ErrorCode.INVALID_RESPONSE,
@@ -399,7 +401,9 @@ class OpenAIChatDecoder:
             call.id = call_id
             out.append(ToolCallDelta(index=call.block_index, id=call_id, arguments_delta=""))
         out.append(
-            BlockEnd(index=call.block_index, block=ToolCallBlock(id=call_id, name=call.name, arguments=arguments))
+            BlockEnd(
+                index=call.block_index, block=ToolCallBlock(id=call_id, name=call.name, arguments=arguments, cut=cut)
+            )
         )
         call.state = "done"
         self._live = None

@@ -293,11 +293,15 @@ class ResponsesDecoder:
                     out.append(ToolCallDelta(index=current.index, arguments_delta=text))
                 try:
                     _decoder.decode(text)
+                    cut = False
                 except msgspec.DecodeError:
-                    raise invalid(
-                        f"function call {current.name!r} has arguments that are not valid JSON: {snippet(text)}"
-                    ) from None
-                ended = ToolCallBlock(id=CallId(current.call_id), name=current.name, arguments=text)
+                    # An item max_output_tokens cut is "incomplete": its arguments stop where the limit fell.
+                    if item.get("status") != "incomplete":
+                        raise invalid(
+                            f"function call {current.name!r} has arguments that are not valid JSON: {snippet(text)}"
+                        ) from None
+                    cut = True
+                ended = ToolCallBlock(id=CallId(current.call_id), name=current.name, arguments=text, cut=cut)
             case "server-tool-call":
                 fields = {key: value for key, value in item.items() if key not in _ITEM_FIELDS}
                 arguments = _encoder.encode(fields).decode()
