@@ -123,9 +123,13 @@ async def test_own(tape):
 """
 
 
-def test_tests_sharing_a_missing_cassette_fail_once_and_point_at_the_first(pytester: pytest.Pytester) -> None:
+@pytest.mark.parametrize("workers", [None, "2"])
+def test_tests_sharing_a_missing_cassette_fail_once_and_point_at_the_first(
+    pytester: pytest.Pytester, workers: str | None
+) -> None:
     project(pytester, test_shared=SHARED)
-    result = run_pytest(pytester, "-rs")
+    # Under pytest-xdist the workers share who came first through the run's folder (loadfile: one worker, in order).
+    result = run_pytest(pytester, "-rs", *(("-n", workers, "--dist", "loadfile") if workers else ()))
     result.assert_outcomes(failed=2, skipped=2)  # shared.msgpack once, test_own.msgpack once
     result.stdout.fnmatch_lines_random(
         [
@@ -137,6 +141,8 @@ def test_tests_sharing_a_missing_cassette_fail_once_and_point_at_the_first(pytes
             "see test_shared.py::test_first",
         ]
     )
+    if workers:
+        return
     # The first to need it, in any order: tape_server_url's setup reports it when it comes first.
     alone = run_pytest(pytester, "-rs", "-k", "over_http or second")
     alone.assert_outcomes(passed=0, skipped=1, failed=1)

@@ -54,7 +54,9 @@ async def read_sdk(base_url: str) -> tuple[list[tuple[str, float]], str, float]:
     return got, ended, round(loop.time() - start, 1)
 
 
-@pytest.mark.parametrize("fault", [Disconnect(after_s=4.5), Stall(after_chunks=2, seconds=30)], ids=str)
+@pytest.mark.parametrize(
+    "fault", [Disconnect(after_s=4.5), Stall(after_chunks=2, seconds=30)], ids=["disconnect-after-4.5s", "stall-inside"]
+)
 def test_over_serve_a_timed_disconnect_breaks_at_its_time_on_the_clients_clock(fault: Any) -> None:
     faults: list[Any] = [Disconnect(after_s=4.5)]
     if isinstance(fault, Stall):
