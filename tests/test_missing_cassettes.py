@@ -58,6 +58,11 @@ def test_the_readme_example_without_cassettes_fails_once_per_cassette(pytester: 
             "cassettes/test_agent/test_capital.msgpack (record mode 'none' only replays); "
             "record it with: pytest 'test_agent.py::test_capital' --tape-mode once",
             "(the code under test caught it; the test then failed: AssertionError: *",
+            f"chunktape: 2 cassette(s) missing; the first test that needs each says how to record it, and the "
+            f"{len(STANDARD_FAULTS)} other test(s) that replay them were skipped (-rs lists them):",
+            "  cassettes/test_agent/test_capital.msgpack: test_agent.py::test_capital",
+            "  cassettes/test_agent/test_capital_under_faults.msgpack: "
+            f"test_agent.py::test_capital_under_faults[[]no-fault[]] ({len(STANDARD_FAULTS)} skipped)",
             f"SKIPPED [[]{len(STANDARD_FAULTS)}[]] test_agent.py:*: chunktape: "
             "cassettes/test_agent/test_capital_under_faults.msgpack does not exist; "
             "test_agent.py::test_capital_under_faults[[]no-fault[]] records it",
@@ -81,6 +86,9 @@ def test_a_fault_matrix_without_a_cassette_is_one_failure(pytester: pytest.Pytes
     output = result.stdout.str()
     assert output.count("record it with:") == 1
     assert "record it with: pytest 'test_matrix.py::test_agent[no-fault]' --tape-mode once" in output
+    result.stdout.fnmatch_lines(
+        ["  cassettes/test_matrix/test_agent.msgpack: test_matrix.py::test_agent[[]no-fault[]] (5 skipped)"]
+    )
 
 
 def test_fault_runs_alone_fail_once_with_the_command_of_their_baseline(pytester: pytest.Pytester) -> None:

@@ -118,6 +118,8 @@ _CONFIG_ARGS = ("mode", *_REPLAY_ARGS, "virtual_time", "max_age")
 _TAPE_ARGS = ("name", *_CONFIG_ARGS)
 _PROPERTY = "chunktape"
 _REAL_TIME = "chunktape-real-time"
+_MISSING = "chunktape-missing"
+"""A report's property: the missing cassette (``path``) this test reported first (``first: True``) or skipped for."""
 """A report's property: the async test wanted virtual time, and its run could not give it."""
 
 _SECRET_ADVICE = "list its value in @pytest.mark.tape(allow_secrets=[...])"
@@ -527,7 +529,7 @@ def tape(
         if not path.exists():
             baseline = baseline_nodeid(item.nodeid, _tape_fault.ident)
             if baseline_selected:  # that run is in this session: it is the one that says how to record it
-                _skip_missing(item, f"{shown(request.config, path)} does not exist; {baseline} records it")
+                _skip_missing(item, path, f"{shown(request.config, path)} does not exist; {baseline} records it")
             _missing_cassette(
                 item,
                 path,
@@ -537,7 +539,7 @@ def tape(
     elif mode is RecordMode.NONE and not path.exists():
         first = missing.first(path)
         if first is not None:  # an earlier test failed for want of this cassette and said how to record it
-            _skip_missing(item, f"{shown(request.config, path)} does not exist; see {first}")
+            _skip_missing(item, path, f"{shown(request.config, path)} does not exist; see {first}")
     try:
         session = Tape(
             path,
@@ -702,9 +704,10 @@ def _not_found(item: pytest.Item, session: CassetteSession) -> str:
     )
 
 
-def _skip_missing(item: pytest.Item, reason: str) -> NoReturn:
+def _skip_missing(item: pytest.Item, path: Path, reason: str) -> NoReturn:
     """Skip a test whose cassette is missing while another test of the run reports it (one error per cassette)."""
     item.stash[_skipped_key] = True
+    item.user_properties.append((_MISSING, {"path": shown(item.config, path), "first": False}))
     pytest.skip(f"chunktape: {reason}")
 
 
@@ -713,7 +716,8 @@ def _missing_cassette(item: pytest.Item, path: Path, message: str) -> NoReturn:
     run to need it, else skip naming the first."""
     first = item.stash[_missing_key].claim(path, item.nodeid)
     if first != item.nodeid:
-        _skip_missing(item, f"{shown(item.config, path)} does not exist; see {first}")
+        _skip_missing(item, path, f"{shown(item.config, path)} does not exist; see {first}")
+    item.user_properties.append((_MISSING, {"path": shown(item.config, path), "first": True}))
     pytest.fail(message, pytrace=False)
 
 
@@ -782,6 +786,9 @@ def pytest_runtest_makereport(
     if miss is not None and miss.code is ErrorCode.CASSETTE_NOT_FOUND:
         # The test cannot have meant anything without its cassette: that is its failure, caught or not.
         first = item.stash[_missing_key].claim(session.path, item.nodeid)
+        report.user_properties.append(
+            (_MISSING, {"path": shown(item.config, session.path), "first": first == item.nodeid})
+        )
         if first == item.nodeid:
             text = _not_found(item, session)
         else:
@@ -809,9 +816,15 @@ class _Summary:
         self.drift: dict[str, tuple[str, str]] = {}
         """Each re-recorded cassette: what changed, and why it was re-recorded."""
         self.removed: set[str] = set()
+        self.missing: dict[str, list[str]] = {}
+        """Each missing cassette: the test that reported it first (if one did), then the others that needed it."""
+        self.missing_skipped: dict[str, int] = {}
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if report.when != "teardown":
+            for name, value in report.user_properties:
+                if name == _MISSING and isinstance(value, dict):
+                    self._missed(report, value)
             return
         for name, value in report.user_properties:
             if name == _REAL_TIME:
@@ -827,10 +840,35 @@ class _Summary:
                 else:  # writers of a shared cassette report what it held after their save: the last holds most
                     self.written[value["path"]] = max(value["interactions"], self.written.get(value["path"], 0))
 
+    def _missed(self, report: pytest.TestReport, value: dict[str, Any]) -> None:
+        path = str(value["path"])
+        if value.get("first") and report.nodeid not in self.missing.get(path, []):
+            self.missing.setdefault(path, []).insert(0, report.nodeid)
+        elif not value.get("first") and report.skipped:
+            self.missing.setdefault(path, [])
+            self.missing_skipped[path] = self.missing_skipped.get(path, 0) + 1
+
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
-        if not self.written and not self.failed and not self.real_time and not self.removed:
+        if not self.written and not self.failed and not self.real_time and not self.removed and not self.missing:
             return
         terminalreporter.write_sep("-", "chunktape")
+        if self.missing:
+            skipped = sum(self.missing_skipped.values())
+            terminalreporter.write_line(
+                f"chunktape: {len(self.missing)} cassette(s) missing; the first test that needs each says how to "
+                f"record it"
+                + (
+                    f", and the {skipped} other test(s) that replay them were skipped (-rs lists them)"
+                    if skipped
+                    else ""
+                )
+                + ":"
+            )
+            for path in sorted(self.missing):
+                firsts = self.missing[path]
+                count = self.missing_skipped.get(path, 0)
+                who = firsts[0] if firsts else "a test of another run"
+                terminalreporter.write_line(f"  {path}: {who}" + (f" ({count} skipped)" if count else ""))
         if self.real_time:
             terminalreporter.write_line(
                 f"chunktape: {len(self.real_time)} async test(s) wanted virtual time and waited in real time: it "
