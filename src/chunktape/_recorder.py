@@ -64,6 +64,7 @@ __all__ = [
     "StreamViolationWarning",
     "none_completed",
     "raised_from",
+    "sent_as",
 ]
 
 RUN_TAG = "chunktape.run"
@@ -245,6 +246,12 @@ class RecordingCall:
         self._recorder._warn(self._slot, strict=strict)
 
 
+def sent_as(protocol: str, *, streaming: bool, include_usage: bool) -> str:
+    """How an HTTP call was sent beyond its request (``RecordingAdapter.begin``'s ``sent``): its wire protocol, whether
+    it asked for a stream, and whether for the stream's usage."""
+    return f"{protocol} stream={streaming} usage={include_usage}"
+
+
 class RecordingAdapter(WrappingAdapter):
     """Forwards every ``stream()`` call to ``inner`` and records it as one interaction of a cassette.
 
@@ -396,12 +403,12 @@ class RecordingAdapter(WrappingAdapter):
         return self.record(options)
 
     async def record(
-        self, options: GenerateOptions, request: RecordedRequest | None = None
+        self, options: GenerateOptions, request: RecordedRequest | None = None, *, sent: str = ""
     ) -> AsyncGenerator[StreamChunk, None]:
         """``stream(options)``, given ``request`` (``options`` as ``RecordedRequest.from_options`` made it) when the
-        caller has it already, so the request is hashed once per call."""
+        caller has it already, so the request is hashed once per call; ``sent`` as ``begin`` takes it."""
         clock = ProviderClock(loop_clock(asyncio.get_running_loop()))
-        call = self.begin(options, request)
+        call = self.begin(options, request, sent=sent)
         events = call.events
         iterator: AsyncGenerator[StreamChunk, None] | None = None
         outcome: Outcome | None = None

@@ -66,7 +66,7 @@ from chunktape._httpx import (
 )
 from chunktape._limits import MAX_DECODED_BYTES, MAX_ERROR_BODY_BYTES
 from chunktape._protocol import GenerateOptions, LlmAdapter, StreamChunk, aclose_stream
-from chunktape._recorder import ProviderClock, RecordingAdapter, RecordingCall, raised_from
+from chunktape._recorder import ProviderClock, RecordingAdapter, RecordingCall, raised_from, sent_as
 from chunktape._secrets import redact_url, url_secrets
 from chunktape.http._protocols import CHAT, WireProtocol, protocol_for
 from chunktape.http._routes import CHAT_PATH, route_model
@@ -437,7 +437,7 @@ class RecordingTransport(DualTransport):
                 warnings.warn(message, UnrecordedRequestWarning, stacklevel=4)
             return None
         clock = ProviderClock(now)
-        sent = f"{protocol.name} stream={decoded.streaming} usage={decoded.include_usage}"
+        sent = sent_as(protocol.name, streaming=decoded.streaming, include_usage=decoded.include_usage)
         return _Exchange(self.recorder.begin(decoded.options, sent=sent), clock, seen, protocol)
 
     def handle(self, request: AnyRequest) -> AnyResponse:
