@@ -83,8 +83,8 @@ def _after_ups(folders: list[str]) -> list[str]:
 def named_cassette(tape_dir: Path, name: str) -> Path:
     """The cassette a ``checked_name`` names: a file in ``tape_dir``, or the path from it (normalised, so a ``..``
     never needs the module's folder to exist), or an absolute path."""
-    folder, _, last = name.rpartition("/")
-    relative = Path(folder) / cassette_file_name(last) if folder else Path(cassette_file_name(last))
+    folder, separator, last = name.rpartition("/")
+    relative = Path(folder or "/") / cassette_file_name(last) if separator else Path(cassette_file_name(last))
     return Path(os.path.normpath(tape_dir / relative))
 
 
