@@ -209,3 +209,45 @@ def responses_stream() -> bytes:
     for number, event in enumerate(stream):
         event["sequence_number"] = number
     return events(*stream)
+
+
+def tool_input_cut_by_max_tokens() -> bytes:
+    """Text, then a tool call whose input the token limit cuts: no block stop, ``max_tokens``, the message ends."""
+    return events(
+        {
+            "type": "message_start",
+            "message": {
+                "id": "msg_cut",
+                "type": "message",
+                "role": "assistant",
+                "model": "claude-test-1",
+                "content": [],
+                "stop_reason": None,
+                "usage": {"input_tokens": 9, "output_tokens": 1},
+            },
+        },
+        {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Writing it."}},
+        {"type": "content_block_stop", "index": 0},
+        {
+            "type": "content_block_start",
+            "index": 1,
+            "content_block": {"type": "tool_use", "id": "toolu_cut", "name": "write_file", "input": {}},
+        },
+        {
+            "type": "content_block_delta",
+            "index": 1,
+            "delta": {"type": "input_json_delta", "partial_json": '{"path": "a.'},
+        },
+        {
+            "type": "content_block_delta",
+            "index": 1,
+            "delta": {"type": "input_json_delta", "partial_json": 'md", "text": "#'},
+        },
+        {
+            "type": "message_delta",
+            "delta": {"stop_reason": "max_tokens", "stop_sequence": None},
+            "usage": {"output_tokens": 20},
+        },
+        {"type": "message_stop"},
+    )

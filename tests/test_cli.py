@@ -298,11 +298,19 @@ def test_diff_shows_request_text_outcome_and_timing_changes(runner: CliRunner, t
     result = run(runner, "diff", old, new)
     assert result.exit_code == 1
     out = result.stdout
-    assert "#0 request messages[0].content: recorded 'hello', requested 'hi'" in out
+    assert "#0 request messages[0].content: old.msgpack 'hello', new.msgpack 'hi'" in out  # two files, by name
+    assert "recorded" not in out
+    assert "requested" not in out
     assert "#0 text: 'Hello world' -> 'Hello there'" in out
     assert "#1 added:" in out
     assert "timing: duration: mean shift" in out
-    assert diff_cassettes(old, new).changes == [line for line in out.splitlines() if line.startswith("#")]
+    names = ("old.msgpack", "new.msgpack")
+    assert diff_cassettes(old, new, names=names).changes == [line for line in out.splitlines() if line.startswith("#")]
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    same_name = run(runner, "diff", old.rename(tmp_path / "a" / "x.msgpack"), new.rename(tmp_path / "b" / "x.msgpack"))
+    a, b = tmp_path / "a" / "x.msgpack", tmp_path / "b" / "x.msgpack"
+    assert f"#0 request messages[0].content: {a} 'hello', {b} 'hi'" in same_name.stdout  # same names: the paths
 
 
 MARKUP = "list [/etc] [bold]now[/INST] :thumbs_up:"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import math
 from collections.abc import AsyncGenerator, AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -233,6 +234,24 @@ async def test_retry_table_for_http_and_stream_errors(fault: StreamFault, delays
     assert transcript.done.metrics is not None
     assert transcript.done.metrics.retry_count == len(delays)
     assert [event.retry_after for event in transcript.errors] == [*delays, None]
+
+
+@pytest.mark.looptime(noop_cycles=0)
+@pytest.mark.parametrize(
+    ("retry_after", "delays"),
+    [(math.nan, [1.0, 2.0, 4.0]), (-3.0, [1.0, 2.0, 4.0]), (math.inf, [1.0, 2.0, 4.0])],
+)
+async def test_an_unusable_retry_after_falls_back_to_the_backoff(retry_after: float, delays: list[float]) -> None:
+    # A recorded or hostile Retry-After that is no wait (NaN, negative, endless) never hangs the retries.
+    error = ScriptedError(code="PROVIDER_HTTP_ERROR", message="slow down", status=429, retry_after=retry_after)
+    times, transcript = await _attempt_times(_failing(error))
+    assert _gaps(times) == delays
+    assert [event.retry_after for event in transcript.errors] == [*delays, None]
+
+
+def test_a_huge_retry_after_waits_a_day_at_most() -> None:
+    error = LlmError("slow down", ErrorCode.PROVIDER_HTTP_ERROR, status=429, retry_after=1e308)
+    assert RetryPolicy().delay(error, 1) == 86_400.0
 
 
 @pytest.mark.looptime(noop_cycles=0)

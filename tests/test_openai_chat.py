@@ -631,3 +631,18 @@ def test_reasoning_fields_live_in_the_wire_module() -> None:
         ).reasoning
         == "high"
     )
+
+
+def test_a_length_finish_inside_the_last_tool_call_keeps_it_as_cut() -> None:
+    body = sse(
+        chunk(tool_delta(0, '{"path": "a', id="call_1", name="write")),
+        chunk(tool_delta(0, '.md", "text": "#')),
+        chunk({}, finish_reason="length"),
+    )
+    chunks = decode_openai_sse(body)
+    (cut,) = blocks(chunks)
+    assert isinstance(cut, ToolCallBlock)
+    assert (cut.cut, cut.arguments) == (True, '{"path": "a.md", "text": "#')
+    with pytest.raises(LlmError) as raised:  # any other finish: the arguments are broken, not cut
+        decode_openai_sse(body.replace(b'"length"', b'"tool_calls"'))
+    assert raised.value.code is ErrorCode.INVALID_RESPONSE

@@ -116,7 +116,9 @@ import pytest
 from agent import ask
 
 
-@pytest.mark.parametrize("name", ["..", ".", "..msgpack", ".msgpack", "", "a/b", "a\\\\b", "x\\ny"])
+@pytest.mark.parametrize(
+    "name", ["..", ".", "..msgpack", ".msgpack", "", "a//b", "a/", "a/../b", "x/..", "./x", "a\\\\b", "x\\ny"]
+)
 def test_bad_name(request, name):
     request.applymarker(pytest.mark.tape(name=name))
     request.getfixturevalue("tape")
@@ -133,12 +135,18 @@ def test_names_that_cannot_name_a_file_fail_their_test_and_distinct_ids_never_sh
 ) -> None:
     project(pytester, test_names=NAMES)
     result = run_pytest(pytester, "--tape-mode", "once")
-    result.assert_outcomes(passed=5, failed=8)
+    result.assert_outcomes(passed=5, failed=12)
     result.stdout.fnmatch_lines(
         [
-            "@pytest.mark.tape: name='..' is only dots; give a plain file name such as name='shared'*",
+            "@pytest.mark.tape: name='..' is only dots; give a file name such as name='shared' (a file in tape_dir), "
+            "or a path with / such as name='../shared' (from tape_dir)",
             "@pytest.mark.tape: name='' is empty*",
-            "@pytest.mark.tape: name='a/b' holds a path separator or a control character*",
+            "@pytest.mark.tape: name='a//b' holds an empty or '.' folder*",
+            "@pytest.mark.tape: name='a/' ends in an empty file name*",
+            "@pytest.mark.tape: name='a/../b' holds '..' after a folder name*",
+            "@pytest.mark.tape: name='x/..' ends in a file name that is only dots*",
+            "@pytest.mark.tape: name='./x' holds an empty or '.' folder*",
+            "@pytest.mark.tape: name='a\\\\b' holds a backslash or a control character*",
         ]
     )
     folder = pytester.path / "cassettes" / "test_names"
@@ -149,4 +157,4 @@ def test_names_that_cannot_name_a_file_fail_their_test_and_distinct_ids_never_sh
     for path in folder.iterdir():
         assert len(questions(path)) == 1
     assert sorted(str(questions(path)[0]) for path in folder.iterdir()) == sorted(["a/b", "a_b", ".x", "x", "%2Fx"])
-    run_pytest(pytester, "--tape-strict", "-k", "test_ids").assert_outcomes(passed=5, deselected=8)
+    run_pytest(pytester, "--tape-strict", "-k", "test_ids").assert_outcomes(passed=5, deselected=12)

@@ -20,6 +20,7 @@ from chunktape import (
     BlockEnd,
     BlockStart,
     ErrorCode,
+    Finish,
     GenerateOptions,
     LlmError,
     Message,
@@ -30,6 +31,7 @@ from chunktape import (
     ServerToolResultBlock,
     StreamChunk,
     TextBlock,
+    ToolCallBlock,
     UsageChunk,
     validate,
 )
@@ -50,7 +52,7 @@ CAPTURES = Path(__file__).resolve().parents[2] / "shared" / "captures"
 ANTHROPIC = sorted(path.name for path in CAPTURES.glob("anthropic-*.sse"))
 RESPONSES = sorted(path.name for path in CAPTURES.glob("openai-responses-*.sse"))
 CUT_TOOL_INPUT = "anthropic-sdkfixture-max-tokens-mid-tool-input.sse"
-"""The SDK's fixture whose tool input max_tokens cut: the protocol's tool calls carry valid JSON, so it is refused."""
+"""The SDK's fixture whose tool input max_tokens cut: a tool call the token limit cut (``ToolCallBlock.cut``)."""
 
 
 def _events(body: bytes) -> list[tuple[str | None, Any]]:
@@ -90,7 +92,7 @@ async def _served(fake: FakeProvider, body: bytes, adapter: Any, piece_size: int
 
 
 @pytest.mark.parametrize("piece_size", [None, 7], ids=["whole", "7-byte-pieces"])
-@pytest.mark.parametrize("name", [name for name in ANTHROPIC if name != CUT_TOOL_INPUT])
+@pytest.mark.parametrize("name", ANTHROPIC)
 async def test_anthropic_captures_decode_and_render_back(
     name: str, piece_size: int | None, fake_provider: FakeProvider
 ) -> None:
@@ -132,12 +134,21 @@ def test_the_anthropic_captures_carry_each_feature() -> None:
     assert (limited[-1].reason.kind, limited[-1].reason.provider_reason) == ("length", "max_tokens")  # type: ignore[union-attr]
 
 
-async def test_a_tool_input_cut_by_max_tokens_is_refused_as_invalid(fake_provider: FakeProvider) -> None:
+async def test_a_tool_input_cut_by_max_tokens_is_a_cut_tool_call_that_ends_the_stream(
+    fake_provider: FakeProvider,
+) -> None:
     body = (CAPTURES / CUT_TOOL_INPUT).read_bytes()
-    with pytest.raises(LlmError) as raised:
-        await _served(fake_provider, body, AnthropicAdapter(base_url=fake_provider.url, api_key="k"), None)
-    assert raised.value.code is ErrorCode.INVALID_RESPONSE
-    assert "make_file" in raised.value.message
+    chunks = await _served(fake_provider, body, AnthropicAdapter(base_url=fake_provider.url, api_key="k"), None)
+    validate(chunks)
+    ends = [chunk.block for chunk in chunks if type(chunk) is BlockEnd]
+    cut = ends[-1]
+    assert type(cut) is ToolCallBlock
+    assert (cut.name, cut.cut) == ("make_file", True)
+    assert cut.arguments.endswith('\n"Filing taxes')  # the input as far as it came
+    last = chunks[-1]
+    assert type(last) is Finish
+    finish = last
+    assert (finish.reason.kind, finish.reason.provider_reason) == ("length", "max_tokens")
 
 
 @pytest.mark.parametrize("piece_size", [None, 7], ids=["whole", "7-byte-pieces"])

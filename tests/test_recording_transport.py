@@ -13,9 +13,11 @@ import httpx2
 import openai
 import pytest
 from openai.types.chat import ChatCompletionMessageParam
+from typer.testing import CliRunner
 
 from chunktape import Cancelled, Completed, Raised, load_cassette
 from chunktape._cassettes.model import ResponseMeta
+from chunktape.cli._app import app
 from chunktape.http import RecordingTransport, UnrecordedRequestWarning
 from chunktape.wire._openai_chat import decode_openai_sse
 from fake_provider import (
@@ -366,3 +368,39 @@ def test_a_cassette_without_response_metadata_still_loads(tmp_path: Path) -> Non
     path.write_text(json.dumps(old))
     (interaction,) = load_cassette(path).interactions
     assert interaction.response is None
+
+
+def test_attempt_n_is_a_repeat_of_the_very_same_call(fake_provider: FakeProvider, tmp_path: Path) -> None:
+    """The same messages once streamed, once not: two calls, neither the other's retry (matching ignores how a
+    request is delivered, and serves one from the other); asked again as first, it is attempt 2, and show says so."""
+    completion = {
+        "id": "chatcmpl-json",
+        "object": "chat.completion",
+        "created": 7,
+        "model": "gpt-4o-mini",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "Sunny."}, "finish_reason": "stop"}],
+    }
+    body = openai_usage_after_finish()
+    fake_provider.enqueue(
+        FakeResponse(body=body),
+        FakeResponse(body=json.dumps(completion).encode(), content_type="application/json"),
+        FakeResponse(body=body),
+    )
+    path = tmp_path / "attempts.msgpack"
+    transport = RecordingTransport(httpx2.HTTPTransport(), path)
+    client = openai.OpenAI(
+        base_url=fake_provider.url + "/v1", api_key=KEY, http_client=httpx2.Client(transport=transport), max_retries=0
+    )
+    _stream_sync(client)
+    client.chat.completions.create(model="gpt-4o-mini", messages=MESSAGES)
+    _stream_sync(client)
+    client.close()
+
+    interactions = load_cassette(path).interactions
+    assert len({interaction.request.fingerprint for interaction in interactions}) == 1
+    assert [interaction.attempt for interaction in interactions] == [1, 1, 2]
+    shown = CliRunner().invoke(app, ["show", str(path)], env={"COLUMNS": "200", "NO_COLOR": "1"})
+    assert shown.exit_code == 0, shown.output
+    rows = [line for line in shown.stdout.splitlines() if "│" in line and "completed" in line]
+    assert len(rows) == 3, shown.stdout
+    assert ["(attempt 2)" in row for row in rows] == [False, False, True]

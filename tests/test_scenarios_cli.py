@@ -61,6 +61,15 @@ name = "missing"
 cassette = "nowhere.msgpack"
 
 [[scenarios]]
+name = "missing-matrix"
+cassette = "nowhere.msgpack"
+each = "standard"
+
+[[scenarios]]
+name = "also-missing"
+cassette = "elsewhere.msgpack"
+
+[[scenarios]]
 name = "fine"
 cassette = "{DEMO}"
 each = "standard"
@@ -69,11 +78,17 @@ each = "standard"
     result = runner.invoke(app, ["scenarios", "check", str(path)])
     assert result.exit_code == 1
     lines = result.stdout.strip().splitlines()
-    assert len(lines) == 3, result.stdout
+    assert len(lines) == 4, result.stdout  # one line per missing cassette, however many scenarios replay it
     assert "'bad-status' (#1): field `faults[0]`" in lines[0]
     assert "'a/b' (#2): field `name`" in lines[1]
-    assert "'missing': cassette" in lines[2]
-    assert lines[2].endswith("does not exist")
+    nowhere = tmp_path / "nowhere.msgpack"
+    assert lines[2] == (
+        f"{path}: cassette {nowhere} does not exist ({len(STANDARD_FAULTS) + 1} scenarios: 'missing', "
+        f"'missing-matrix[http-429]', 'missing-matrix[http-500]' and {len(STANDARD_FAULTS) - 2} more); record it with "
+        f"`chunktape proxy --upstream URL -o {nowhere}` (your agent through a recording proxy) or "
+        f"`chunktape record -o {nowhere}`"
+    )
+    assert f"cassette {tmp_path / 'elsewhere.msgpack'} does not exist (scenario: 'also-missing')" in lines[3]
 
 
 def test_check_passes_a_valid_file_and_it_decodes_against_the_schema(runner: CliRunner, tmp_path: Path) -> None:

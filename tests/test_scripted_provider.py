@@ -99,6 +99,22 @@ async def test_an_agent_is_recorded_against_its_script_in_one_step_and_replays(t
     transport.assert_all_played()
 
 
+async def test_a_recording_numbers_attempts_of_the_very_same_call_only(tmp_path: Path) -> None:
+    """The same question once streamed, once not, then streamed again: only the third repeats a call (attempt 2)."""
+    script = _script(tmp_path, '[[turns]]\ntext = "Sunny."\nrepeat = true\n')
+    cassette = tmp_path / "agent.msgpack"
+    messages: Any = [{"role": "user", "content": "weather?"}]
+    async with ReplayServer(script=script, record=cassette) as server:
+        sdk = openai.AsyncOpenAI(base_url=server.url + "/v1", api_key="k", max_retries=0)
+        async with sdk:
+            async for _ in await sdk.chat.completions.create(model="m", messages=messages, stream=True):
+                pass
+            await sdk.chat.completions.create(model="m", messages=messages)
+            async for _ in await sdk.chat.completions.create(model="m", messages=messages, stream=True):
+                pass
+    assert [interaction.attempt for interaction in load_cassette(cassette).interactions] == [1, 1, 2]
+
+
 ERRORS = """
 [[turns]]
 when = "limit"

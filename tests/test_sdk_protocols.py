@@ -12,13 +12,14 @@ from pathlib import Path
 from typing import Any
 
 import httpx2
+import msgspec
 import pytest
 
-from chunktape import Raised, Timing, load_cassette
+from chunktape import BlockEnd, Raised, Timing, load_cassette
 from chunktape.faults import FailFirst, HttpError
 from chunktape.http import RecordingTransport, ReplayServer, ReplayTransport
 from fake_provider import FakeProvider, FakeResponse
-from protocol_streams import messages_stream, overloaded_mid_stream, responses_stream
+from protocol_streams import messages_stream, overloaded_mid_stream, responses_stream, tool_input_cut_by_max_tokens
 from sdk_agents import one_worker
 
 KEY = "sk-ant-test-0123456789abcdefghij"
@@ -296,3 +297,43 @@ async def test_an_injected_error_mid_stream_fails_a_responses_stream_and_a_chat_
     async with httpx2.AsyncClient(transport=ReplayTransport(chat_path, faults=["error-mid-stream"])) as client:
         assert "overloaded [injected fault error-mid-stream" in await chat_once(client)
         assert await chat_once(client) == "no error"
+
+
+@one_worker("anthropic")
+async def test_a_tool_input_cut_by_max_tokens_replays_as_the_provider_sent_it(
+    fake_provider: FakeProvider, tmp_path: Path
+) -> None:
+    """The stream is kept as a cut tool call (not refused): the SDK gets the same partial input and stop reason back,
+    and the harness, which cannot run a cut call, ends the turn with ``length``."""
+    import anthropic
+
+    from chunktape import ReplayAdapter, ToolCallBlock
+    from chunktape.harness import collect, stream_with_retry
+
+    fake_provider.enqueue(FakeResponse(body=tool_input_cut_by_max_tokens()))
+    path = tmp_path / "cut.json"
+
+    async def once(base_url: str, client: httpx2.AsyncClient) -> tuple[Any, ...]:
+        sdk = anthropic.AsyncAnthropic(base_url=base_url, api_key=KEY, http_client=client, max_retries=0)
+        async with sdk.messages.stream(**QUESTION) as stream:
+            final = await stream.get_final_message()
+        said, call = final.content
+        return final.stop_reason, said.text, call.name, call.input  # type: ignore[union-attr]
+
+    async with httpx2.AsyncClient(transport=RecordingTransport(httpx2.AsyncHTTPTransport(), path)) as client:
+        live = await once(fake_provider.url, client)
+    assert live[:3] == ("max_tokens", "Writing it.", "write_file")
+    (recorded,) = load_cassette(path).interactions
+    cut = [chunk.block for chunk in recorded.chunks if type(chunk) is BlockEnd][-1]
+    assert type(cut) is ToolCallBlock
+    assert (cut.cut, cut.arguments) == (True, '{"path": "a.md", "text": "#')
+    async with httpx2.AsyncClient(transport=ReplayTransport(path)) as client:
+        assert await once(OFFLINE, client) == live
+    with ReplayServer(path, timing=Timing.instant()) as server:
+        async with httpx2.AsyncClient() as plain:
+            assert await once(server.url, plain) == live
+    question = msgspec.structs.replace(recorded.request.to_options(), reasoning=None)  # no effort to check
+    transcript = await collect(stream_with_retry(ReplayAdapter(path, match_on="model"), question))
+    assert transcript.tool_calls == []
+    assert transcript.done is not None
+    assert transcript.done.reason == "length"

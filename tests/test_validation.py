@@ -379,3 +379,33 @@ def test_every_single_mutation_fails_with_its_rule(chunks: list[StreamChunk], pi
 def test_splitting_tool_arguments_differently_fails_with_its_rule(chunks: list[StreamChunk], pick: int) -> None:
     # Its own test: it needs a tool call, which not every stream has (the others would lose examples to assume).
     assert _broken_rule(split_arguments_differently(chunks, pick)) == "arguments-delta"
+
+
+def _cut_call(index: int, arguments: str) -> list[StreamChunk]:
+    return [
+        BlockStart(index=index, block_type="tool-call"),
+        ToolCallDelta(index=index, id=CallId("call_cut"), name="write", arguments_delta=arguments),
+        BlockEnd(index=index, block=ToolCallBlock(id=CallId("call_cut"), name="write", arguments=arguments, cut=True)),
+    ]
+
+
+LENGTH = Finish(reason=FinishReason(kind="length"))
+
+
+def test_a_tool_call_the_token_limit_cut_may_stop_anywhere_as_the_last_block_of_a_length_finish() -> None:
+    validate([*text_block(0, "Writing."), *_cut_call(1, '{"path": "a'), USAGE, LENGTH])
+
+
+@pytest.mark.parametrize(
+    ("after", "finish", "detail"),
+    [
+        ([], FINISH, "then a stop finish"),
+        (text_block(2, "more"), LENGTH, "a block after the tool call the token limit cut"),
+    ],
+)
+def test_a_cut_tool_call_anywhere_else_breaks_the_arguments_rule(
+    after: list[StreamChunk], finish: Finish, detail: str
+) -> None:
+    found = violation([*text_block(0, "Writing."), *_cut_call(1, '{"path": "a'), *after, finish])
+    assert found.rule == "arguments-delta"
+    assert detail in str(found)

@@ -102,6 +102,10 @@ class ToolCallBlock(_Tagged, frozen=True, kw_only=True, tag="tool-call"):
     name: str
     arguments: str
     """The assembled JSON text of the arguments, exactly as streamed."""
+    cut: bool = False
+    """The provider's token limit cut the arguments off before they were complete (Anthropic's ``max_tokens``, a
+    ``length`` finish): they are the JSON text as far as it came, and the call cannot be run. Only the last block
+    of a stream that finishes with ``length`` may be cut."""
 
 
 class ServerToolCallBlock(_Tagged, frozen=True, kw_only=True, tag="server-tool-call"):

@@ -64,6 +64,7 @@ __all__ = [
     "StreamViolationWarning",
     "none_completed",
     "raised_from",
+    "sent_as",
 ]
 
 RUN_TAG = "chunktape.run"
@@ -245,6 +246,12 @@ class RecordingCall:
         self._recorder._warn(self._slot, strict=strict)
 
 
+def sent_as(protocol: str, *, streaming: bool, include_usage: bool) -> str:
+    """How an HTTP call was sent beyond its request (``RecordingAdapter.begin``'s ``sent``): its wire protocol, whether
+    it asked for a stream, and whether for the stream's usage."""
+    return f"{protocol} stream={streaming} usage={include_usage}"
+
+
 class RecordingAdapter(WrappingAdapter):
     """Forwards every ``stream()`` call to ``inner`` and records it as one interaction of a cassette.
 
@@ -302,13 +309,16 @@ class RecordingAdapter(WrappingAdapter):
         self._lock = threading.Lock()
         self._slots: list[_Slot] = []
         self._tool_runs: list[ToolRun] = []
-        self._attempts: Counter[str] = Counter()
+        self._attempts: Counter[tuple[str, str]] = Counter()
+        """Calls so far per (request fingerprint, how it was sent): a repeat of the very same call is its next
+        attempt; two calls whose requests differ only where a request holds nothing (stream or not, the wire
+        protocol, the usage report asked for: what matching ignores) are not each other's retry."""
         self._closed = False
         self._close_saved = False
         self.written: Path | None = None
         """The file the last save wrote: ``path``, a ``failed_path``, or None."""
         if append and self.path.exists():
-            self._attempts.update(request.fingerprint for request in open_cassette(self.path).requests)
+            self._attempts.update((request.fingerprint, "") for request in open_cassette(self.path).requests)
 
     @property
     def interactions(self) -> list[Interaction]:
@@ -345,7 +355,7 @@ class RecordingAdapter(WrappingAdapter):
                     return slot.id
         return len(self._slots) - 1
 
-    def _begin(self, request: RecordedRequest) -> tuple[_Slot, Journal | None]:
+    def _begin(self, request: RecordedRequest, sent: str = "") -> tuple[_Slot, Journal | None]:
         """Number the interaction and journal its request, under the lock (threads may share the recorder)."""
         # Redact the request before the journal sees it; chunks are redacted at save.
         request = redact_request(request, self._request_secrets)
@@ -357,8 +367,9 @@ class RecordingAdapter(WrappingAdapter):
                 # Raises CASSETTE_UNWRITABLE before anything is numbered or streamed.
                 journal = self._journal = Journal(journal_path(self.path), self.meta, cassette=self.path)
                 self.journal_path = journal.path  # another live recorder of this cassette may own the first
-            self._attempts[request.fingerprint] += 1
-            slot = _Slot(len(self._slots), request, datetime.now(UTC), self._attempts[request.fingerprint])
+            key = (request.fingerprint, sent)
+            self._attempts[key] += 1
+            slot = _Slot(len(self._slots), request, datetime.now(UTC), self._attempts[key])
             self._slots.append(slot)
         if journal is not None:
             try:
@@ -375,25 +386,29 @@ class RecordingAdapter(WrappingAdapter):
         with contextlib.suppress(JournalWriteWarning):
             warnings.warn(message, JournalWriteWarning, stacklevel=4)
 
-    def begin(self, options: GenerateOptions, request: RecordedRequest | None = None) -> RecordingCall:
+    def begin(
+        self, options: GenerateOptions, request: RecordedRequest | None = None, *, sent: str = ""
+    ) -> RecordingCall:
         """Start recording one interaction for ``options`` (numbered, its request journaled) and return it;
-        ``request`` is ``options`` as ``RecordedRequest.from_options`` made it, when the caller has it already.
+        ``request`` is ``options`` as ``RecordedRequest.from_options`` made it, when the caller has it already;
+        ``sent`` says how an HTTP call sent it beyond the request (its protocol, streamed or not): a call is
+        ``attempt`` 2, 3, ... only of an earlier call with the same request sent the same way.
 
         Raises ``CASSETTE_UNWRITABLE`` when the journal cannot be created, ``INVALID_CONFIG`` once closed.
         """
-        slot, journal = self._begin(RecordedRequest.from_options(options) if request is None else request)
+        slot, journal = self._begin(RecordedRequest.from_options(options) if request is None else request, sent)
         return RecordingCall(self, slot, journal)
 
     def stream(self, options: GenerateOptions) -> AsyncGenerator[StreamChunk, None]:
         return self.record(options)
 
     async def record(
-        self, options: GenerateOptions, request: RecordedRequest | None = None
+        self, options: GenerateOptions, request: RecordedRequest | None = None, *, sent: str = ""
     ) -> AsyncGenerator[StreamChunk, None]:
         """``stream(options)``, given ``request`` (``options`` as ``RecordedRequest.from_options`` made it) when the
-        caller has it already, so the request is hashed once per call."""
+        caller has it already, so the request is hashed once per call; ``sent`` as ``begin`` takes it."""
         clock = ProviderClock(loop_clock(asyncio.get_running_loop()))
-        call = self.begin(options, request)
+        call = self.begin(options, request, sent=sent)
         events = call.events
         iterator: AsyncGenerator[StreamChunk, None] | None = None
         outcome: Outcome | None = None

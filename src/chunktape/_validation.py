@@ -6,7 +6,9 @@ Rules (each violation raises ``ProtocolViolation`` naming one of these):
                         or inside the right place
 ``index-order``         indexes start at 0 and increase by one; a delta or block-end carries its
                         block's index (no interleaving)
-``arguments-delta``     argumentsDelta pieces concatenate to the block-end's arguments, valid JSON
+``arguments-delta``     argumentsDelta pieces concatenate to the block-end's arguments, valid JSON (a
+                        tool call the token limit ``cut`` may stop anywhere, if it is the last block and the
+                        finish is ``length``)
 ``finish-last``         finish is the last chunk, exactly once
 ``usage-before-finish`` at most one usage chunk, before finish
 ``block-content``       a block-end's block is the concatenation of its deltas, of the started type
@@ -89,6 +91,7 @@ class StreamValidator:
     """
 
     __slots__ = (
+        "_cut_at",
         "_extras",
         "_finished",
         "_next_index",
@@ -116,6 +119,8 @@ class StreamValidator:
         """The open block's signature pieces (reasoning) or citations (text), in order."""
         self._saw_usage = False
         self._finished = False
+        self._cut_at: int | None = None
+        """Where a tool call the token limit cut ended: no block may follow it, and the finish must be ``length``."""
 
     def feed(self, chunk: StreamChunk) -> None:
         """Accept the next chunk or raise ``ProtocolViolation``."""
@@ -173,6 +178,8 @@ class StreamValidator:
                     self._fail("block-pairs", f"block-start {chunk.index} while block {self._open_index} is still open")
                 if chunk.index != self._next_index:
                     self._fail("index-order", f"block-start index {chunk.index}, expected {self._next_index}")
+                if self._cut_at is not None:
+                    self._fail("arguments-delta", f"a block after the tool call the token limit cut at {self._cut_at}")
                 self._open_index = chunk.index
                 self._open_type = chunk.block_type
                 self._open_id = self._open_name = None
@@ -189,6 +196,9 @@ class StreamValidator:
             case Finish():
                 if self._open_type is not None:
                     self._fail("block-pairs", f"finish while block {self._open_index} is still open")
+                if self._cut_at is not None and chunk.reason.kind != "length":
+                    kind = chunk.reason.kind
+                    self._fail("arguments-delta", f"a tool call cut at chunk {self._cut_at}, then a {kind} finish")
                 self._finished = True
             case ProviderEvent():
                 self._check_str("protocol", chunk.protocol)
@@ -246,10 +256,13 @@ class StreamValidator:
                     "arguments-delta",
                     f"argumentsDelta pieces give {shortened(streamed)}, block-end says {shortened(block.arguments)}",
                 )
-            try:
-                _json_decoder.decode(block.arguments)
-            except msgspec.DecodeError:
-                self._fail("arguments-delta", f"arguments are not valid JSON: {shortened(block.arguments)}")
+            if isinstance(block, ToolCallBlock) and block.cut:
+                self._cut_at = self.position
+            else:
+                try:
+                    _json_decoder.decode(block.arguments)
+                except msgspec.DecodeError:
+                    self._fail("arguments-delta", f"arguments are not valid JSON: {shortened(block.arguments)}")
             if self._open_id is not None and block.id != self._open_id:
                 self._fail("block-content", f"block-end id {block.id!r}, deltas said {self._open_id!r}")
             if self._open_name is not None and block.name != self._open_name:

@@ -13,6 +13,8 @@ A server in this process that holds a connection silent on purpose (a replay ser
 the silence's end and the loop's next timer, as a real client would see it in real time. A server that answers one
 client per task marks the task with ``serving(client)``; every ``pause()`` made in it (the replay engine's timed
 waits, a fault's stall or latency) is then such a declared silence towards that client, and a plain sleep elsewhere.
+A wait that ends a stream at a time (a disconnect after so many seconds) is ``cut_at(when)``: a pause that would
+outlast it is a silence up to ``when`` only, then raises ``CutShort``, so its client's clock jumps to the cut too.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, TypeVar
 
-__all__ = ["VirtualTimeLoop", "now", "pause", "replay_loop", "serving", "silent_for"]
+__all__ = ["CutShort", "VirtualTimeLoop", "cut_at", "now", "pause", "replay_loop", "serving", "silent_for"]
 
 Address = tuple[str, int]
 _T = TypeVar("_T")
@@ -113,9 +115,40 @@ def serving(client: tuple[str, int] | None) -> Iterator[None]:
         _SERVED.reset(token)
 
 
+class CutShort(Exception):
+    """A ``pause()`` inside ``cut_at(when)`` reached ``when``: what waited is to end there."""
+
+
+_CUT: contextvars.ContextVar[float | None] = contextvars.ContextVar("chunktape_cut", default=None)
+"""The ``now()`` time at which the current wait is cut (set by ``cut_at``)."""
+
+
+@contextlib.contextmanager
+def cut_at(when: float) -> Iterator[None]:
+    """Within this block, a ``pause()`` that would go past ``when`` (on the ``now()`` clock) waits until ``when`` only,
+    as the same declared silence, and then raises ``CutShort``; an earlier cut set outside the block still holds."""
+    outer = _CUT.get()
+    token = _CUT.set(when if outer is None else min(when, outer))
+    try:
+        yield
+    finally:
+        _CUT.reset(token)
+
+
 async def pause(seconds: float) -> None:
     """Wait ``seconds`` on the loop's clock; in a task ``serving`` a client, as a silence declared towards it (which
-    that client may end sooner: ``now()`` then moves on by the rest)."""
+    that client may end sooner: ``now()`` then moves on by the rest). Inside ``cut_at(when)``, a wait past ``when``
+    stops there and raises ``CutShort``."""
+    cut = _CUT.get()
+    if cut is not None:
+        left = cut - now()
+        if left < seconds:
+            await _pause(max(left, 0.0))
+            raise CutShort
+    await _pause(seconds)
+
+
+async def _pause(seconds: float) -> None:
     served = _SERVED.get()
     if served is None or seconds <= 0:
         await asyncio.sleep(max(seconds, 0))

@@ -307,10 +307,13 @@ class RequestMatcher:
         )
 
 
-def diff_requests(recorded: RecordedRequest, live: RecordedRequest) -> list[str]:
-    """Readable differences ``path: recorded X, requested Y`` between two requests (fingerprints ignored)."""
+def diff_requests(
+    recorded: RecordedRequest, live: RecordedRequest, *, names: tuple[str, str] = ("recorded", "requested")
+) -> list[str]:
+    """Readable differences ``path: recorded X, requested Y`` between two requests (fingerprints ignored); ``names``
+    are the two sides' words (two files compared: their names)."""
     lines: list[str] = []
-    _diff(_shown(recorded), _shown(live), "", lines)
+    _diff(_shown(recorded), _shown(live), "", lines, names)
     return lines
 
 
@@ -325,30 +328,31 @@ def _shown(request: RecordedRequest) -> Any:
     return shown
 
 
-def _diff(old: Any, new: Any, path: str, out: list[str]) -> None:
+def _diff(old: Any, new: Any, path: str, out: list[str], names: tuple[str, str]) -> None:
     if old == new:
         return
+    first, second = names
     if isinstance(old, dict) and isinstance(new, dict):
         for key in sorted({*old, *new}, key=str):
             where = f"{path}.{key}" if path else str(key)
             if key not in new:
-                out.append(f"{where}: recorded {_short(old[key])}, requested (absent)")
+                out.append(f"{where}: {first} {_short(old[key])}, {second} (absent)")
             elif key not in old:
-                out.append(f"{where}: recorded (absent), requested {_short(new[key])}")
+                out.append(f"{where}: {first} (absent), {second} {_short(new[key])}")
             else:
-                _diff(old[key], new[key], where, out)
+                _diff(old[key], new[key], where, out, names)
         return
     if isinstance(old, list) and isinstance(new, list):
         for position in range(max(len(old), len(new))):
             where = f"{path}[{position}]"
             if position >= len(new):
-                out.append(f"{where}: recorded {_short(old[position])}, requested (absent)")
+                out.append(f"{where}: {first} {_short(old[position])}, {second} (absent)")
             elif position >= len(old):
-                out.append(f"{where}: recorded (absent), requested {_short(new[position])}")
+                out.append(f"{where}: {first} (absent), {second} {_short(new[position])}")
             else:
-                _diff(old[position], new[position], where, out)
+                _diff(old[position], new[position], where, out, names)
         return
-    out.append(f"{path or 'request'}: recorded {_short(old)}, requested {_short(new)}")
+    out.append(f"{path or 'request'}: {first} {_short(old)}, {second} {_short(new)}")
 
 
 _MASK_MARGIN = 8192

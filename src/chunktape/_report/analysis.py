@@ -276,8 +276,8 @@ def _outcome_key(outcome: Outcome) -> object:
     return msgspec.structs.replace(outcome, t_ns=0)
 
 
-def _diff_interaction(index: int, old: Interaction, new: Interaction) -> list[str]:
-    lines = [f"#{index} request {line}" for line in diff_requests(old.request, new.request)]
+def _diff_interaction(index: int, old: Interaction, new: Interaction, names: tuple[str, str]) -> list[str]:
+    lines = [f"#{index} request {line}" for line in diff_requests(old.request, new.request, names=names)]
     old_chunks, new_chunks = old.chunks, new.chunks
     if old_chunks != new_chunks:
         first = next(
@@ -322,13 +322,16 @@ def _largest(values: list[float]) -> str:
     return f"{max(values, key=abs):+.1f}"
 
 
-def diff_cassettes(old: Cassette | PathLike, new: Cassette | PathLike) -> CassetteDiff:
-    """Compare two cassettes interaction by interaction (paired by position)."""
+def diff_cassettes(
+    old: Cassette | PathLike, new: Cassette | PathLike, *, names: tuple[str, str] = ("old", "new")
+) -> CassetteDiff:
+    """Compare two cassettes interaction by interaction (paired by position); a request's differences name the two
+    sides with ``names`` (``chunktape diff A B``: the files' names)."""
     a, b = as_cassette(old), as_cassette(new)
     changes: list[str] = []
     pairs = list(zip(a.interactions, b.interactions, strict=False))
     for index, (before, after) in enumerate(pairs):
-        changes.extend(_diff_interaction(index, before, after))
+        changes.extend(_diff_interaction(index, before, after, names))
     for index in range(len(pairs), len(a.interactions)):
         changes.append(f"#{index} removed: {_one_line(summarize(a.interactions[index], index))}")
     for index in range(len(pairs), len(b.interactions)):

@@ -74,11 +74,46 @@ def _command(name: str) -> Any:
     module, attribute = _COMMANDS[name]
     target = getattr(importlib.import_module(module), attribute)
     if isinstance(target, typer.Typer):
-        return typer.main.get_group(target)
+        return _reflow_help(typer.main.get_group(target))
     single = typer.Typer(add_completion=False)
     help_text, epilog = _example_last(inspect.getdoc(target) or "")
     single.command(name, help=help_text, epilog=epilog)(target)
-    return typer.main.get_command(single)
+    return _reflow_help(typer.main.get_command(single))
+
+
+_OWN_LINE = ("Example:", "$ ", "- ", " ")
+"""How a line of help text starts that stays a line of its own: an example, a shell line, a bullet, an indent."""
+
+
+def _reflowed(text: str) -> str:
+    """Help text whose paragraphs the terminal wraps: inside a paragraph the source's line breaks (there to keep the
+    code within its columns) become spaces, so ``--help`` fills whatever width the terminal has instead of breaking
+    each line twice; a line starting as ``_OWN_LINE`` lists stays one, and a paragraph marked ``\\b`` (click's
+    no-rewrap mark) is left as written."""
+    paragraphs = []
+    for paragraph in text.split("\n\n"):
+        if paragraph.startswith("\b"):
+            paragraphs.append(paragraph)
+            continue
+        lines: list[str] = []
+        for line in paragraph.splitlines():
+            if lines and line.strip() and not line.startswith(_OWN_LINE):
+                lines[-1] = f"{lines[-1].rstrip()} {line.strip()}"
+            else:
+                lines.append(line.rstrip())
+        paragraphs.append("\n".join(lines))
+    return "\n\n".join(paragraphs)
+
+
+def _reflow_help(command: Any) -> Any:
+    """``command`` (and a group's commands) with its help and epilog ``reflowed``."""
+    for attribute in ("help", "epilog", "short_help"):
+        text = getattr(command, attribute, None)
+        if isinstance(text, str):
+            setattr(command, attribute, _reflowed(text))
+    for sub in getattr(command, "commands", {}).values():
+        _reflow_help(sub)
+    return command
 
 
 def _example_last(doc: str) -> tuple[str, str | None]:
@@ -100,11 +135,11 @@ def _summary(name: str) -> str | None:
         return None  # no source to read (a sourceless install): the command is loaded instead
     for node in ast.parse(Path(origin).read_text(encoding="utf-8")).body:
         if isinstance(node, ast.FunctionDef) and node.name == attribute:
-            return (ast.get_docstring(node) or "").split("\n\n", 1)[0]
+            return _reflowed((ast.get_docstring(node) or "").split("\n\n", 1)[0])
         if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == attribute for t in node.targets):
             for keyword in getattr(node.value, "keywords", []):
                 if keyword.arg == "help" and isinstance(keyword.value, ast.Constant):
-                    return str(keyword.value.value).split("\n\n", 1)[0]
+                    return _reflowed(str(keyword.value.value).split("\n\n", 1)[0])
     return ""
 
 

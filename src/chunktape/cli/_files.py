@@ -232,7 +232,8 @@ def diff(
         if changes:
             raise typer.Exit(EXIT_FAILED)
         return
-    result = diff_cassettes(shown(before, show_secrets), shown(after, show_secrets))
+    names = (old.name, new.name) if old.name != new.name else (str(old), str(new))
+    result = diff_cassettes(shown(before, show_secrets), shown(after, show_secrets), names=names)
     if result.same and not show_secrets and not diff_cassettes(before, after).same:
         result = msgspec.structs.replace(
             result, changes=["credentials differ (masked here; --show-secrets prints them)"]
@@ -297,6 +298,7 @@ def recover_journal(
 
     Credentials in the environment (names containing KEY, TOKEN, SECRET, PASSWORD...) and key-shaped strings are
     redacted first.
+
     A file that is not a journal (a cassette, an empty file) is refused and left alone, as is the journal of a
     recording still running; the journal is deleted only once the cassette holding what it recovered is written
     and fsynced.

@@ -294,12 +294,14 @@ def record(
     The provider is DeepSeek (chat completions) unless --base-url names another API; --protocol anthropic records
     the Anthropic Messages API and --protocol responses the OpenAI Responses API (inferred from --base-url when
     not given: an anthropic.com host is anthropic).
+
     Give the input with --prompt, --messages FILE.json (and --tools FILE.json), or --chat for a multi-turn
     session on stdin (each turn is another interaction of the same cassette). With --tools, every tool call is
     answered before the conversation goes on: in --chat by the line you type for it, or by --tools-module
     pkg.mod:TOOLS; each tool execution is recorded in the cassette. Ctrl-C stops, keeps what was
     recorded (aside, as below, if no reply had completed), says where, and exits 130. The API key is read
     from --api-key-env and never written to the cassette or printed.
+
     A run in which no call completed (a down server, a wrong URL or key, Ctrl-C before the reply) writes no
     cassette unless --force: it is kept beside it as <name>.failed.<suffix>, and the exit code is 3. So is a
     recording that still holds a credential, with every credential replaced; --allow-secret VALUE keeps a

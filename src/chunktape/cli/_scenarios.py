@@ -7,6 +7,7 @@ validates a file and prints one line per problem (exit 1 when there is any).
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 from typing import Annotated
 
@@ -43,14 +44,31 @@ def check(
     """
     problems: list[str] = []
     scenarios = load_scenarios(path, problems)
-    problems.extend(
-        f"scenario {scenario.name!r}: cassette {scenario.cassette} does not exist"
-        for scenario in scenarios
-        if not Path(scenario.cassette).is_file()
-    )
+    missing: dict[str, list[str]] = {}
+    for scenario in scenarios:
+        if not Path(scenario.cassette).is_file():
+            missing.setdefault(scenario.cassette, []).append(scenario.name)
+    problems.extend(_missing(cassette, names) for cassette, names in missing.items())
     out = console()
     for line in problems:
         out.print(f"{path}: {line}", markup=False, soft_wrap=True)
     if problems:
         raise typer.Exit(EXIT_FAILED)
     out.print(f"{path}: {len(scenarios)} scenario(s), all valid", markup=False, soft_wrap=True)
+
+
+_NAMES_SHOWN = 3
+
+
+def _missing(cassette: str, names: list[str]) -> str:
+    """One line for a missing cassette, however many scenarios replay it (an ``each`` entry makes many)."""
+    shown = ", ".join(repr(name) for name in names[:_NAMES_SHOWN])
+    if len(names) > _NAMES_SHOWN:
+        shown += f" and {len(names) - _NAMES_SHOWN} more"
+    scenarios = "scenario" if len(names) == 1 else f"{len(names)} scenarios"
+    target = shlex.quote(cassette)
+    return (
+        f"cassette {cassette} does not exist ({scenarios}: {shown}); record it with "
+        f"`chunktape proxy --upstream URL -o {target}` (your agent through a recording proxy) or "
+        f"`chunktape record -o {target}`"
+    )

@@ -81,6 +81,7 @@ def serve(
     POST /v1/chat/completions replays the cassettes. With --scenarios, each scenario also answers at
     /scenarios/<name>/v1/chat/completions (or with the header X-Chunktape-Scenario: <name>), and
     GET /scenarios lists them, so an agent in any language runs its fault matrix against one server.
+
     Each interaction plays once (like a replay in tests), counted once its last event reached the client; a
     client that disconnects or times out before that leaves it for its retry. --repeat, or POST /reset, lets a
     client run again; a request no interaction matches is answered 418 (x-chunktape-error: CASSETTE_MISMATCH).

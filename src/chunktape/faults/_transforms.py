@@ -6,8 +6,10 @@ many bytes it carries, whether it ends the answer, and how that layer breaks. Ch
 ``Stall`` honours the abort signal and shifts the schedule, and a ``Disconnect`` never lets the finish through,
 on both layers alike. Nothing here knows a wire protocol.
 
-Time is the running loop's clock only (``loop.time()``, ``asyncio.sleep``), so a schedule runs the same in
-real and in virtual time. Every transform closes its source when it is closed.
+Time is the running loop's clock (``loop.time()``, ``asyncio.sleep``), so a schedule runs the same in real and in
+virtual time; a wait is ``chunktape._virtual_time.pause`` (through ``abort.sleep``), which in a server's task is a
+silence declared towards its client, and a ``Disconnect(after_s=...)`` cuts those silences at its deadline on that
+client's clock (``cut_at``). Every transform closes its source when it is closed.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Protocol, TypeVar, assert_never
 from chunktape import _abort as abort
 from chunktape._errors import ErrorCode, LlmError
 from chunktape._protocol import AbortSignal, BlockType, aclose_stream
+from chunktape._virtual_time import CutShort, cut_at, now
 from chunktape.faults._specs import (
     Corrupt,
     Disconnect,
@@ -185,8 +188,12 @@ async def _stream_error(
 
 
 async def _disconnect(fault: Disconnect, label: str, items: AsyncIterator[T], codec: Codec[T]) -> AsyncIterator[T]:
+    # ``after_s`` is kept twice: on the loop's timers (a body waited on from a real network ends there) and on the
+    # clock of the client a server answers (``now()``, with ``cut_at``: the replay's own waits are declared silences
+    # cut at the deadline, so a virtual-time client's clock jumps to the disconnect rather than waiting it out).
     loop = asyncio.get_running_loop()
     deadline = None if fault.after_s is None else loop.time() + fault.after_s
+    cut = None if fault.after_s is None else now() + fault.after_s
     seen = 0  # chunks delivered
     sent = 0  # bytes delivered
     in_target = False
@@ -198,17 +205,18 @@ async def _disconnect(fault: Disconnect, label: str, items: AsyncIterator[T], co
         while True:
             if fault.after_chunks is not None and seen >= fault.after_chunks and not codec.can_cut:
                 raise broken(f"after {seen} chunk(s)")  # before reading on: the next item never arrives
-            if deadline is not None and loop.time() >= deadline:
+            if deadline is not None and cut is not None and (loop.time() >= deadline or now() >= cut):
                 raise broken(f"after {fault.after_s:g}s")
             try:
-                if deadline is None:
+                if deadline is None or cut is None:
                     item = await anext(items)
                 else:
-                    async with asyncio.timeout_at(deadline):
-                        item = await anext(items)
+                    with cut_at(cut):
+                        async with asyncio.timeout_at(deadline):
+                            item = await anext(items)
             except StopAsyncIteration:
                 raise broken(f"at the end of the stream, after {seen} chunk(s)") from None
-            except TimeoutError:
+            except (TimeoutError, CutShort):
                 raise broken(f"after {fault.after_s:g}s") from None
             counted = codec.counts(item)
             if counted and codec.finishes(item):

@@ -72,9 +72,9 @@ class Conversation:
             Message(
                 role="assistant",
                 content=reply.text or None,
-                tool_calls=reply.tool_calls,
+                tool_calls=[call for call in reply.tool_calls if not call.cut],  # a cut call cannot be answered
                 # DeepSeek wants the reasoning back only on tool-call turns.
-                reasoning_content=(reply.reasoning or None) if reply.tool_calls else None,
+                reasoning_content=(reply.reasoning or None) if any(not call.cut for call in reply.tool_calls) else None,
             )
         )
         return None

@@ -12,7 +12,8 @@ timeout: ``TIMEOUT``, 408, ``STREAM_ABORTED``  2        fixed
 ==========================================  =======  ===========
 
 The k-th retry of a class waits ``retry_delay * retry_multiplier ** (k - 1)`` (exponential, capped at
-``max_delay``) or ``retry_delay`` (fixed); a ``Retry-After`` on the error wins over the computed delay.
+``max_delay``) or ``retry_delay`` (fixed); a ``Retry-After`` on the error wins over the computed delay, when it
+is a finite number of seconds >= 0 (capped at a day; any other value falls back to the computed delay).
 ``max_retries`` caps the retries of one call over all classes. Delays go through ``asyncio.sleep`` (virtual
 time under ``looptime``) and end early when the request's abort signal fires.
 
@@ -88,6 +89,7 @@ from chunktape.harness._metrics import (
     StreamStart,
     logger,
 )
+from chunktape.wire._http_errors import clamp_retry_after
 
 __all__ = [
     "ErrorClass",
@@ -174,8 +176,9 @@ class RetryPolicy(msgspec.Struct, frozen=True, kw_only=True):
 
     def delay(self, error: LlmError, retry: int) -> float:
         """Seconds to wait before the ``retry``-th (1-based) retry of this error's class."""
-        if error.retry_after is not None:
-            return max(error.retry_after, 0.0)
+        waited = clamp_retry_after(error.retry_after)  # a NaN, negative or endless Retry-After is not a wait
+        if waited is not None:
+            return waited
         error_class = self.classify(error)
         if error_class is None or self.rule(error_class).backoff == "fixed":
             return min(self.retry_delay, self.max_delay)
@@ -364,7 +367,7 @@ class _Run:
                             yield TextEvent(text=chunk.text, index=chunk.index, attempt=attempt)
                         case ReasoningDelta():
                             yield ReasoningEvent(text=chunk.text, index=chunk.index, attempt=attempt)
-                        case BlockEnd(block=ToolCallBlock() as block):
+                        case BlockEnd(block=ToolCallBlock(cut=False) as block):  # a cut call cannot be run
                             pending.append(ToolCallEvent.from_block(block, chunk.index, attempt))
                         case _:
                             pass

@@ -10,19 +10,20 @@ it is served on another (the cross-protocol warning).
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any, NamedTuple, Protocol
+from typing import Any, Protocol
 
 import msgspec
 
 from chunktape._cassettes.model import Interaction, ResponseMeta
 from chunktape._errors import ErrorCode, LlmError
-from chunktape._protocol import BlockStart, GenerateOptions, ProviderEvent, StreamChunk
+from chunktape._protocol import BlockStart, ProviderEvent, StreamChunk
 from chunktape.http._render import Ending, SseRenderer, completion_from_chunks, error_body, render_sse
 from chunktape.http._render_events import AnthropicRenderer, ResponsesRenderer, anthropic_error_body
 from chunktape.wire import _anthropic as anthropic
 from chunktape.wire import _openai_chat as chat
 from chunktape.wire import _responses as responses
-from chunktape.wire._sse import SseItem
+from chunktape.wire._decoding import StreamDecoder
+from chunktape.wire._requests import DecodedRequest
 
 __all__ = [
     "ANTHROPIC",
@@ -30,9 +31,7 @@ __all__ = [
     "PROTOCOLS",
     "CrossProtocolWarning",
     "RESPONSES",
-    "Decoded",
     "Renderer",
-    "StreamDecoder",
     "WireProtocol",
     "across_message",
     "carried_over",
@@ -45,25 +44,6 @@ __all__ = [
 class CrossProtocolWarning(UserWarning):
     """A recording made on one wire protocol is served on another's route: the message names what does not
     carry over (text, reasoning, tool calls and usage always do)."""
-
-
-class Decoded(NamedTuple):
-    """A request as a protocol reads it: what to generate, and how to deliver it."""
-
-    options: GenerateOptions
-    streaming: bool
-    include_usage: bool
-
-
-class StreamDecoder(Protocol):
-    """What every protocol's stream decoder offers (``OpenAIChatDecoder``, ``AnthropicDecoder``...)."""
-
-    @property
-    def done(self) -> bool: ...
-
-    def feed_item(self, item: SseItem, *, unterminated: bool = False) -> list[StreamChunk]: ...
-
-    def close(self) -> list[StreamChunk]: ...
 
 
 class Renderer(Protocol):
@@ -96,7 +76,7 @@ class WireProtocol:
     def matches(self, path: str) -> bool:
         return path.endswith(self.route)
 
-    def decode_request(self, raw: bytes, *, model: str | None = None) -> Decoded:
+    def decode_request(self, raw: bytes, *, model: str | None = None) -> DecodedRequest:
         """``raw`` as this protocol's request; ``model``: the model the route names (Azure's deployment), taken
         when the body names none."""
         raise NotImplementedError
@@ -143,8 +123,8 @@ class _Chat(WireProtocol):
     route = "/chat/completions"
     streams = "chat completions"
 
-    def decode_request(self, raw: bytes, *, model: str | None = None) -> Decoded:
-        return Decoded(*chat.decode_chat_request(raw, model=model))
+    def decode_request(self, raw: bytes, *, model: str | None = None) -> DecodedRequest:
+        return chat.decode_chat_request(raw, model=model)
 
     def renderer(self, *, model: str, include_usage: bool = True, meta: ResponseMeta | None = None) -> Renderer:
         return SseRenderer(model=model, include_usage=include_usage, meta=meta)
@@ -169,8 +149,8 @@ class _Anthropic(WireProtocol):
     route = "/messages"
     streams = "Anthropic messages"
 
-    def decode_request(self, raw: bytes, *, model: str | None = None) -> Decoded:
-        return Decoded(*anthropic.decode_messages_request(raw))
+    def decode_request(self, raw: bytes, *, model: str | None = None) -> DecodedRequest:
+        return anthropic.decode_messages_request(raw)
 
     def renderer(self, *, model: str, include_usage: bool = True, meta: ResponseMeta | None = None) -> Renderer:
         return AnthropicRenderer(model=model, meta=meta)
@@ -216,8 +196,8 @@ class _Responses(WireProtocol):
     route = "/responses"
     streams = "OpenAI responses"
 
-    def decode_request(self, raw: bytes, *, model: str | None = None) -> Decoded:
-        return Decoded(*responses.decode_responses_request(raw))
+    def decode_request(self, raw: bytes, *, model: str | None = None) -> DecodedRequest:
+        return responses.decode_responses_request(raw)
 
     def renderer(self, *, model: str, include_usage: bool = True, meta: ResponseMeta | None = None) -> Renderer:
         return ResponsesRenderer(model=model, meta=meta)

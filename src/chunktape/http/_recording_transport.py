@@ -66,7 +66,7 @@ from chunktape._httpx import (
 )
 from chunktape._limits import MAX_DECODED_BYTES, MAX_ERROR_BODY_BYTES
 from chunktape._protocol import GenerateOptions, LlmAdapter, StreamChunk, aclose_stream
-from chunktape._recorder import ProviderClock, RecordingAdapter, RecordingCall, raised_from
+from chunktape._recorder import ProviderClock, RecordingAdapter, RecordingCall, raised_from, sent_as
 from chunktape._secrets import redact_url, url_secrets
 from chunktape.http._protocols import CHAT, WireProtocol, protocol_for
 from chunktape.http._routes import CHAT_PATH, route_model
@@ -428,7 +428,7 @@ class RecordingTransport(DualTransport):
         seen = self._source.seen
         seen.extend(secret for secret in _credentials(request) if secret not in seen)
         try:
-            options = protocol.decode_request(request.content, model=route_model(request.url.path)).options
+            decoded = protocol.decode_request(request.content, model=route_model(request.url.path))
         except LlmError as error:
             message = f"{request.method} {redact_url(str(request.url))} passed through unrecorded: {error.message}"
             if self.on_unrecorded is not None:
@@ -437,7 +437,8 @@ class RecordingTransport(DualTransport):
                 warnings.warn(message, UnrecordedRequestWarning, stacklevel=4)
             return None
         clock = ProviderClock(now)
-        return _Exchange(self.recorder.begin(options), clock, seen, protocol)
+        sent = sent_as(protocol.name, streaming=decoded.streaming, include_usage=decoded.include_usage)
+        return _Exchange(self.recorder.begin(decoded.options, sent=sent), clock, seen, protocol)
 
     def handle(self, request: AnyRequest) -> AnyResponse:
         request.read()

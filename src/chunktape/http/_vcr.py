@@ -482,11 +482,13 @@ def read_vcr(
             ErrorCode.CASSETTE_CORRUPT,
             hint="record chat-completions traffic with vcr_config(), or check the file",
         )
-    attempts: dict[str, int] = {}
+    # A repeat of the same request answered the same way (streamed, or as one JSON body) is its next attempt; the
+    # same request once streamed and once not is two calls, as the recorders count them.
+    attempts: dict[tuple[str, bool | None], int] = {}
     numbered = []
     for interaction in interactions:
-        fingerprint = interaction.request.fingerprint
-        attempts[fingerprint] = attempts.get(fingerprint, 0) + 1
-        numbered.append(msgspec.structs.replace(interaction, attempt=attempts[fingerprint]))
+        key = (interaction.request.fingerprint, None if interaction.response is None else interaction.response.streamed)
+        attempts[key] = attempts.get(key, 0) + 1
+        numbered.append(msgspec.structs.replace(interaction, attempt=attempts[key]))
     cassette = Cassette(meta=CassetteMeta(adapter="vcrpy-import", tags={"source": path.name}), interactions=numbered)
     return VcrImport(cassette=cassette, notes=notes)

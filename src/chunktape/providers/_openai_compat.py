@@ -17,8 +17,6 @@ Error mapping (every failure is an ``LlmError``):
 from __future__ import annotations
 
 import contextlib
-import os
-from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -26,13 +24,9 @@ import msgspec
 
 from chunktape._cassettes.response import ResponseObserver, response_sink
 from chunktape._errors import ErrorCode, LlmError
-from chunktape._httpx import AnyAsyncClient, AnyResponse
-from chunktape._protocol import (
-    GenerateOptions,
-    ReasoningOption,
-    attribution_headers,
-)
-from chunktape.providers._streaming import StreamingAdapter
+from chunktape._httpx import AnyResponse
+from chunktape._protocol import GenerateOptions
+from chunktape.providers._streaming import Efforts, StreamingAdapter
 from chunktape.wire._openai_chat import (
     DEEPSEEK_BASE_URL,
     DEEPSEEK_REASONING,
@@ -42,8 +36,6 @@ from chunktape.wire._openai_chat import (
 )
 
 __all__ = ["DEEPSEEK_BASE_URL", "DEEPSEEK_REASONING", "OPENAI_REASONING", "OpenAICompatAdapter"]
-
-_MAX_ERROR_BODY = 64 * 1024
 
 
 class OpenAICompatAdapter(StreamingAdapter):
@@ -56,36 +48,21 @@ class OpenAICompatAdapter(StreamingAdapter):
     (``FaultTransport``); the adapter then never closes it. Without one it builds an ``httpx2.AsyncClient``.
     """
 
-    def __init__(
-        self,
-        base_url: str = DEEPSEEK_BASE_URL,
-        api_key: str | None = None,
-        model: str | None = None,
-        *,
-        client: AnyAsyncClient | None = None,
-        timeout: float = 60.0,
-        idle_timeout: float | None = 120.0,
-        reasoning: Mapping[str, Mapping[str, Any]] | None = None,
-        headers: Mapping[str, str] | None = None,
-        name: str | None = None,
-    ) -> None:
-        self.base_url = base_url.rstrip("/")
-        self.api_key = api_key if api_key is not None else os.environ.get("DEEPSEEK_API_KEY")
-        self.secrets = (self.api_key,) if self.api_key else ()
-        self.model = model
-        self.timeout = timeout
-        self.idle_timeout = idle_timeout
-        host = urlsplit(self.base_url).hostname or ""
-        if reasoning is None:
-            reasoning = DEEPSEEK_REASONING if host.endswith("deepseek.com") else OPENAI_REASONING
-        self._reasoning = dict(reasoning)
-        self._headers = dict(headers or {})
-        self._name = name or ("deepseek" if host.endswith("deepseek.com") else host or "openai-compat")
-        self._client = client
-        self._owns_client = client is None
-
+    default_base_url = DEEPSEEK_BASE_URL
+    api_key_variable = "DEEPSEEK_API_KEY"
+    default_name = "openai-compat"
     route = "/chat/completions"
     streams = "chat completions"
+
+    def _host(self) -> str:
+        return urlsplit(self.base_url).hostname or ""
+
+    def _name_by_default(self) -> str:
+        host = self._host()
+        return "deepseek" if host.endswith("deepseek.com") else host or self.default_name
+
+    def _reasoning_by_default(self) -> Efforts:
+        return DEEPSEEK_REASONING if self._host().endswith("deepseek.com") else OPENAI_REASONING
 
     def observer_for(self, response: AnyResponse) -> ResponseObserver | None:
         """While a recorder records this stream (its sink is set), what keeps the answer's metadata and extras."""
@@ -103,38 +80,12 @@ class OpenAICompatAdapter(StreamingAdapter):
     def new_decoder(self) -> OpenAIChatDecoder:
         return OpenAIChatDecoder()
 
-    @property
-    def name(self) -> str:
-        return self._name
-
-    def reasoning_options(self) -> Sequence[ReasoningOption]:
-        return tuple(ReasoningOption(id=effort, label=effort) for effort in self._reasoning)
-
-    def build_request_body(self, options: GenerateOptions) -> dict[str, Any]:
-        """The JSON body this adapter would send; raises ``UNSUPPORTED_OPTION`` for what it cannot send."""
-        extra_fields: Mapping[str, Any] = {}
-        if options.reasoning is not None:
-            if options.reasoning not in self._reasoning:
-                offered = sorted(self._reasoning) or "none"
-                raise LlmError(
-                    f"reasoning effort {options.reasoning!r} is not offered by {self.name} (offered: {offered})",
-                    ErrorCode.UNSUPPORTED_OPTION,
-                )
-            extra_fields = self._reasoning[options.reasoning]
-        if options.extra.get("stream", True) is not True:
-            raise LlmError("this adapter only streams; remove extra['stream']", ErrorCode.UNSUPPORTED_OPTION)
+    def _refuse(self, options: GenerateOptions) -> None:
         if options.extra.get("n", 1) != 1:
             raise LlmError("only one choice (n=1) can be streamed as chunks", ErrorCode.UNSUPPORTED_OPTION)
-        model = options.model or self.model
-        if not model:
-            raise LlmError("no model: set options.model or the adapter's model", ErrorCode.UNSUPPORTED_OPTION)
-        return options_to_openai_request(options, model=model, extra_fields=dict(extra_fields))
 
-    def _headers_for_request(self) -> dict[str, str]:
-        headers = {**attribution_headers(), **self._headers, "Accept": "text/event-stream"}
-        if self.api_key:
-            headers["Authorization"] = f"Bearer {self.api_key}"
-        return headers
+    def request_body(self, options: GenerateOptions, model: str, extra_fields: dict[str, Any]) -> dict[str, Any]:
+        return options_to_openai_request(options, model=model, extra_fields=extra_fields)
 
 
 _json = msgspec.json.Decoder()

@@ -7,8 +7,11 @@ the abort signal and the idle deadline, and the error mapping (every failure is 
 - no response within ``timeout``, or no data event within ``idle_timeout`` -> ``TIMEOUT``;
 - the abort signal -> ``CANCELLED``, with the HTTP response closed at once.
 
-A subclass says where it posts (``route``), what it sends (``build_request_body``, ``_headers_for_request``) and how
-its events decode (``new_decoder``).
+Every adapter is built by one constructor (``base_url``, ``api_key``, ``model``, ``reasoning`` and the
+``AdapterSettings``) and checks a request the same way before it sends it (``build_request_body``). A subclass states
+its defaults (``default_base_url``, ``api_key_variable``, ``default_name``, ``default_reasoning``), where it posts
+(``route``), what its protocol cannot carry (``no_name``, ``no_reasoning_content``, ``_refuse``), what it sends
+(``request_body``, ``_credentials``) and how its events decode (``new_decoder``).
 """
 
 from __future__ import annotations
@@ -16,8 +19,9 @@ from __future__ import annotations
 import abc
 import asyncio
 import contextlib
-from collections.abc import AsyncGenerator, AsyncIterator, Sequence
-from typing import Any, Protocol
+import os
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
+from typing import Any, ClassVar, TypeAlias, TypedDict, Unpack
 
 from chunktape._cassettes.response import ResponseObserver
 from chunktape._errors import ErrorCode, LlmError
@@ -31,54 +35,148 @@ from chunktape._httpx import (
     new_async_client,
     post_streaming,
 )
-from chunktape._protocol import GenerateOptions, LlmAdapter, StreamChunk, aclose_stream
+from chunktape._protocol import (
+    GenerateOptions,
+    LlmAdapter,
+    ReasoningOption,
+    StreamChunk,
+    aclose_stream,
+    attribution_headers,
+)
 from chunktape._secrets import redact_text
 from chunktape.providers._guard import Guard, aiter_guarded
+from chunktape.wire._decoding import StreamDecoder
 from chunktape.wire._http_errors import http_error, not_an_event_stream
-from chunktape.wire._sse import SseComment, SseEvent, SseItem, SseParser
+from chunktape.wire._sse import SseComment, SseEvent, SseParser
 
-__all__ = ["StreamDecoder", "StreamingAdapter"]
+__all__ = ["AdapterSettings", "Efforts", "StreamingAdapter"]
 
 _MAX_ERROR_BODY = 64 * 1024
 
+Efforts: TypeAlias = Mapping[str, Mapping[str, Any]]
+"""Reasoning efforts: each offered effort id and the request fields it adds."""
 
-class StreamDecoder(Protocol):
-    """A protocol's stream decoder, as the adapter drives it."""
 
-    @property
-    def done(self) -> bool: ...
+class AdapterSettings(TypedDict, total=False):
+    """What every streaming adapter may be given beside its base URL, key, model and reasoning efforts."""
 
-    def feed_item(self, item: SseItem, *, unterminated: bool = False) -> list[StreamChunk]: ...
-
-    def close(self) -> list[StreamChunk]: ...
+    client: AnyAsyncClient | None
+    """An ``httpx2.AsyncClient`` (or an ``httpx.AsyncClient``) to share a connection pool or plug in a transport
+    (``FaultTransport``); the adapter then never closes it. Without one it builds an ``httpx2.AsyncClient``."""
+    timeout: float
+    """Seconds to wait for the response (default 60)."""
+    idle_timeout: float | None
+    """Seconds a stream may go without a data event (default 120; None: no limit)."""
+    headers: Mapping[str, str] | None
+    """Headers sent with every request, before the adapter's own."""
+    name: str | None
+    """The adapter's name in cassettes and errors (default: its provider's)."""
 
 
 class StreamingAdapter(LlmAdapter):
-    """Streams ``POST {base_url}{route}`` as StreamChunks (see the module docstring for the errors)."""
+    """Streams ``POST {base_url}{route}`` as StreamChunks (see the module docstring for the errors).
 
-    base_url: str
-    api_key: str | None
-    timeout: float
-    idle_timeout: float | None
-    secrets: Sequence[str]
-    _client: AnyAsyncClient | None
-    _owns_client: bool
-    route = ""
+    ``base_url`` defaults to ``default_base_url``, ``api_key`` to the environment variable ``api_key_variable``;
+    ``model`` is used when ``options.model`` is empty; ``reasoning`` maps each offered effort id to the request
+    fields it adds (default: ``default_reasoning``).
+    """
+
+    default_base_url: ClassVar[str]
+    api_key_variable: ClassVar[str]
+    """The environment variable the API key is read from when none is given."""
+    default_name: ClassVar[str]
+    default_reasoning: ClassVar[Efforts] = {}
+    route: ClassVar[str] = ""
     """The path the adapter posts to, after ``base_url``."""
-    streams = ""
+    streams: ClassVar[str] = ""
     """What the endpoint streams, for the hint of a body that is no event stream."""
+    no_name: ClassVar[str | None] = None
+    """Why a message ``name`` cannot be sent, when the protocol has none."""
+    no_reasoning_content: ClassVar[str | None] = None
+    """Why an assistant turn's ``reasoning_content`` cannot be sent, when the protocol takes reasoning back only in
+    its own form."""
+
+    def __init__(
+        self,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        model: str | None = None,
+        *,
+        reasoning: Efforts | None = None,
+        **settings: Unpack[AdapterSettings],
+    ) -> None:
+        self.base_url = (self.default_base_url if base_url is None else base_url).rstrip("/")
+        self.api_key = api_key if api_key is not None else os.environ.get(self.api_key_variable)
+        self.secrets: Sequence[str] = (self.api_key,) if self.api_key else ()
+        self.model = model
+        self.timeout = settings.get("timeout", 60.0)
+        self.idle_timeout = settings.get("idle_timeout", 120.0)
+        self._reasoning = dict(self._reasoning_by_default() if reasoning is None else reasoning)
+        self._headers = dict(settings.get("headers") or {})
+        self._name = settings.get("name") or self._name_by_default()
+        self._client = settings.get("client")
+        self._owns_client = self._client is None
+
+    def _name_by_default(self) -> str:
+        """The name when none is given: ``default_name`` (a subclass may tell the provider by ``base_url``)."""
+        return self.default_name
+
+    def _reasoning_by_default(self) -> Efforts:
+        """The efforts offered when none are given: ``default_reasoning`` (a subclass may tell by ``base_url``)."""
+        return self.default_reasoning
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    def reasoning_options(self) -> Sequence[ReasoningOption]:
+        return tuple(ReasoningOption(id=effort, label=effort) for effort in self._reasoning)
 
     @abc.abstractmethod
     def new_decoder(self) -> StreamDecoder:
         """A decoder for one answer's events."""
 
-    @abc.abstractmethod
     def build_request_body(self, options: GenerateOptions) -> dict[str, Any]:
-        """The JSON body this adapter would send; raises ``UNSUPPORTED_OPTION`` for what it cannot send."""
+        """The JSON body this adapter would send; raises ``UNSUPPORTED_OPTION`` for what it cannot send: a reasoning
+        effort it does not offer, a request not to stream, what its protocol cannot carry, no model at all."""
+        extra_fields: dict[str, Any] = {}
+        if options.reasoning is not None:
+            if options.reasoning not in self._reasoning:
+                offered = list(self._reasoning) or "none"  # in the order reasoning_options() lists them
+                raise LlmError(
+                    f"reasoning effort {options.reasoning!r} is not offered by {self.name} (offered: {offered})",
+                    ErrorCode.UNSUPPORTED_OPTION,
+                )
+            extra_fields = dict(self._reasoning[options.reasoning])
+        if options.extra.get("stream", True) is not True:
+            raise LlmError("this adapter only streams; remove extra['stream']", ErrorCode.UNSUPPORTED_OPTION)
+        self._refuse(options)
+        model = options.model or self.model
+        if not model:
+            raise LlmError("no model: set options.model or the adapter's model", ErrorCode.UNSUPPORTED_OPTION)
+        return self.request_body(options, model, extra_fields)
+
+    def _refuse(self, options: GenerateOptions) -> None:
+        """Raise ``UNSUPPORTED_OPTION`` for what the protocol cannot carry: by default the message fields it has no
+        place for (``no_name``, ``no_reasoning_content``)."""
+        for message in options.messages:
+            if message.name is not None and self.no_name is not None:
+                raise LlmError(self.no_name, ErrorCode.UNSUPPORTED_OPTION)
+            if message.role == "assistant" and message.reasoning_content and self.no_reasoning_content is not None:
+                raise LlmError(self.no_reasoning_content, ErrorCode.UNSUPPORTED_OPTION)
 
     @abc.abstractmethod
+    def request_body(self, options: GenerateOptions, model: str, extra_fields: dict[str, Any]) -> dict[str, Any]:
+        """The protocol's request body for checked ``options``, to ``model``, with ``extra_fields`` (what the
+        reasoning effort adds) merged before ``options.extra``."""
+
     def _headers_for_request(self) -> dict[str, str]:
-        """The request headers, ``attribution_headers()`` and the credential included."""
+        """The request headers: ``attribution_headers()``, the caller's, ``Accept`` and the protocol's credential."""
+        return {**attribution_headers(), **self._headers, "Accept": "text/event-stream", **self._credentials()}
+
+    def _credentials(self) -> dict[str, str]:
+        """The headers that carry the API key (a bearer token by default), and what else the protocol requires."""
+        return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
 
     def observer_for(self, response: AnyResponse) -> ResponseObserver | None:
         """What observes the answer's headers and events for a recorder (None: nobody; a protocol that keeps its

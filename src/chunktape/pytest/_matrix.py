@@ -10,7 +10,8 @@
   own retry back-offs then cost no wall time) and a ``tape`` test with recorded timing or any fault (a 429's
   Retry-After and the SDK's own back-off then cost none either).
   ``virtual_time=False`` (marker, ``tape_config``) or the ini ``tape_virtual_time = false`` turns it off.
-  ``mark_items``: under pytest-xdist's ``loadgroup`` the runs of one test share an ``xdist_group``.
+  ``mark_items``: under pytest-xdist's ``loadgroup`` the runs of one test share an ``xdist_group``;
+  ``note_baselines``: which fault runs' ``[no-fault]`` run is in the session.
 - ``BaselineGate``: under pytest-xdist, a fault run whose cassette the ``[no-fault]`` run is about to record
   waits until that run is over (it runs first on its own worker: items keep their order per worker).
 """
@@ -46,6 +47,7 @@ __all__ = [
     "baseline_nodeid",
     "mark_items",
     "matrix_runs",
+    "note_baselines",
     "uses_time",
     "wants_virtual_time",
 ]
@@ -146,25 +148,28 @@ BASELINE_SELECTED = pytest.StashKey[bool]()
 
 
 def mark_items(items: Sequence[pytest.Item]) -> None:
-    """Add the ``xdist_group`` markers the matrix runs need, and note which baselines will run."""
-    if not items:
+    """Add the ``xdist_group`` markers the matrix runs need (before pytest-xdist's ``loadgroup`` reads them)."""
+    if not items or not items[0].config.pluginmanager.has_plugin("xdist"):
         return
-    xdist = items[0].config.pluginmanager.has_plugin("xdist")
+    for item in items:
+        if "tape" in getattr(item, "fixturenames", ()) and item.get_closest_marker("tape_fault_matrix") is not None:
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("[", 1)[0]))
+
+
+def note_baselines(items: Sequence[pytest.Item]) -> None:
+    """Note on each fault run whether its ``[no-fault]`` run will run: ``items`` are the session's, once ``-k``,
+    ``-m`` and ``--deselect`` have left out what they leave out."""
     baselines: set[str] = set()
     fault_runs: list[tuple[pytest.Item, MatrixRun]] = []
     for item in items:
-        if "tape" not in getattr(item, "fixturenames", ()):
+        if "tape" not in getattr(item, "fixturenames", ()) or item.get_closest_marker("tape_fault_matrix") is None:
             continue
         callspec = getattr(item, "callspec", None)
         param = None if callspec is None else callspec.params.get("_tape_fault", BASELINE_ID)
-        in_matrix = item.get_closest_marker("tape_fault_matrix") is not None
-        if in_matrix and param is None:
+        if param is None:
             baselines.add(item.nodeid)
         if isinstance(param, MatrixRun):
             fault_runs.append((item, param))
-        if xdist and in_matrix:
-            group = item.nodeid.split("[", 1)[0]
-            item.add_marker(pytest.mark.xdist_group(group))
     for item, run in fault_runs:
         item.stash[BASELINE_SELECTED] = baseline_nodeid(item.nodeid, run.ident) in baselines
 

@@ -35,7 +35,7 @@ import uuid
 from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import Any, NoReturn, TypedDict
 
 import pytest
 
@@ -64,9 +64,11 @@ from chunktape.pytest._matrix import (
     baseline_nodeid,
     mark_items,
     matrix_runs,
+    note_baselines,
     wants_virtual_time,
 )
-from chunktape.pytest._paths import cassette_file_name, checked_name, shown, test_name
+from chunktape.pytest._missing import MissingCassettes
+from chunktape.pytest._paths import cassette_file_name, checked_name, named_cassette, shown, test_name
 from chunktape.pytest._upkeep import USES, Upkeep, partial_selection
 
 __all__ = ["BASELINE_ID", "Tape", "TapeConfig"]
@@ -116,6 +118,8 @@ _CONFIG_ARGS = ("mode", *_REPLAY_ARGS, "virtual_time", "max_age")
 _TAPE_ARGS = ("name", *_CONFIG_ARGS)
 _PROPERTY = "chunktape"
 _REAL_TIME = "chunktape-real-time"
+_MISSING = "chunktape-missing"
+"""A report's property: the missing cassette (``path``) this test reported first (``first: True``) or skipped for."""
 """A report's property: the async test wanted virtual time, and its run could not give it."""
 
 _SECRET_ADVICE = "list its value in @pytest.mark.tape(allow_secrets=[...])"
@@ -133,6 +137,10 @@ _clocked_key = pytest.StashKey[set[str]]()
 """The async tests (by their node id before parametrization) whose loop is chunktape's clock."""
 _run_key = pytest.StashKey[str]()
 _reports_key = pytest.StashKey[dict[str, pytest.TestReport]]()
+_missing_key = pytest.StashKey[MissingCassettes]()
+"""On the config: the run's missing cassettes (alone); on an item: the registry its ``tape`` used."""
+_skipped_key = pytest.StashKey[bool]()
+"""On an item skipped because its cassette is missing and another test reports it: its skip is shown at the test."""
 
 
 # -- configuration --------------------------------------------------------------------------------
@@ -324,6 +332,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     mark_items(items)
 
 
+def pytest_collection_finish(session: pytest.Session) -> None:
+    note_baselines(session.items)  # after -k, -m and --deselect: a deselected [no-fault] run records nothing
+
+
 @pytest.hookimpl(optionalhook=True, trylast=True)
 def pytest_asyncio_loop_factories(
     config: pytest.Config, item: pytest.Item
@@ -469,13 +481,14 @@ def tape(
     ini_match_on = _ini_match_on(request.config)
     if ini_match_on is not None:
         replay_settings.setdefault("match_on", ini_match_on)
+    named = marker.get("name") is not None
     try:
-        name = checked_name(marker["name"]) if marker.get("name") is not None else test_name(item, matrix_id)
+        name = checked_name(marker["name"]) if named else test_name(item, matrix_id)
         replay = ReplayOptions(**replay_settings)
     except LlmError as error:
         where = "tape_config" if tape_config and not set(marker) & set(_TAPE_ARGS) else "@pytest.mark.tape"
         raise pytest.fail.Exception(redact_text(f"{where}: {error.message}"), pytrace=False) from None
-    path = tape_dir / cassette_file_name(name)
+    path = named_cassette(tape_dir, name) if named else tape_dir / cassette_file_name(name)
     predicted = default_tape_dir(request.config, item.path) / cassette_file_name(name)
     root = tape_root(request.config, item.path) if tape_dir == predicted.parent else tape_dir
     use = {"path": str(path.resolve()), "root": str(root.resolve()), "ran": True, "overridden": root == tape_dir}
@@ -505,19 +518,28 @@ def tape(
     if mode.replaces and _tape_fault is None and previous is None and path.exists():
         previous = _readable(path)  # what the re-recording replaces: its drift is printed after the run
     gate = _baseline_gate(request)
+    missing = item.stash[_missing_key] = _missing_cassettes(request)
     if _tape_fault is not None:
-        if gate is not None and item.stash.get(BASELINE_SELECTED, False) and _records(mode, path):
+        baseline_selected = item.stash.get(BASELINE_SELECTED, False)
+        if gate is not None and baseline_selected and _records(mode, path):
             gate.wait(path)  # the [no-fault] run on another worker records the cassette this run replays
         # A recording made under an injected fault would record the fault, not the provider: replay only.
         mode = RecordMode.NONE
         replay = ReplayOptions.of(replay, faults=(*replay.faults, _tape_fault.injected))
         if not path.exists():
             baseline = baseline_nodeid(item.nodeid, _tape_fault.ident)
-            pytest.fail(
+            if baseline_selected:  # that run is in this session: it is the one that says how to record it
+                _skip_missing(item, path, f"{shown(request.config, path)} does not exist; {baseline} records it")
+            _missing_cassette(
+                item,
+                path,
                 f"[CASSETTE_NOT_FOUND] the fault matrix replays {shown(request.config, path)}, which does not exist "
                 f"yet; its fault-free run records it: pytest '{baseline}' --tape-mode once",
-                pytrace=False,
             )
+    elif mode is RecordMode.NONE and not path.exists():
+        first = missing.first(path)
+        if first is not None:  # an earlier test failed for want of this cassette and said how to record it
+            _skip_missing(item, path, f"{shown(request.config, path)} does not exist; see {first}")
     try:
         session = Tape(
             path,
@@ -582,12 +604,14 @@ def _predicted_use(item: pytest.Item) -> dict[str, Any]:
     matrix_id = run.ident if isinstance(run, MatrixRun) else None
     if matrix_id is None and item.get_closest_marker("tape_fault_matrix") is not None:
         matrix_id = BASELINE_ID
-    try:
-        file_name = cassette_file_name(checked_name(name) if name is not None else test_name(item, matrix_id))
-    except LlmError:
-        file_name = ""
     folder = default_tape_dir(item.config, item.path)
-    path = folder / file_name if file_name else folder
+    try:
+        if name is not None:
+            path = named_cassette(folder, checked_name(name))
+        else:
+            path = folder / cassette_file_name(test_name(item, matrix_id))
+    except LlmError:
+        path = folder
     return {"path": str(path.resolve()), "root": str(tape_root(item.config, item.path).resolve()), "ran": False}
 
 
@@ -637,11 +661,9 @@ def tape_server_url(tape: Tape, request: pytest.FixtureRequest) -> Iterator[str]
             yield proxy.url
         return
     if tape.replayer is None:
-        pytest.fail(
-            f"[CASSETTE_NOT_FOUND] no cassette at {shown(request.config, tape.path)} (record mode {tape.mode.value!r} "
-            f"only replays); record it with: pytest '{request.node.nodeid}' --tape-mode once",
-            pytrace=False,
-        )
+        item = request.node
+        assert isinstance(item, pytest.Item)
+        _missing_cassette(item, tape.path, _not_found(item, tape))
     with ReplayServer(tape.path, replay_options=tape.replay_options) as server:
         tape.attach_http(playback=server.playback)
         yield server.url
@@ -652,12 +674,51 @@ def _records(mode: RecordMode, path: Path) -> bool:
     return mode is not RecordMode.NONE and (mode is not RecordMode.ONCE or not path.exists())
 
 
-def _baseline_gate(request: pytest.FixtureRequest) -> BaselineGate | None:
-    """Under pytest-xdist, the gate between a fault matrix's runs, in a folder every worker of the run shares."""
+def _run_folder(request: pytest.FixtureRequest) -> Path | None:
+    """Under pytest-xdist, a folder every worker of the run shares; None when the run has one process."""
     if getattr(request.config, "workerinput", None) is None:
         return None
     factory: pytest.TempPathFactory = request.getfixturevalue("tmp_path_factory")
-    return BaselineGate(factory.getbasetemp().parent / f"chunktape-{request.config.stash[_run_key]}")
+    return factory.getbasetemp().parent / f"chunktape-{request.config.stash[_run_key]}"
+
+
+def _baseline_gate(request: pytest.FixtureRequest) -> BaselineGate | None:
+    """Under pytest-xdist, the gate between a fault matrix's runs, in a folder every worker of the run shares."""
+    folder = _run_folder(request)
+    return None if folder is None else BaselineGate(folder)
+
+
+def _missing_cassettes(request: pytest.FixtureRequest) -> MissingCassettes:
+    """The run's missing cassettes: shared through the run's folder under pytest-xdist, else kept in the config."""
+    folder = _run_folder(request)
+    if folder is not None:
+        return MissingCassettes(folder)
+    return request.config.stash.setdefault(_missing_key, MissingCassettes())
+
+
+def _not_found(item: pytest.Item, session: CassetteSession) -> str:
+    """A missing cassette, as the first test that needs it reports it: where, and the command that records it."""
+    return (
+        f"[CASSETTE_NOT_FOUND] no cassette at {shown(item.config, session.path)} (record mode {session.mode.value!r} "
+        f"only replays); record it with: pytest '{item.nodeid}' --tape-mode once"
+    )
+
+
+def _skip_missing(item: pytest.Item, path: Path, reason: str) -> NoReturn:
+    """Skip a test whose cassette is missing while another test of the run reports it (one error per cassette)."""
+    item.stash[_skipped_key] = True
+    item.user_properties.append((_MISSING, {"path": shown(item.config, path), "first": False}))
+    pytest.skip(f"chunktape: {reason}")
+
+
+def _missing_cassette(item: pytest.Item, path: Path, message: str) -> NoReturn:
+    """At setup, a cassette this test replays does not exist: fail with ``message`` if the test is the first of the
+    run to need it, else skip naming the first."""
+    first = item.stash[_missing_key].claim(path, item.nodeid)
+    if first != item.nodeid:
+        _skip_missing(item, path, f"{shown(item.config, path)} does not exist; see {first}")
+    item.user_properties.append((_MISSING, {"path": shown(item.config, path), "first": True}))
+    pytest.fail(message, pytrace=False)
 
 
 # -- outcomes and reports -------------------------------------------------------------------------
@@ -709,6 +770,11 @@ def pytest_runtest_makereport(
         item.user_properties.append((USES, _predicted_use(item)))
     report = yield
     item.stash.setdefault(_reports_key, {})[report.when] = report
+    if report.skipped and item.stash.get(_skipped_key, False):
+        # Shown at the test, as a skip marker's is: the skips of one matrix fold into one line of the summary.
+        path, line = item.reportinfo()[:2]
+        reason = str(call.excinfo.value) if call.excinfo is not None else ""
+        report.longrepr = (str(path), (line or 0) + 1, reason)
     session = item.stash.get(_tape_key, None)
     if session is not None and report.when == "call" and session.tool_divergences:
         listed = "\n".join(str(divergence) for divergence in session.tool_divergences)
@@ -716,14 +782,23 @@ def pytest_runtest_makereport(
     if session is None or report.when != "call" or not report.failed:
         return report
     error = _cassette_error(call.excinfo.value if call.excinfo is not None else None)
-    if error is not None:
-        text = error.render(_ADVICE)
-        if error.code is ErrorCode.CASSETTE_NOT_FOUND:
-            text = (
-                f"[CASSETTE_NOT_FOUND] no cassette at {shown(item.config, session.path)} (record mode "
-                f"{session.mode.value!r} only replays); record it with: pytest '{item.nodeid}' --tape-mode once"
-            )
+    miss = error if error is not None else session.miss
+    if miss is not None and miss.code is ErrorCode.CASSETTE_NOT_FOUND:
+        # The test cannot have meant anything without its cassette: that is its failure, caught or not.
+        first = item.stash[_missing_key].claim(session.path, item.nodeid)
+        report.user_properties.append(
+            (_MISSING, {"path": shown(item.config, session.path), "first": first == item.nodeid})
+        )
+        if first == item.nodeid:
+            text = _not_found(item, session)
+        else:
+            text = f"[CASSETTE_NOT_FOUND] no cassette at {shown(item.config, session.path)}; see {first}"
+        if error is None and call.excinfo is not None:
+            own = call.excinfo.exconly().splitlines()[0]
+            text += f"\n(the code under test caught it; the test then failed: {own})"
         report.longrepr = redact_text(f"{item.nodeid}: {text}")
+    elif error is not None:
+        report.longrepr = redact_text(f"{item.nodeid}: {error.render(_ADVICE)}")
     elif session.miss is not None:
         caught = session.miss.render(_ADVICE)
         report.sections.append(("chunktape", f"the cassette reported (and the test caught): {caught}"))
@@ -741,9 +816,15 @@ class _Summary:
         self.drift: dict[str, tuple[str, str]] = {}
         """Each re-recorded cassette: what changed, and why it was re-recorded."""
         self.removed: set[str] = set()
+        self.missing: dict[str, list[str]] = {}
+        """Each missing cassette: the test that reported it first (if one did), then the others that needed it."""
+        self.missing_skipped: dict[str, int] = {}
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if report.when != "teardown":
+            for name, value in report.user_properties:
+                if name == _MISSING and isinstance(value, dict):
+                    self._missed(report, value)
             return
         for name, value in report.user_properties:
             if name == _REAL_TIME:
@@ -759,10 +840,35 @@ class _Summary:
                 else:  # writers of a shared cassette report what it held after their save: the last holds most
                     self.written[value["path"]] = max(value["interactions"], self.written.get(value["path"], 0))
 
+    def _missed(self, report: pytest.TestReport, value: dict[str, Any]) -> None:
+        path = str(value["path"])
+        if value.get("first") and report.nodeid not in self.missing.get(path, []):
+            self.missing.setdefault(path, []).insert(0, report.nodeid)
+        elif not value.get("first") and report.skipped:
+            self.missing.setdefault(path, [])
+            self.missing_skipped[path] = self.missing_skipped.get(path, 0) + 1
+
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
-        if not self.written and not self.failed and not self.real_time and not self.removed:
+        if not self.written and not self.failed and not self.real_time and not self.removed and not self.missing:
             return
         terminalreporter.write_sep("-", "chunktape")
+        if self.missing:
+            skipped = sum(self.missing_skipped.values())
+            terminalreporter.write_line(
+                f"chunktape: {len(self.missing)} cassette(s) missing; the first test that needs each says how to "
+                f"record it"
+                + (
+                    f", and the {skipped} other test(s) that replay them were skipped (-rs lists them)"
+                    if skipped
+                    else ""
+                )
+                + ":"
+            )
+            for path in sorted(self.missing):
+                firsts = self.missing[path]
+                count = self.missing_skipped.get(path, 0)
+                who = firsts[0] if firsts else "a test of another run"
+                terminalreporter.write_line(f"  {path}: {who}" + (f" ({count} skipped)" if count else ""))
         if self.real_time:
             terminalreporter.write_line(
                 f"chunktape: {len(self.real_time)} async test(s) wanted virtual time and waited in real time: it "

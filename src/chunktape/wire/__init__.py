@@ -1,8 +1,9 @@
 """The wire formats, written once: lossless SSE, provider errors, and each protocol <-> StreamChunk.
 
-``sse`` and ``http_errors`` are protocol-neutral. Each protocol is a package of a decoder, an encoder and a
-request codec: ``openai_chat`` (OpenAI chat completions), ``anthropic`` (Anthropic Messages), ``responses``
-(OpenAI Responses). Imports only ``protocol`` and ``errors``; the
+``sse`` and ``http_errors`` are protocol-neutral, and so is what the protocols' codecs share: ``decoding`` (the
+stream decoders' rules), ``encoding`` (the event-stream encoders') and ``requests`` (the request codecs'). Each
+protocol is a package of a decoder, an encoder and a request codec: ``openai_chat`` (OpenAI chat completions),
+``anthropic`` (Anthropic Messages), ``responses`` (OpenAI Responses). Imports only ``protocol`` and ``errors``; the
 adapter, the replay server, ``render_sse`` and the vcrpy import all sit above it.
 """
 

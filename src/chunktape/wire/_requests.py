@@ -1,15 +1,34 @@
-"""What every request codec shares: reading a JSON body safely, typed fields, and the nesting bound."""
+"""What every request codec shares. Reading a body: the JSON read safely (the nesting bound), the model and the
+fields that only say how to deliver, roles, typed fields, function tools, the decoded request itself; writing one:
+the order in which the caller's fields win.
+
+Each protocol names its fields its own way; what it does with them is the same, so it is written here once, and every
+reader reports what is wrong through the protocol's own ``bad`` (an ``UNSUPPORTED_OPTION`` naming the protocol).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Collection, Mapping
+from typing import Any, NamedTuple
 
 import msgspec
 
 from chunktape._errors import LlmError
+from chunktape._protocol import GenerateOptions, Message, Role, ToolSpec
 
-__all__ = ["MAX_NESTING", "json_body", "too_deep", "typed"]
+__all__ = [
+    "MAX_NESTING",
+    "DecodedRequest",
+    "custom_tools",
+    "generate_options",
+    "json_body",
+    "request_fields",
+    "request_tail",
+    "role_of",
+    "tool_spec",
+    "too_deep",
+    "typed",
+]
 
 MAX_NESTING = 100
 """The deepest a request body may nest lists and objects: well below what the JSON codec (bound by Python's
@@ -22,6 +41,7 @@ _TEXT: tuple[Any, ...] = (str, str | None)
 
 def typed(value: Any, kind: Any, field: str, bad: Callable[[str], LlmError]) -> Any:
     """``value`` as ``kind`` (strictly: ``"5"`` is not an int), or ``bad(...)`` naming ``field``."""
+    # The common cases without msgspec.convert, which parses a union type anew on every call (~3 us each).
     if value is None and kind in _OPTIONAL:
         return None
     if type(value) is str and kind in _TEXT:
@@ -62,3 +82,101 @@ def too_deep(body: object, limit: int) -> str | None:
             return field
         stack.extend((child, depth + 1, field) for child in children if isinstance(child, dict | list))
     return None
+
+
+class DecodedRequest(NamedTuple):
+    """A request body as its protocol reads it: what to generate, whether to stream it, and whether the stream is to
+    report its usage (chat completions only when asked; Messages and Responses streams always do)."""
+
+    options: GenerateOptions
+    streaming: bool
+    include_usage: bool
+
+
+def request_tail(body: dict[str, Any], options: GenerateOptions, extra_fields: dict[str, Any] | None) -> dict[str, Any]:
+    """``body`` (a protocol's request, built from ``options``) ended as every protocol ends one: the temperature, when
+    set, then ``extra_fields`` (what a reasoning effort adds), then ``options.extra``, which wins over all."""
+    if options.temperature is not None:
+        body["temperature"] = options.temperature
+    body.update(extra_fields or {})
+    body.update(options.extra)
+    return body
+
+
+def request_fields(
+    body: Any, bad: Callable[[str], LlmError], *, transport: Collection[str]
+) -> tuple[str, dict[str, Any]]:
+    """A request body's model and its other fields, less the ``transport`` ones (they say how to deliver the answer,
+    not what to generate: never part of ``extra``). A body that is no JSON object, or names no string model, is
+    ``bad(...)``."""
+    if not isinstance(body, dict):
+        raise bad(f"the body must be a JSON object, got {type(body).__name__}")
+    rest = {key: value for key, value in body.items() if key not in transport}
+    model = rest.pop("model", None)
+    if not isinstance(model, str):
+        raise bad("`model` must be a string")
+    return model, rest
+
+
+def role_of(wire: Mapping[str, Any], roles: Mapping[str, Role], where: str, bad: Callable[[str], LlmError]) -> Role:
+    """The role of the message ``wire`` at ``where``, by the protocol's ``roles`` (its names for ours); any other
+    value, of any type, is ``bad(...)`` listing the valid ones."""
+    given = wire.get("role")
+    role = roles.get(given) if isinstance(given, str) else None
+    if role is None:
+        raise bad(f"{where}: unknown role {given!r} (valid: {', '.join(roles)})")
+    return role
+
+
+def tool_spec(tool: Mapping[str, Any], position: int, bad: Callable[[str], LlmError], *, schema: str) -> ToolSpec:
+    """A function tool whose ``name`` is a string as a ``ToolSpec``: its ``description`` and its JSON schema (the
+    field ``schema`` names), each of its type or ``bad(...)`` naming ``tools[position]``."""
+    return ToolSpec(
+        name=tool["name"],
+        description=typed(tool.get("description") or "", str, f"tools[{position}].description", bad),
+        parameters=typed(tool.get(schema) or {}, dict[str, Any], f"tools[{position}].{schema}", bad),
+    )
+
+
+def custom_tools(
+    rest: dict[str, Any], accepts: Callable[[dict[str, Any]], bool], bad: Callable[[str], LlmError], *, schema: str
+) -> list[ToolSpec]:
+    """The ``tools`` of a protocol that has built-in tools beside the caller's own: when every one listed is a named
+    tool that ``accepts`` takes for the caller's, they leave ``rest`` as ``ToolSpec``s; a list holding any other (a
+    server tool) stays in ``rest`` whole, to be sent back as given. A ``tools`` that is no list is ``bad(...)``."""
+    listed = rest.get("tools")
+    if isinstance(listed, list) and all(
+        isinstance(tool, dict) and isinstance(tool.get("name"), str) and accepts(tool) for tool in listed
+    ):
+        del rest["tools"]
+        return [tool_spec(tool, position, bad, schema=schema) for position, tool in enumerate(listed)]
+    if listed is not None and not isinstance(listed, list):
+        raise bad(f"`tools` must be a list, got {type(listed).__name__}")
+    return []
+
+
+def generate_options(
+    bad: Callable[[str], LlmError],
+    *,
+    model: str,
+    messages: list[Message],
+    tools: list[ToolSpec],
+    max_tokens: int | None,
+    temperature: float | None,
+    reasoning: str | None,
+    extra: dict[str, Any],
+) -> GenerateOptions:
+    """The ``GenerateOptions`` a request body's fields make; what they refuse is ``bad(...)``, so a request that is
+    not one raises nothing but the protocol's own error."""
+    try:
+        return GenerateOptions(
+            model=model,
+            messages=messages,
+            tools=tools,
+            max_tokens=max_tokens,
+            temperature=temperature,
+            reasoning=reasoning,
+            extra=extra,
+        )
+    except (TypeError, ValueError, msgspec.ValidationError) as exc:
+        raise bad(str(exc)) from exc

@@ -94,6 +94,7 @@ from chunktape._cassettes.codec import LazyCassette, as_cassette, as_lazy
 from chunktape._cassettes.model import ERROR_STATUSES, Cassette, Interaction, ResponseMeta
 from chunktape._errors import ErrorCode, LlmError
 from chunktape._protocol import StreamChunk
+from chunktape._recorder import sent_as
 from chunktape._replayer.options import ReplayKeywords, ReplayOptions
 from chunktape._replayer.playback import Hold, Playback, ReplayCall
 from chunktape._replayer.timing import Timing
@@ -517,7 +518,12 @@ class ReplayServer:
             return problem(400, exc.message, "INVALID_REQUEST", protocol=protocol)
         # The call's number and fault are chosen now, before any await: the headers describe THIS call even
         # when concurrent requests interleave.
-        call = target.playback.open(options)
+        if isinstance(target.playback, ScriptEngine):  # it may record: how the call was sent numbers its attempts
+            call = target.playback.open(
+                options, sent=sent_as(protocol.name, streaming=streaming, include_usage=include_usage)
+            )
+        else:
+            call = target.playback.open(options)
         chunks = call.chunks
         headers = {"x-chunktape-call": str(call.call)}
         if call.fault_id is not None:

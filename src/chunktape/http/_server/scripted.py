@@ -209,7 +209,9 @@ class ScriptEngine:
     def _give_back(self, index: int) -> None:
         self.play_counts[index] -= 1
 
-    def open(self, options: GenerateOptions) -> ReplayCall:
+    def open(self, options: GenerateOptions, *, sent: str = "") -> ReplayCall:
+        """The next call's turn; ``sent``: how the client sent it (``sent_as``), so a recording numbers its attempts
+        as the recording transport does."""
         self.calls += 1
         fault = self.fault_plan.select(options) if self.fault_plan else None
         self.injected.append(None if fault is None else fault.fault_id)
@@ -217,19 +219,19 @@ class ScriptEngine:
         return ReplayCall(
             call=self.calls,
             fault_id=None if fault is None else fault.fault_id,
-            chunks=self._play(options, fault, hold),
+            chunks=self._play(options, fault, hold, sent),
             hold=hold,
         )
 
     async def _play(
-        self, options: GenerateOptions, fault: ActiveFault | None, hold: Hold
+        self, options: GenerateOptions, fault: ActiveFault | None, hold: Hold, sent: str
     ) -> AsyncGenerator[StreamChunk, None]:
         with reservation(fault, lambda: hold.take(self._choose(options)), hold.release) as index:
             turn = self.script.turns[index]
             chunks: AsyncIterator[StreamChunk]
             if self.recorder is not None and fault is None:  # a faulted call would record the fault, not the script
                 self._source.chosen[id(options)] = turn
-                chunks = self.recorder.record(options, RecordedRequest.from_options(options))
+                chunks = self.recorder.record(options, RecordedRequest.from_options(options), sent=sent)
             else:
                 chunks = self.turn_stream(turn, options)
             if fault is not None:

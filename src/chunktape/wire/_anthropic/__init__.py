@@ -31,7 +31,6 @@ from chunktape.wire._anthropic.fields import (
 from chunktape.wire._anthropic.requests import (
     ANTHROPIC_BASE_URL,
     ANTHROPIC_VERSION,
-    MessagesRequest,
     decode_messages_request,
     options_from_anthropic_request,
     options_to_anthropic_request,
@@ -45,7 +44,6 @@ __all__ = [
     "AnthropicEncoder",
     "ERROR_STATUS",
     "MALFORMED_EVENT",
-    "MessagesRequest",
     "PROTOCOL",
     "STOP_REASONS",
     "chunks_to_anthropic_events",

@@ -19,9 +19,9 @@
   answered with (529 for ``overloaded_error``: recoverable); a body cut before ``message_stop`` and any stop
   reason is ``STREAM_ABORTED``; unparseable data ``INVALID_RESPONSE``.
 
-A tool call whose input is not complete JSON when its block ends (``max_tokens`` cut it) raises
-``INVALID_RESPONSE``: the protocol's tool calls carry valid JSON, as the chat decoder's do. A block the provider
-leaves open when the message ends is closed then.
+A tool call whose input is not complete JSON when its block ends is ``cut`` (``ToolCallBlock.cut``) when
+``max_tokens`` stopped the message there, as Anthropic's token limit does; anywhere else it is
+``INVALID_RESPONSE``. A block the provider leaves open when the message ends is closed then.
 """
 
 from __future__ import annotations
@@ -37,7 +37,6 @@ from chunktape._protocol import (
     BlockStart,
     BlockType,
     CallId,
-    Finish,
     FinishReason,
     ProviderEvent,
     ReasoningBlock,
@@ -49,7 +48,6 @@ from chunktape._protocol import (
     TextDelta,
     ToolCallBlock,
     ToolCallDelta,
-    UsageChunk,
 )
 from chunktape.wire._anthropic.fields import (
     ERROR_STATUS,
@@ -58,8 +56,9 @@ from chunktape.wire._anthropic.fields import (
     finish_from_wire,
     usage_from_wire,
 )
+from chunktape.wire._decoding import decode_body, ending, event_object, invalid, require_finished
 from chunktape.wire._http_errors import error_from_payload, snippet
-from chunktape.wire._sse import SseComment, SseItem, SseParser
+from chunktape.wire._sse import SseComment, SseItem
 
 __all__ = ["AnthropicDecoder", "decode_anthropic_message", "decode_anthropic_sse", "error_from_anthropic"]
 
@@ -78,10 +77,6 @@ def error_from_anthropic(payload: Any, *, what: str = "the provider sent an erro
     if status is None:
         return base
     return LlmError(base.message, ErrorCode.PROVIDER_HTTP_ERROR, status=status, retry_after=base.retry_after)
-
-
-def _invalid(message: str) -> LlmError:
-    return LlmError(message, ErrorCode.INVALID_RESPONSE)
 
 
 class _Open:
@@ -107,7 +102,7 @@ class AnthropicDecoder:
     Every chunk list returned, concatenated, is a stream that satisfies ``validate()``; a failure raises ``LlmError``.
     """
 
-    __slots__ = ("_done", "_next", "_open", "_stop", "_usage", "message")
+    __slots__ = ("_cut", "_done", "_next", "_open", "_stop", "_usage", "message")
 
     def __init__(self) -> None:
         self._next = 0
@@ -115,6 +110,8 @@ class AnthropicDecoder:
         self._usage: dict[str, Any] | None = None
         self._stop: FinishReason | None = None
         self._done = False
+        self._cut: str | None = None
+        """The name of a tool call whose input ended before it was valid JSON (``max_tokens`` must have cut it)."""
         self.message: dict[str, Any] | None = None
         """``message_start``'s message, as sent (its id, model and usage), once it came."""
 
@@ -133,23 +130,11 @@ class AnthropicDecoder:
         """Decode one event's ``data`` (its ``event:`` name, if any, names an event the data may not)."""
         if not data.strip():
             return []
-        try:
-            payload: Any = _decoder.decode(data)
-        except msgspec.DecodeError as exc:
-            if unterminated:
-                raise LlmError(
-                    f"the stream ended in the middle of an event: {snippet(data)}", ErrorCode.STREAM_ABORTED, cause=exc
-                ) from exc
-            if event == "error":
-                raise error_from_payload(data, what="the provider sent an error event") from None
-            raise _invalid(f"unparseable event from the provider ({exc}): {snippet(data)}") from exc
-        kind = payload.get("type") if isinstance(payload, dict) else None
-        if not isinstance(kind, str):
-            kind = event
+        # An ``error`` event is the provider's error whatever its data holds.
+        payload = event_object(data, unterminated=unterminated, error_event=event == "error")
+        kind = payload.get("type") if isinstance(payload.get("type"), str) else event
         if kind == "error" or event == "error":
             raise error_from_anthropic(payload)
-        if not isinstance(payload, dict):
-            raise _invalid(f"an event that is not a JSON object: {snippet(data)}")
         out: list[StreamChunk] = []
         match kind:
             case "message_start":
@@ -167,15 +152,20 @@ class AnthropicDecoder:
                 self._check_index(payload)
                 self._end(out)
             case "message_delta":
-                self._end(out)
                 delta = payload.get("delta")
+                reason = delta.get("stop_reason") if isinstance(delta, dict) else None
+                self._end(out, stop=reason if isinstance(reason, str) else None)
                 if isinstance(delta, dict):
-                    reason = delta.get("stop_reason")
                     sequence = delta.get("stop_sequence")
                     self._stop = finish_from_wire(
                         reason if isinstance(reason, str) else None,
                         sequence if isinstance(sequence, str) else None,
                         delta.get("stop_details"),
+                    )
+                if self._cut is not None and reason != "max_tokens":
+                    raise invalid(
+                        f"tool call {self._cut!r} has input that is not valid JSON, and the stop reason is "
+                        f"{reason!r}, not max_tokens"
                     )
                 usage = payload.get("usage")
                 if isinstance(usage, dict):
@@ -189,28 +179,26 @@ class AnthropicDecoder:
 
     def close(self) -> list[StreamChunk]:
         """End of body: close the open block, emit ``usage`` then ``finish``; a body cut short is ``STREAM_ABORTED``."""
-        if not self._done and self._stop is None:
-            raise LlmError("the stream ended before the provider finished it", ErrorCode.STREAM_ABORTED)
+        require_finished(self._done or self._stop is not None)
         out: list[StreamChunk] = []
         self._end(out)
-        finish = self._stop or finish_from_wire(None)
-        if self._usage is not None:
-            out.append(UsageChunk(usage=usage_from_wire(self._usage)))
-        out.append(Finish(reason=finish))
-        return out
+        usage = usage_from_wire(self._usage) if self._usage is not None else None
+        return out + ending(usage, self._stop or finish_from_wire(None))
 
     # -- blocks --------------------------------------------------------------------------------------
 
     def _check_index(self, payload: Mapping[str, Any]) -> None:
         block = self._open
         if block is not None and payload.get("index", block.wire_index) != block.wire_index:
-            raise _invalid(f"an event for block {payload.get('index')!r} inside block {block.wire_index!r}")
+            raise invalid(f"an event for block {payload.get('index')!r} inside block {block.wire_index!r}")
 
     def _start(self, payload: Mapping[str, Any], out: list[StreamChunk]) -> None:
         self._end(out)
+        if self._cut is not None:
+            raise invalid(f"a content block after tool call {self._cut!r}, whose input is not valid JSON")
         block = payload.get("content_block")
         if not isinstance(block, dict) or not isinstance(block.get("type"), str):
-            raise _invalid(f"content_block_start without a content block: {snippet(repr(payload))}")
+            raise invalid(f"content_block_start without a content block: {snippet(repr(payload))}")
         wire_type: str = block["type"]
         kind: BlockType
         if wire_type == "text":
@@ -239,7 +227,7 @@ class AnthropicDecoder:
         out.append(BlockStart(index=index, block_type=kind, opening={} if opening == default else {PROTOCOL: opening}))
         if kind in ("tool-call", "server-tool-call"):
             if call_id is None or name is None:
-                raise _invalid(f"a {wire_type} block without an id and a name: {snippet(repr(block))}")
+                raise invalid(f"a {wire_type} block without an id and a name: {snippet(repr(block))}")
             current.id, current.name = call_id, name
             out.append(ToolCallDelta(index=index, id=CallId(call_id), name=name, arguments_delta=""))
             started = content.get("input")
@@ -261,11 +249,11 @@ class AnthropicDecoder:
         block = self._open
         delta = payload.get("delta")
         if block is None:
-            raise _invalid(f"content_block_delta outside any block: {snippet(data)}")
+            raise invalid(f"content_block_delta outside any block: {snippet(data)}")
         self._check_index(payload)
         kind = delta.get("type") if isinstance(delta, dict) else None
         if not isinstance(delta, dict):
-            raise _invalid(f"content_block_delta without a delta: {snippet(data)}")
+            raise invalid(f"content_block_delta without a delta: {snippet(data)}")
         if kind == "text_delta" and block.kind == "text" and isinstance(delta.get("text"), str):
             self._text(delta["text"], out)
         elif kind == "citations_delta" and block.kind == "text":
@@ -280,10 +268,10 @@ class AnthropicDecoder:
         elif kind == "input_json_delta" and block.kind in ("tool-call", "server-tool-call"):
             partial = delta.get("partial_json")
             if not isinstance(partial, str):
-                raise _invalid(f"input_json_delta without partial_json: {snippet(data)}")
+                raise invalid(f"input_json_delta without partial_json: {snippet(data)}")
             self._piece(partial, out)
         elif kind in ("text_delta", "thinking_delta", "signature_delta", "input_json_delta", "citations_delta"):
-            raise _invalid(f"a {kind} inside a {block.kind} block: {snippet(data)}")
+            raise invalid(f"a {kind} inside a {block.kind} block: {snippet(data)}")
         else:
             out.append(ProviderEvent(protocol=PROTOCOL, event=event, data=data))  # a delta type newer than us
 
@@ -302,7 +290,8 @@ class AnthropicDecoder:
         block.pieces.append(partial)
         out.append(ToolCallDelta(index=block.index, arguments_delta=partial))
 
-    def _end(self, out: list[StreamChunk]) -> None:
+    def _end(self, out: list[StreamChunk], *, stop: str | None = None) -> None:
+        """Close the open block; ``stop``: the stop reason, when the block ends with the message (no block stop)."""
         block, self._open = self._open, None
         if block is None:
             return
@@ -330,27 +319,26 @@ class AnthropicDecoder:
                 out.append(ToolCallDelta(index=block.index, arguments_delta=text))
             try:
                 _decoder.decode(text)
+                cut = False
             except msgspec.DecodeError:
-                raise _invalid(
-                    f"tool call {block.name!r} has input that is not valid JSON when its block ends "
-                    f"(cut by max_tokens?): {snippet(text)}"
-                ) from None
-            maker = ToolCallBlock if block.kind == "tool-call" else ServerToolCallBlock
-            ended = maker(id=CallId(block.id), name=block.name, arguments=text)
+                # max_tokens cut it (the stop reason says so now, or in the message_delta that follows).
+                if block.kind != "tool-call" or stop not in (None, "max_tokens"):
+                    raise invalid(
+                        f"tool call {block.name!r} has input that is not valid JSON when its block ends: "
+                        f"{snippet(text)}"
+                    ) from None
+                cut = True
+                self._cut = block.name
+            if block.kind == "tool-call":
+                ended = ToolCallBlock(id=CallId(block.id), name=block.name, arguments=text, cut=cut)
+            else:
+                ended = ServerToolCallBlock(id=CallId(block.id), name=block.name, arguments=text)
         out.append(BlockEnd(index=block.index, block=ended))
 
 
 def decode_anthropic_sse(body: bytes) -> list[StreamChunk]:
     """Decode a whole recorded ``/v1/messages`` event stream into StreamChunks."""
-    parser = SseParser()
-    decoder = AnthropicDecoder()
-    out: list[StreamChunk] = []
-    for item in parser.feed(body):
-        out.extend(decoder.feed_item(item))
-    for item in parser.close():
-        out.extend(decoder.feed_item(item, unterminated=item is parser.unterminated))
-    out.extend(decoder.close())
-    return out
+    return decode_body(body, AnthropicDecoder())
 
 
 def decode_anthropic_message(body: bytes | str | Mapping[str, Any]) -> list[StreamChunk]:
@@ -359,12 +347,12 @@ def decode_anthropic_message(body: bytes | str | Mapping[str, Any]) -> list[Stre
     try:
         message: Any = _decoder.decode(body) if isinstance(body, bytes | str) else body
     except msgspec.DecodeError as exc:
-        raise _invalid(f"not a message object: {exc}") from exc
+        raise invalid(f"not a message object: {exc}") from exc
     if not isinstance(message, dict) or message.get("type") == "error":
         raise error_from_anthropic(message, what="the provider answered with an error")
     content = message.get("content")
     if not isinstance(content, list):
-        raise _invalid("not a message object: `content` must be a list")
+        raise invalid("not a message object: `content` must be a list")
     decoder = AnthropicDecoder()
     out: list[StreamChunk] = []
     start = {key: value for key, value in message.items() if key != "content"}
@@ -372,7 +360,7 @@ def decode_anthropic_message(body: bytes | str | Mapping[str, Any]) -> list[Stre
     events: list[dict[str, Any]] = []
     for index, block in enumerate(content):
         if not isinstance(block, dict):
-            raise _invalid(f"content[{index}] is not a content block")
+            raise invalid(f"content[{index}] is not a content block")
         opening = dict(block)
         delta: dict[str, Any] | None = None
         match block.get("type"):

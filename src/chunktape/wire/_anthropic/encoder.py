@@ -32,7 +32,8 @@ from chunktape._protocol import (
     UsageChunk,
 )
 from chunktape.wire._anthropic.fields import PROTOCOL, default_opening, error_type, finish_to_wire, usage_to_wire
-from chunktape.wire._sse import SseEvent, write_sse
+from chunktape.wire._encoding import encoded_events, own_event, own_opening
+from chunktape.wire._sse import json_event
 
 __all__ = [
     "AnthropicEncoder",
@@ -43,7 +44,6 @@ __all__ = [
     "message_from_chunks",
 ]
 
-_encoder = msgspec.json.Encoder()
 _decoder = msgspec.json.Decoder()
 
 MALFORMED_EVENT = b'event: content_block_delta\ndata: {"type": "content_block_delta", "index": 0, "delta": {"ty\n\n'
@@ -52,7 +52,7 @@ MALFORMED_EVENT = b'event: content_block_delta\ndata: {"type": "content_block_de
 
 def event_bytes(event: dict[str, Any]) -> bytes:
     """One event as Anthropic frames it: ``event: <type>`` and its JSON on one ``data:`` line."""
-    return b"event: " + str(event["type"]).encode() + b"\ndata: " + _encoder.encode(event) + b"\n\n"
+    return json_event(event, event=str(event["type"]))
 
 
 def error_event(message: str, *, status: int | None) -> bytes:
@@ -139,9 +139,7 @@ class AnthropicEncoder:
                     chunk.index, {"type": "input_json_delta", "partial_json": chunk.arguments_delta}
                 )
             case BlockStart():
-                opening = chunk.opening.get(PROTOCOL)
-                if chunk.opening and opening is None:
-                    self.lost.add(f"{', '.join(sorted(chunk.opening))} block openings")
+                opening = own_opening(chunk, PROTOCOL, self.lost)
                 match chunk.block_type:
                     case "text":
                         return self._open(chunk.index, opening or default_opening("text"))
@@ -176,6 +174,8 @@ class AnthropicEncoder:
                         head = self._flush(None, None)
                 if isinstance(block, ReasoningBlock) and block.encrypted is not None:
                     self.lost.add("encrypted reasoning")
+                if isinstance(block, ToolCallBlock) and block.cut:
+                    return head  # max_tokens ended the message inside it: Anthropic sends no block stop then
                 return head + event_bytes({"type": "content_block_stop", "index": chunk.index})
             case UsageChunk():
                 self._usage = chunk.usage
@@ -191,10 +191,7 @@ class AnthropicEncoder:
                     {"type": "message_stop"}
                 )
             case ProviderEvent():
-                if chunk.protocol != PROTOCOL:
-                    self.lost.add(f"{chunk.protocol} events")
-                    return b""
-                return write_sse([SseEvent(event=chunk.event, data=chunk.data)])
+                return own_event(chunk, PROTOCOL, self.lost) or b""
 
     def close(self) -> bytes:
         """Nothing more: a finished stream ended with ``message_stop``; a cut one just ends."""
@@ -205,12 +202,7 @@ def chunks_to_anthropic_events(
     chunks: Iterable[StreamChunk], *, model: str, id: str = "msg_chunktape", message: dict[str, Any] | None = None
 ) -> Iterator[bytes]:
     """The SSE bytes of a whole chunk stream, event by event, as ``AnthropicDecoder`` reads back to ``==`` chunks."""
-    encoder = AnthropicEncoder(model=model, id=id, message=message)
-    yield encoder.start()
-    for chunk in chunks:
-        piece = encoder.feed(chunk)
-        if piece:
-            yield piece
+    yield from encoded_events(AnthropicEncoder(model=model, id=id, message=message), chunks)
 
 
 def message_from_chunks(

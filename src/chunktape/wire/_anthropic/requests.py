@@ -16,19 +16,27 @@ their signatures, ``cache_control``) is kept as given in ``content_parts``. Cust
 from __future__ import annotations
 
 import re
-from typing import Any, NamedTuple
+from typing import Any
 
 import msgspec
 
 from chunktape._errors import ErrorCode, LlmError
-from chunktape._protocol import NAMED_ON_THE_WIRE, CallId, GenerateOptions, Message, ToolCallBlock, ToolSpec
-from chunktape.wire._requests import json_body, typed
+from chunktape._protocol import NAMED_ON_THE_WIRE, CallId, GenerateOptions, Message, Role, ToolCallBlock
+from chunktape.wire._requests import (
+    DecodedRequest,
+    custom_tools,
+    generate_options,
+    json_body,
+    request_fields,
+    request_tail,
+    role_of,
+    typed,
+)
 
 __all__ = [
     "ANTHROPIC_BASE_URL",
     "ANTHROPIC_VERSION",
     "DEFAULT_MAX_TOKENS",
-    "MessagesRequest",
     "decode_messages_request",
     "options_from_anthropic_request",
     "options_to_anthropic_request",
@@ -47,6 +55,7 @@ _decoder = msgspec.json.Decoder()
 _BUDGET = re.compile(r"thinking-([0-9]+)")
 _TOOL_FIELDS = frozenset({"name", "description", "input_schema"})
 _EMPTY_SCHEMA = {"type": "object", "properties": {}}
+_ROLES: dict[str, Role] = {"user": "user", "assistant": "assistant"}
 
 
 def _bad(message: str) -> LlmError:
@@ -165,11 +174,7 @@ def options_to_anthropic_request(
             spec["input_schema"] = tool.parameters or _EMPTY_SCHEMA
             tools.append(spec)
         body["tools"] = tools
-    if options.temperature is not None:
-        body["temperature"] = options.temperature
-    body.update(extra_fields or {})
-    body.update(options.extra)
-    return body
+    return request_tail(body, options, extra_fields)
 
 
 def _plain_text(content: Any) -> str | None:
@@ -200,9 +205,7 @@ def _rest(wire: dict[str, Any], *used: str) -> dict[str, Any]:
 def _message(wire: Any, where: str) -> list[Message]:
     if not isinstance(wire, dict):
         raise _bad(f"{where} must be an object")
-    role = wire.get("role")
-    if role not in ("user", "assistant"):
-        raise _bad(f"{where}: unknown role {role!r} (valid: user, assistant)")
+    role = role_of(wire, _ROLES, where, _bad)
     extra = _rest(wire, "role", "content")
     if set(extra) & NAMED_ON_THE_WIRE:
         raise _bad(f"{where}: fields {sorted(set(extra) & NAMED_ON_THE_WIRE)} are not message fields")
@@ -273,12 +276,7 @@ def options_from_anthropic_request(body: Any) -> GenerateOptions:
     ``stream`` is dropped; ``thinking`` becomes the reasoning effort when it is one (``thinking_effort``). Raises
     ``LlmError(UNSUPPORTED_OPTION)`` for a body that is not a Messages request.
     """
-    if not isinstance(body, dict):
-        raise _bad(f"the body must be a JSON object, got {type(body).__name__}")
-    rest = _rest(body, "stream")
-    model = rest.pop("model", None)
-    if not isinstance(model, str):
-        raise _bad("`model` must be a string")
+    model, rest = request_fields(body, _bad, transport=("stream",))
     wire_messages = rest.pop("messages", None)
     if not isinstance(wire_messages, list):
         raise _bad("`messages` must be a list")
@@ -292,55 +290,28 @@ def options_from_anthropic_request(body: Any) -> GenerateOptions:
             messages.append(Message(role="system", content_parts=_parts(system, "system")))
     for position, wire in enumerate(wire_messages):
         messages.extend(_message(wire, f"messages[{position}]"))
-    tools: list[ToolSpec] = []
-    listed = rest.get("tools")
-    if isinstance(listed, list) and all(
-        isinstance(tool, dict) and set(tool) <= _TOOL_FIELDS and isinstance(tool.get("name"), str) for tool in listed
-    ):
-        rest.pop("tools")
-        for position, tool in enumerate(listed):
-            tools.append(
-                ToolSpec(
-                    name=tool["name"],
-                    description=typed(tool.get("description") or "", str, f"tools[{position}].description", _bad),
-                    parameters=typed(
-                        tool.get("input_schema") or {}, dict[str, Any], f"tools[{position}].input_schema", _bad
-                    ),
-                )
-            )
-    elif listed is not None and not isinstance(listed, list):
-        raise _bad(f"`tools` must be a list, got {type(listed).__name__}")
+    tools = custom_tools(rest, lambda tool: set(tool) <= _TOOL_FIELDS, _bad, schema="input_schema")
     max_tokens = typed(rest.pop("max_tokens", None), int | None, "max_tokens", _bad)
     temperature = typed(rest.pop("temperature", None), float | None, "temperature", _bad)
     effort = thinking_effort(rest.get("thinking"))
     if effort is not None:
         del rest["thinking"]
-    try:
-        return GenerateOptions(
-            model=model,
-            messages=messages,
-            tools=tools,
-            max_tokens=max_tokens,
-            temperature=temperature,
-            reasoning=effort,
-            extra=rest,
-        )
-    except (TypeError, ValueError, msgspec.ValidationError) as exc:
-        raise _bad(str(exc)) from exc
+    return generate_options(
+        _bad,
+        model=model,
+        messages=messages,
+        tools=tools,
+        max_tokens=max_tokens,
+        temperature=temperature,
+        reasoning=effort,
+        extra=rest,
+    )
 
 
-class MessagesRequest(NamedTuple):
-    """A decoded Messages request: what to generate, and whether to stream it."""
-
-    options: GenerateOptions
-    streaming: bool
-    include_usage: bool = True
-    """Always: a Messages stream always carries its usage."""
-
-
-def decode_messages_request(raw: bytes) -> MessagesRequest:
-    """A ``/v1/messages`` request body as ``GenerateOptions`` and whether it streams; anything that is not such a
-    request raises ``LlmError(UNSUPPORTED_OPTION)`` naming the problem."""
+def decode_messages_request(raw: bytes) -> DecodedRequest:
+    """A ``/v1/messages`` request body as ``GenerateOptions`` and whether it streams (a Messages stream always
+    carries its usage); anything that is not such a request raises ``LlmError(UNSUPPORTED_OPTION)`` naming the
+    problem."""
     body: Any = json_body(raw, _bad)
     options = options_from_anthropic_request(body)
-    return MessagesRequest(options, body.get("stream") is True)
+    return DecodedRequest(options, body.get("stream") is True, include_usage=True)

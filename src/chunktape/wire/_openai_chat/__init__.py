@@ -35,7 +35,6 @@ from chunktape.wire._openai_chat.requests import (
     MAX_NESTING,
     OPENAI_REASONING,
     REASONING_FIELDS,
-    ChatRequest,
     decode_chat_request,
     message_from_openai,
     message_to_openai,
@@ -46,7 +45,6 @@ from chunktape.wire._openai_chat.requests import (
 __all__ = [
     "MAX_NESTING",
     "ChatChunk",
-    "ChatRequest",
     "DEEPSEEK_BASE_URL",
     "DEEPSEEK_REASONING",
     "DONE",

@@ -38,7 +38,6 @@ from chunktape._protocol import (
     BlockEnd,
     BlockStart,
     CallId,
-    Finish,
     FinishReason,
     ReasoningBlock,
     ReasoningDelta,
@@ -48,11 +47,11 @@ from chunktape._protocol import (
     TokenUsage,
     ToolCallBlock,
     ToolCallDelta,
-    UsageChunk,
 )
+from chunktape.wire._decoding import decode_body, decode_event, ending, require_finished
 from chunktape.wire._http_errors import error_from_payload, snippet
 from chunktape.wire._openai_chat.fields import DONE, WireUsage, finish_from_wire, usage_from_wire
-from chunktape.wire._sse import SseComment, SseItem, SseParser
+from chunktape.wire._sse import SseComment, SseItem
 
 __all__ = [
     "ChatChunk",
@@ -217,17 +216,7 @@ class OpenAIChatDecoder:
         if stripped == DONE or stripped == DONE.encode():
             self._done = True
             return []
-        try:
-            chunk = _chunk_decoder.decode(data)
-        except msgspec.DecodeError as exc:
-            if unterminated:
-                raise LlmError(
-                    f"the stream ended in the middle of an event: {snippet(data)}", ErrorCode.STREAM_ABORTED, cause=exc
-                ) from exc
-            raise LlmError(
-                f"unparseable chunk from the provider ({exc}): {snippet(data)}", ErrorCode.INVALID_RESPONSE, cause=exc
-            ) from exc
-        return self._feed_chunk(chunk)
+        return self._feed_chunk(decode_event(data, _chunk_decoder, unterminated=unterminated, what="chunk"))
 
     def _feed_chunk(self, chunk: _Chunk) -> list[StreamChunk]:
         if chunk.error is not None:
@@ -265,14 +254,10 @@ class OpenAIChatDecoder:
         A body that ended without ``[DONE]`` and without any ``finish_reason`` was cut short:
         ``STREAM_ABORTED``. ``[DONE]`` without a ``finish_reason`` counts as ``stop``.
         """
-        if self._finish is None and not self._done:
-            raise LlmError("the stream ended before the provider finished it", ErrorCode.STREAM_ABORTED)
+        require_finished(self._finish is not None or self._done)
         out: list[StreamChunk] = []
-        self._end_block(out)
-        if self._usage is not None:
-            out.append(UsageChunk(usage=self._usage))
-        out.append(Finish(reason=self._finish or FinishReason(kind="stop")))
-        return out
+        self._end_block(out, may_cut=self._finish is not None and self._finish.kind == "length")
+        return out + ending(self._usage, self._finish or FinishReason(kind="stop"))
 
     # -- blocks --------------------------------------------------------------------------------------
 
@@ -292,19 +277,20 @@ class OpenAIChatDecoder:
         self._pieces = []
         out.append(BlockStart(index=self._block, block_type=kind))
 
-    def _end_block(self, out: list[StreamChunk]) -> None:
-        """Close the open block; ending the tool-call phase flushes every buffered call in index order."""
+    def _end_block(self, out: list[StreamChunk], *, may_cut: bool = False) -> None:
+        """Close the open block; ending the tool-call phase flushes every buffered call in index order.
+
+        ``may_cut``: the stream finished with ``length``, so its last tool call may be one the token limit cut."""
         if self._block_type == "text":
             out.append(BlockEnd(index=self._block, block=TextBlock(text="".join(self._pieces))))
         elif self._block_type == "reasoning":
             out.append(BlockEnd(index=self._block, block=ReasoningBlock(text="".join(self._pieces))))
         elif self._block_type == "tool-call":
-            self._end_live(out)
-            for key in sorted(self._calls):
-                call = self._calls[key]
-                if call.state == "buffered":
-                    self._go_live(call, out)
-                    self._end_live(out)
+            buffered = [key for key in sorted(self._calls) if self._calls[key].state == "buffered"]
+            self._end_live(out, may_cut=may_cut and not buffered)
+            for key in buffered:
+                self._go_live(self._calls[key], out)
+                self._end_live(out, may_cut=may_cut and key == buffered[-1])
         self._block_type = None
 
     def _tool(self, delta: _ToolCall, out: list[StreamChunk]) -> None:
@@ -392,7 +378,7 @@ class OpenAIChatDecoder:
             )
         )
 
-    def _end_live(self, out: list[StreamChunk]) -> None:
+    def _end_live(self, out: list[StreamChunk], *, may_cut: bool = False) -> None:
         call = self._live
         if call is None:
             return
@@ -403,7 +389,8 @@ class OpenAIChatDecoder:
             out.append(ToolCallDelta(index=call.block_index, arguments_delta=arguments))
         if call.name is None:
             raise LlmError(f"tool call #{call.block_index} never got a function name", ErrorCode.INVALID_RESPONSE)
-        if not _complete_json(arguments):
+        cut = not _complete_json(arguments)
+        if cut and not may_cut:
             raise LlmError(
                 f"tool call {call.name!r} has arguments that are not valid JSON: {snippet(arguments)}",
                 ErrorCode.INVALID_RESPONSE,
@@ -414,7 +401,9 @@ class OpenAIChatDecoder:
             call.id = call_id
             out.append(ToolCallDelta(index=call.block_index, id=call_id, arguments_delta=""))
         out.append(
-            BlockEnd(index=call.block_index, block=ToolCallBlock(id=call_id, name=call.name, arguments=arguments))
+            BlockEnd(
+                index=call.block_index, block=ToolCallBlock(id=call_id, name=call.name, arguments=arguments, cut=cut)
+            )
         )
         call.state = "done"
         self._live = None
@@ -451,15 +440,7 @@ def _complete_json(text: str) -> bool:
 
 def decode_openai_sse(body: bytes) -> list[StreamChunk]:
     """Decode a whole recorded SSE body into StreamChunks (the vcrpy import and tests use this)."""
-    parser = SseParser()
-    decoder = OpenAIChatDecoder()
-    out: list[StreamChunk] = []
-    for item in parser.feed(body):
-        out.extend(decoder.feed_item(item))
-    for item in parser.close():
-        out.extend(decoder.feed_item(item, unterminated=item is parser.unterminated))
-    out.extend(decoder.close())
-    return out
+    return decode_body(body, OpenAIChatDecoder())
 
 
 def decode_openai_completion(body: bytes | str | Mapping[str, Any]) -> list[StreamChunk]:

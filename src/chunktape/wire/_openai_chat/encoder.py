@@ -12,8 +12,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-import msgspec
-
 from chunktape._protocol import (
     BlockEnd,
     BlockStart,
@@ -27,6 +25,7 @@ from chunktape._protocol import (
     UsageChunk,
 )
 from chunktape.wire._openai_chat.fields import DONE, finish_to_wire, usage_to_wire
+from chunktape.wire._sse import json_event
 
 __all__ = [
     "DONE_EVENT",
@@ -37,7 +36,6 @@ __all__ = [
     "data_event",
 ]
 
-_encoder = msgspec.json.Encoder()
 
 MALFORMED_EVENT = b'data: {"id": "chatcmpl-chunktape", "choices": [{"delta": {"content": "\n\n'
 """A ``data:`` line whose JSON is cut off: what a corrupted chat-completions stream looks like on the wire."""
@@ -120,9 +118,8 @@ DONE_EVENT = b"data: " + DONE.encode() + b"\n\n"
 """The event that ends an OpenAI stream."""
 
 
-def data_event(obj: Any) -> bytes:
-    """One chunk object as an SSE ``data:`` event (compact JSON holds no newline, so one line is enough)."""
-    return b"data: " + _encoder.encode(obj) + b"\n\n"
+data_event = json_event
+"""One chunk object as an SSE ``data:`` event (``json_event``: compact JSON holds no newline, so one line is enough)."""
 
 
 def chunks_to_openai_events(

@@ -9,14 +9,24 @@ came in. Reasoning efforts map to request fields through ``REASONING_FIELDS``.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, NamedTuple
+from typing import Any
 
 import msgspec
 
 from chunktape._errors import ErrorCode, LlmError
 from chunktape._protocol import NAMED_ON_THE_WIRE, CallId, GenerateOptions, Message, Role, ToolCallBlock, ToolSpec
 from chunktape.wire._openai_chat.fields import tool_call_to_wire
-from chunktape.wire._requests import MAX_NESTING, json_body
+from chunktape.wire._requests import (
+    MAX_NESTING,
+    DecodedRequest,
+    generate_options,
+    json_body,
+    request_fields,
+    request_tail,
+    role_of,
+    tool_spec,
+    typed,
+)
 
 __all__ = [
     "DEEPSEEK_BASE_URL",
@@ -24,7 +34,6 @@ __all__ = [
     "DEEPSEEK_REASONING",
     "OPENAI_REASONING",
     "REASONING_FIELDS",
-    "ChatRequest",
     "decode_chat_request",
     "message_from_openai",
     "message_to_openai",
@@ -96,11 +105,7 @@ def options_to_openai_request(
         ]
     if options.max_tokens is not None:
         body["max_tokens"] = options.max_tokens
-    if options.temperature is not None:
-        body["temperature"] = options.temperature
-    body.update(extra_fields or {})
-    body.update(options.extra)
-    return body
+    return request_tail(body, options, extra_fields)
 
 
 _TRANSPORT_FIELDS = ("stream", "stream_options")
@@ -116,23 +121,6 @@ _ROLES: dict[str, Role] = {
 
 def _bad_request(message: str) -> LlmError:
     return LlmError(f"not an OpenAI chat-completions request: {message}", ErrorCode.UNSUPPORTED_OPTION)
-
-
-_OPTIONAL: tuple[Any, ...] = (str | None, int | None, float | None)
-_TEXT: tuple[Any, ...] = (str, str | None)
-
-
-def _typed(value: Any, kind: Any, field: str) -> Any:
-    """``value`` as ``kind`` (strictly: ``"5"`` is not an int), or ``_bad_request`` naming ``field``."""
-    # The common cases without msgspec.convert, which parses a union type anew on every call (~3 us each).
-    if value is None and kind in _OPTIONAL:
-        return None
-    if type(value) is str and kind in _TEXT:
-        return value
-    try:
-        return msgspec.convert(value, kind)
-    except msgspec.ValidationError as exc:
-        raise _bad_request(f"`{field}`: {exc} (got {value!r:.80})") from None
 
 
 def _content(content: Any, where: str) -> tuple[str | None, list[dict[str, Any]] | None]:
@@ -161,9 +149,7 @@ def message_from_openai(wire: Any, where: str = "messages[0]") -> Message:
     """The inverse of ``message_to_openai``."""
     if not isinstance(wire, dict):
         raise _bad_request(f"{where} must be an object")
-    role = _ROLES.get(wire.get("role"))  # type: ignore[arg-type]
-    if role is None:
-        raise _bad_request(f"{where}: unknown role {wire.get('role')!r} (valid: {', '.join(_ROLES)})")
+    role = role_of(wire, _ROLES, where, _bad_request)
     calls: list[ToolCallBlock] = []
     listed = wire.get("tool_calls")
     if listed is not None and not isinstance(listed, list):
@@ -186,9 +172,9 @@ def message_from_openai(wire: Any, where: str = "messages[0]") -> Message:
         content=content,
         content_parts=parts,
         tool_calls=calls,
-        tool_call_id=_typed(wire.get("tool_call_id"), str | None, f"{where}.tool_call_id"),
-        name=_typed(wire.get("name"), str | None, f"{where}.name"),
-        reasoning_content=_typed(wire.get("reasoning_content"), str | None, f"{where}.reasoning_content")
+        tool_call_id=typed(wire.get("tool_call_id"), str | None, f"{where}.tool_call_id", _bad_request),
+        name=typed(wire.get("name"), str | None, f"{where}.name", _bad_request),
+        reasoning_content=typed(wire.get("reasoning_content"), str | None, f"{where}.reasoning_content", _bad_request)
         if calls
         else None,
         extra={key: value for key, value in wire.items() if key not in NAMED_ON_THE_WIRE},  # the rest as it came
@@ -205,12 +191,7 @@ def options_from_openai_request(
     ``{"thinking": {"type": "enabled"}}``), they become ``reasoning=<effort id>``; every other field goes to
     ``extra``. Raises ``LlmError(UNSUPPORTED_OPTION)`` for a body this format cannot represent.
     """
-    if not isinstance(body, dict):
-        raise _bad_request(f"the body must be a JSON object, got {type(body).__name__}")
-    rest = {key: value for key, value in body.items() if key not in _TRANSPORT_FIELDS}
-    model = rest.pop("model", None)
-    if not isinstance(model, str):
-        raise _bad_request("`model` must be a string")
+    model, rest = request_fields(body, _bad_request, transport=_TRANSPORT_FIELDS)
     messages = rest.pop("messages", None)
     if not isinstance(messages, list):
         raise _bad_request("`messages` must be a list")
@@ -222,17 +203,11 @@ def options_from_openai_request(
         function = tool.get("function") if isinstance(tool, dict) else None
         if not isinstance(function, dict) or not isinstance(function.get("name"), str):
             raise _bad_request(f"tools[{position}] must be a function tool with a name")
-        tools.append(
-            ToolSpec(
-                name=function["name"],
-                description=_typed(function.get("description") or "", str, f"tools[{position}].description"),
-                parameters=_typed(function.get("parameters") or {}, dict[str, Any], f"tools[{position}].parameters"),
-            )
-        )
-    max_tokens = _typed(rest.pop("max_tokens", None), int | None, "max_tokens")
+        tools.append(tool_spec(function, position, _bad_request, schema="parameters"))
+    max_tokens = typed(rest.pop("max_tokens", None), int | None, "max_tokens", _bad_request)
     if max_tokens is None and "max_completion_tokens" in rest:
-        max_tokens = _typed(rest.pop("max_completion_tokens"), int | None, "max_completion_tokens")
-    temperature = _typed(rest.pop("temperature", None), float | None, "temperature")
+        max_tokens = typed(rest.pop("max_completion_tokens"), int | None, "max_completion_tokens", _bad_request)
+    temperature = typed(rest.pop("temperature", None), float | None, "temperature", _bad_request)
     effort: str | None = None
     for name, fields in (reasoning or {}).items():
         if fields and all(key in rest and rest[key] == value for key, value in fields.items()):
@@ -240,29 +215,19 @@ def options_from_openai_request(
             for key in fields:
                 del rest[key]
             break
-    try:
-        return GenerateOptions(
-            model=model,
-            messages=[message_from_openai(message, f"messages[{i}]") for i, message in enumerate(messages)],
-            tools=tools,
-            max_tokens=max_tokens,
-            temperature=temperature,
-            reasoning=effort,
-            extra=rest,
-        )
-    except (TypeError, ValueError, msgspec.ValidationError) as exc:
-        raise _bad_request(str(exc)) from exc
+    return generate_options(
+        _bad_request,
+        model=model,
+        messages=[message_from_openai(message, f"messages[{i}]") for i, message in enumerate(messages)],
+        tools=tools,
+        max_tokens=max_tokens,
+        temperature=temperature,
+        reasoning=effort,
+        extra=rest,
+    )
 
 
-class ChatRequest(NamedTuple):
-    """A decoded chat-completions request: what to generate, and how to deliver it."""
-
-    options: GenerateOptions
-    streaming: bool
-    include_usage: bool
-
-
-def decode_chat_request(raw: bytes, *, model: str | None = None) -> ChatRequest:
+def decode_chat_request(raw: bytes, *, model: str | None = None) -> DecodedRequest:
     """A chat-completions request body as ``GenerateOptions`` and its delivery flags (``stream``,
     ``stream_options.include_usage``). ``model``: the model the route names (Azure's deployment in
     ``/openai/deployments/{name}/chat/completions``), taken when the body names none.
@@ -277,4 +242,4 @@ def decode_chat_request(raw: bytes, *, model: str | None = None) -> ChatRequest:
     streaming = body.get("stream") is True
     stream_options = body.get("stream_options") if streaming else None
     include_usage = isinstance(stream_options, dict) and stream_options.get("include_usage") is True
-    return ChatRequest(options, streaming, include_usage)
+    return DecodedRequest(options, streaming, include_usage)

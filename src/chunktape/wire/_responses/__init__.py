@@ -20,7 +20,6 @@ from chunktape.wire._responses.fields import ERROR_STATUS, PROTOCOL, finish_from
 from chunktape.wire._responses.requests import (
     OPENAI_BASE_URL,
     RESPONSES_REASONING,
-    ResponsesRequest,
     decode_responses_request,
     options_from_responses_request,
     options_to_responses_request,
@@ -34,7 +33,6 @@ __all__ = [
     "RESPONSES_REASONING",
     "ResponsesDecoder",
     "ResponsesEncoder",
-    "ResponsesRequest",
     "chunks_to_responses_events",
     "decode_responses_request",
     "decode_responses_response",

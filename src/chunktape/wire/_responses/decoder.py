@@ -31,7 +31,6 @@ from chunktape._protocol import (
     BlockStart,
     BlockType,
     CallId,
-    Finish,
     FinishReason,
     ProviderEvent,
     ReasoningBlock,
@@ -43,11 +42,11 @@ from chunktape._protocol import (
     TextDelta,
     ToolCallBlock,
     ToolCallDelta,
-    UsageChunk,
 )
+from chunktape.wire._decoding import decode_body, ending, event_object, invalid, require_finished
 from chunktape.wire._http_errors import snippet
 from chunktape.wire._responses.fields import ERROR_STATUS, PROTOCOL, default_item, finish_from_wire, usage_from_wire
-from chunktape.wire._sse import SseComment, SseItem, SseParser
+from chunktape.wire._sse import SseComment, SseItem
 
 __all__ = ["ResponsesDecoder", "decode_responses_response", "decode_responses_sse", "error_from_responses"]
 
@@ -82,10 +81,6 @@ def error_from_responses(error: Any, *, what: str = "the provider reported an er
     if status is not None:
         return LlmError(full, ErrorCode.PROVIDER_HTTP_ERROR, status=status)
     return LlmError(full, ErrorCode.STREAM_ABORTED)
-
-
-def _invalid(message: str) -> LlmError:
-    return LlmError(message, ErrorCode.INVALID_RESPONSE)
 
 
 class _Item:
@@ -133,16 +128,7 @@ class ResponsesDecoder:
     def feed_data(self, data: str, *, event: str | None = None, unterminated: bool = False) -> list[StreamChunk]:
         if not data.strip():
             return []
-        try:
-            payload: Any = _decoder.decode(data)
-        except msgspec.DecodeError as exc:
-            if unterminated:
-                raise LlmError(
-                    f"the stream ended in the middle of an event: {snippet(data)}", ErrorCode.STREAM_ABORTED, cause=exc
-                ) from exc
-            raise _invalid(f"unparseable event from the provider ({exc}): {snippet(data)}") from exc
-        if not isinstance(payload, dict):
-            raise _invalid(f"an event that is not a JSON object: {snippet(data)}")
+        payload = event_object(data, unterminated=unterminated)
         kind = payload.get("type") if isinstance(payload.get("type"), str) else event
         out: list[StreamChunk] = []
         if kind == "error":
@@ -161,11 +147,7 @@ class ResponsesDecoder:
             case "response.output_item.added":
                 self._added(payload.get("item"), out)
             case "response.output_text.delta":
-                item = self._current(payload, "text", data)
-                text = payload.get("delta")
-                if not isinstance(text, str):
-                    raise _invalid(f"output_text.delta without a text delta: {snippet(data)}")
-                item.pieces.append(text)
+                item, text = self._piece(payload, "text", data, "output_text.delta without a text delta")
                 out.append(TextDelta(index=item.index, text=text, part=_part(payload.get("content_index"))))
             case "response.output_text.annotation.added":
                 item = self._current(payload, "text", data)
@@ -175,18 +157,12 @@ class ResponsesDecoder:
                     TextDelta(index=item.index, text="", citation=annotation, part=_part(payload.get("content_index")))
                 )
             case "response.reasoning_summary_text.delta":
-                item = self._current(payload, "reasoning", data)
-                text = payload.get("delta")
-                if not isinstance(text, str):
-                    raise _invalid(f"reasoning_summary_text.delta without a text delta: {snippet(data)}")
-                item.pieces.append(text)
+                item, text = self._piece(
+                    payload, "reasoning", data, "reasoning_summary_text.delta without a text delta"
+                )
                 out.append(ReasoningDelta(index=item.index, text=text, part=_part(payload.get("summary_index"))))
             case "response.function_call_arguments.delta":
-                item = self._current(payload, "tool-call", data)
-                piece = payload.get("delta")
-                if not isinstance(piece, str):
-                    raise _invalid(f"function_call_arguments.delta without a delta: {snippet(data)}")
-                item.pieces.append(piece)
+                item, piece = self._piece(payload, "tool-call", data, "function_call_arguments.delta without a delta")
                 out.append(ToolCallDelta(index=item.index, arguments_delta=piece))
             case "response.output_item.done":
                 self._done_item(payload.get("item"), out)
@@ -194,7 +170,7 @@ class ResponsesDecoder:
                 self._end_open(out)
                 response = payload.get("response")
                 if not isinstance(response, dict):
-                    raise _invalid(f"{kind} without a response: {snippet(data)}")
+                    raise invalid(f"{kind} without a response: {snippet(data)}")
                 usage = response.get("usage")
                 if isinstance(usage, dict):
                     self._usage = usage
@@ -216,31 +192,37 @@ class ResponsesDecoder:
         return out
 
     def close(self) -> list[StreamChunk]:
-        if not self._done:
-            raise LlmError("the stream ended before the provider finished it", ErrorCode.STREAM_ABORTED)
+        require_finished(self._done)
         out: list[StreamChunk] = []
         self._end_open(out)
-        if self._usage is not None:
-            out.append(UsageChunk(usage=usage_from_wire(self._usage)))
         assert self._finish is not None
-        out.append(Finish(reason=self._finish))
-        return out
+        usage = usage_from_wire(self._usage) if self._usage is not None else None
+        return out + ending(usage, self._finish)
 
     # -- items ---------------------------------------------------------------------------------------
 
     def _current(self, payload: Mapping[str, Any], kind: BlockType, data: str) -> _Item:
         item = self._open
         if item is None or item.kind != kind:
-            raise _invalid(f"{payload.get('type')} outside a {kind} item: {snippet(data)}")
+            raise invalid(f"{payload.get('type')} outside a {kind} item: {snippet(data)}")
         item_id = payload.get("item_id")
         if isinstance(item_id, str) and item_id != item.id:
-            raise _invalid(f"{payload.get('type')} for item {item_id!r} inside item {item.id!r}")
+            raise invalid(f"{payload.get('type')} for item {item_id!r} inside item {item.id!r}")
         return item
+
+    def _piece(self, payload: Mapping[str, Any], kind: BlockType, data: str, missing: str) -> tuple[_Item, str]:
+        """The open ``kind`` item and the piece of it a ``*.delta`` event carries: a string, else ``missing``."""
+        item = self._current(payload, kind, data)
+        piece = payload.get("delta")
+        if not isinstance(piece, str):
+            raise invalid(f"{missing}: {snippet(data)}")
+        item.pieces.append(piece)
+        return item, piece
 
     def _added(self, item: Any, out: list[StreamChunk]) -> None:
         self._end_open(out)
         if not isinstance(item, dict) or not isinstance(item.get("type"), str):
-            raise _invalid(f"output_item.added without an item: {snippet(repr(item))}")
+            raise invalid(f"output_item.added without an item: {snippet(repr(item))}")
         wire_type: str = item["type"]
         given = item.get("id")
         item_id: str = given if isinstance(given, str) else f"item_{self._next}"
@@ -278,7 +260,7 @@ class ResponsesDecoder:
         )
         if kind == "tool-call":
             if not isinstance(call_id, str) or not isinstance(name, str):
-                raise _invalid(f"a function_call item without a call_id and a name: {snippet(repr(item))}")
+                raise invalid(f"a function_call item without a call_id and a name: {snippet(repr(item))}")
             current.call_id, current.name = call_id, name
             self._tool_calls = True
             out.append(ToolCallDelta(index=index, id=CallId(call_id), name=name, arguments_delta=""))
@@ -292,9 +274,9 @@ class ResponsesDecoder:
     def _done_item(self, item: Any, out: list[StreamChunk]) -> None:
         current = self._open
         if current is None or not isinstance(item, dict):
-            raise _invalid(f"output_item.done without an open item: {snippet(repr(item))}")
+            raise invalid(f"output_item.done without an open item: {snippet(repr(item))}")
         if isinstance(item.get("id"), str) and item["id"] != current.id:
-            raise _invalid(f"output_item.done for item {item['id']!r} inside item {current.id!r}")
+            raise invalid(f"output_item.done for item {item['id']!r} inside item {current.id!r}")
         self._open = None
         text = "".join(current.pieces)
         ended: Any
@@ -311,11 +293,15 @@ class ResponsesDecoder:
                     out.append(ToolCallDelta(index=current.index, arguments_delta=text))
                 try:
                     _decoder.decode(text)
+                    cut = False
                 except msgspec.DecodeError:
-                    raise _invalid(
-                        f"function call {current.name!r} has arguments that are not valid JSON: {snippet(text)}"
-                    ) from None
-                ended = ToolCallBlock(id=CallId(current.call_id), name=current.name, arguments=text)
+                    # An item max_output_tokens cut is "incomplete": its arguments stop where the limit fell.
+                    if item.get("status") != "incomplete":
+                        raise invalid(
+                            f"function call {current.name!r} has arguments that are not valid JSON: {snippet(text)}"
+                        ) from None
+                    cut = True
+                ended = ToolCallBlock(id=CallId(current.call_id), name=current.name, arguments=text, cut=cut)
             case "server-tool-call":
                 fields = {key: value for key, value in item.items() if key not in _ITEM_FIELDS}
                 arguments = _encoder.encode(fields).decode()
@@ -342,15 +328,7 @@ def _part(value: object) -> int | None:
 
 def decode_responses_sse(body: bytes) -> list[StreamChunk]:
     """Decode a whole recorded ``/v1/responses`` event stream into StreamChunks."""
-    parser = SseParser()
-    decoder = ResponsesDecoder()
-    out: list[StreamChunk] = []
-    for item in parser.feed(body):
-        out.extend(decoder.feed_item(item))
-    for item in parser.close():
-        out.extend(decoder.feed_item(item, unterminated=item is parser.unterminated))
-    out.extend(decoder.close())
-    return out
+    return decode_body(body, ResponsesDecoder())
 
 
 def decode_responses_response(body: bytes | str | Mapping[str, Any]) -> list[StreamChunk]:
@@ -358,16 +336,16 @@ def decode_responses_response(body: bytes | str | Mapping[str, Any]) -> list[Str
     try:
         response: Any = _decoder.decode(body) if isinstance(body, bytes | str) else body
     except msgspec.DecodeError as exc:
-        raise _invalid(f"not a response object: {exc}") from exc
+        raise invalid(f"not a response object: {exc}") from exc
     if not isinstance(response, dict) or not isinstance(response.get("output"), list):
-        raise _invalid("not a response object: `output` must be a list")
+        raise invalid("not a response object: `output` must be a list")
     if response.get("status") == "failed" or response.get("error"):
         raise error_from_responses(response.get("error"), what="the response failed")
     decoder = ResponsesDecoder()
     events: list[dict[str, Any]] = [{"type": "response.created", "response": response}]
     for item in response["output"]:
         if not isinstance(item, dict):
-            raise _invalid("an output item is not an object")
+            raise invalid("an output item is not an object")
         added = dict(item)
         match item.get("type"):
             case "message":

@@ -32,6 +32,7 @@ from chunktape._protocol import (
     ToolCallDelta,
     UsageChunk,
 )
+from chunktape.wire._encoding import encoded_events, own_event, own_opening
 from chunktape.wire._responses.fields import (
     PROTOCOL,
     default_item,
@@ -39,7 +40,7 @@ from chunktape.wire._responses.fields import (
     server_item_type,
     usage_to_wire,
 )
-from chunktape.wire._sse import SseEvent, write_sse
+from chunktape.wire._sse import json_event
 
 __all__ = [
     "MALFORMED_EVENT",
@@ -48,7 +49,6 @@ __all__ = [
     "response_from_chunks",
 ]
 
-_encoder = msgspec.json.Encoder()
 _decoder = msgspec.json.Decoder()
 
 MALFORMED_EVENT = b'event: response.output_text.delta\ndata: {"type": "response.output_text.delta", "delta": "\n\n'
@@ -161,7 +161,7 @@ class ResponsesEncoder:
     def _event(self, kind: str, **fields: Any) -> bytes:
         event = {"type": kind, **fields, "sequence_number": self._sequence}
         self._sequence += 1
-        return b"event: " + kind.encode() + b"\ndata: " + _encoder.encode(event) + b"\n\n"
+        return json_event(event, event=kind)
 
     def start(self) -> bytes:
         return self._event("response.created", response=self._response) + self._event(
@@ -306,16 +306,14 @@ class ResponsesEncoder:
                 self._final = response
                 return self._event(f"response.{status}", response=response)
             case ProviderEvent():
-                if chunk.protocol != PROTOCOL:
-                    self.lost.add(f"{chunk.protocol} events")
+                recorded = own_event(chunk, PROTOCOL, self.lost)
+                if recorded is None:
                     return b""
-                self._sequence += 1
-                return write_sse([SseEvent(event=chunk.event, data=chunk.data)])
+                self._sequence += 1  # the recorded event holds its own sequence number
+                return recorded
 
     def _start(self, chunk: BlockStart) -> bytes:
-        opening = chunk.opening.get(PROTOCOL)
-        if chunk.opening and opening is None:
-            self.lost.add(f"{', '.join(sorted(chunk.opening))} block openings")
+        opening = own_opening(chunk, PROTOCOL, self.lost)
         index = self._blocks
         self._blocks += 1
         match chunk.block_type:
@@ -398,12 +396,7 @@ def chunks_to_responses_events(
     chunks: Iterable[StreamChunk], *, model: str, id: str = "resp_chunktape", response: dict[str, Any] | None = None
 ) -> Iterator[bytes]:
     """The SSE bytes of a whole chunk stream, event by event, as ``ResponsesDecoder`` reads back to ``==`` chunks."""
-    encoder = ResponsesEncoder(model=model, id=id, response=response)
-    yield encoder.start()
-    for chunk in chunks:
-        piece = encoder.feed(chunk)
-        if piece:
-            yield piece
+    yield from encoded_events(ResponsesEncoder(model=model, id=id, response=response), chunks)
 
 
 def response_from_chunks(

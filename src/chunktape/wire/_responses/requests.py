@@ -12,18 +12,26 @@ field goes to ``extra``.
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any
 
 import msgspec
 
 from chunktape._errors import ErrorCode, LlmError
-from chunktape._protocol import CallId, GenerateOptions, Message, ToolCallBlock, ToolSpec
-from chunktape.wire._requests import json_body, typed
+from chunktape._protocol import CallId, GenerateOptions, Message, Role, ToolCallBlock
+from chunktape.wire._requests import (
+    DecodedRequest,
+    custom_tools,
+    generate_options,
+    json_body,
+    request_fields,
+    request_tail,
+    role_of,
+    typed,
+)
 
 __all__ = [
     "OPENAI_BASE_URL",
     "RESPONSES_REASONING",
-    "ResponsesRequest",
     "decode_responses_request",
     "options_from_responses_request",
     "options_to_responses_request",
@@ -36,7 +44,7 @@ RESPONSES_REASONING: dict[str, dict[str, Any]] = {
 """The reasoning efforts ``OpenAIResponsesAdapter`` offers by default, as request fields."""
 
 _TOOL_FIELDS = frozenset({"type", "name", "description", "parameters"})
-_ROLES = {"user": "user", "assistant": "assistant", "system": "system", "developer": "system"}
+_ROLES: dict[str, Role] = {"user": "user", "assistant": "assistant", "system": "system", "developer": "system"}
 _TRANSPORT = ("stream", "stream_options")
 
 
@@ -44,8 +52,8 @@ def _bad(message: str) -> LlmError:
     return LlmError(f"not an OpenAI Responses request: {message}", ErrorCode.UNSUPPORTED_OPTION)
 
 
-def _text_part(role: str) -> str:
-    return "output_text" if role == "assistant" else "input_text"
+def _function_tool(tool: dict[str, Any]) -> bool:
+    return tool.get("type") == "function" and set(tool) <= _TOOL_FIELDS
 
 
 def _message_to_items(message: Message) -> list[dict[str, Any]]:
@@ -83,11 +91,7 @@ def options_to_responses_request(
         ]
     if options.max_tokens is not None:
         body["max_output_tokens"] = options.max_tokens
-    if options.temperature is not None:
-        body["temperature"] = options.temperature
-    body.update(extra_fields or {})
-    body.update(options.extra)
-    return body
+    return request_tail(body, options, extra_fields)
 
 
 def _content(content: Any, where: str) -> tuple[str | None, list[dict[str, Any]] | None]:
@@ -108,12 +112,7 @@ def _content(content: Any, where: str) -> tuple[str | None, list[dict[str, Any]]
 
 def options_from_responses_request(body: Any) -> GenerateOptions:
     """The inverse of ``options_to_responses_request``: a Responses request body as ``GenerateOptions``."""
-    if not isinstance(body, dict):
-        raise _bad(f"the body must be a JSON object, got {type(body).__name__}")
-    rest = {key: value for key, value in body.items() if key not in _TRANSPORT}
-    model = rest.pop("model", None)
-    if not isinstance(model, str):
-        raise _bad("`model` must be a string")
+    model, rest = request_fields(body, _bad, transport=_TRANSPORT)
     messages: list[Message] = []
     instructions = rest.pop("instructions", None)
     if isinstance(instructions, str):
@@ -130,14 +129,12 @@ def options_from_responses_request(body: Any) -> GenerateOptions:
                 raise _bad(f"{where} must be an object")
             kind = item.get("type", "message" if "role" in item else None)
             if kind == "message" and "role" in item:
-                role = _ROLES.get(item.get("role"))  # type: ignore[arg-type]
-                if role is None:
-                    raise _bad(f"{where}: unknown role {item.get('role')!r} (valid: {', '.join(_ROLES)})")
+                role = role_of(item, _ROLES, where, _bad)
                 text, parts = _content(item.get("content"), where)
                 extra = {key: value for key, value in item.items() if key not in ("role", "content")}
                 if extra == {"type": "message"}:
                     extra = {}
-                messages.append(Message(role=role, content=text, content_parts=parts, extra=extra))  # type: ignore[arg-type]
+                messages.append(Message(role=role, content=text, content_parts=parts, extra=extra))
             elif kind == "function_call":
                 call_id, name, arguments = item.get("call_id"), item.get("name"), item.get("arguments")
                 if not isinstance(call_id, str) or not isinstance(name, str) or not isinstance(arguments, str):
@@ -161,28 +158,7 @@ def options_from_responses_request(body: Any) -> GenerateOptions:
                 messages.append(Message(role="assistant", extra={"item": item}))
     elif wire_input is not None:
         raise _bad("`input` must be a string or a list of items")
-    tools: list[ToolSpec] = []
-    listed = rest.get("tools")
-    if isinstance(listed, list) and all(
-        isinstance(tool, dict)
-        and tool.get("type") == "function"
-        and set(tool) <= _TOOL_FIELDS
-        and isinstance(tool.get("name"), str)
-        for tool in listed
-    ):
-        rest.pop("tools")
-        for position, tool in enumerate(listed):
-            tools.append(
-                ToolSpec(
-                    name=tool["name"],
-                    description=typed(tool.get("description") or "", str, f"tools[{position}].description", _bad),
-                    parameters=typed(
-                        tool.get("parameters") or {}, dict[str, Any], f"tools[{position}].parameters", _bad
-                    ),
-                )
-            )
-    elif listed is not None and not isinstance(listed, list):
-        raise _bad(f"`tools` must be a list, got {type(listed).__name__}")
+    tools = custom_tools(rest, _function_tool, _bad, schema="parameters")
     max_tokens = typed(rest.pop("max_output_tokens", None), int | None, "max_output_tokens", _bad)
     temperature = typed(rest.pop("temperature", None), float | None, "temperature", _bad)
     effort: str | None = None
@@ -190,32 +166,22 @@ def options_from_responses_request(body: Any) -> GenerateOptions:
     if isinstance(reasoning, dict) and set(reasoning) == {"effort"} and isinstance(reasoning["effort"], str):
         effort = reasoning["effort"]
         del rest["reasoning"]
-    try:
-        return GenerateOptions(
-            model=model,
-            messages=messages,
-            tools=tools,
-            max_tokens=max_tokens,
-            temperature=temperature,
-            reasoning=effort,
-            extra=rest,
-        )
-    except (TypeError, ValueError, msgspec.ValidationError) as exc:
-        raise _bad(str(exc)) from exc
+    return generate_options(
+        _bad,
+        model=model,
+        messages=messages,
+        tools=tools,
+        max_tokens=max_tokens,
+        temperature=temperature,
+        reasoning=effort,
+        extra=rest,
+    )
 
 
-class ResponsesRequest(NamedTuple):
-    """A decoded Responses request: what to generate, and whether to stream it."""
-
-    options: GenerateOptions
-    streaming: bool
-    include_usage: bool = True
-    """Always: a Responses stream always ends with its usage."""
-
-
-def decode_responses_request(raw: bytes) -> ResponsesRequest:
-    """A ``/v1/responses`` request body as ``GenerateOptions`` and whether it streams; anything that is not such a
-    request raises ``LlmError(UNSUPPORTED_OPTION)`` naming the problem."""
+def decode_responses_request(raw: bytes) -> DecodedRequest:
+    """A ``/v1/responses`` request body as ``GenerateOptions`` and whether it streams (a Responses stream always ends
+    with its usage); anything that is not such a request raises ``LlmError(UNSUPPORTED_OPTION)`` naming the
+    problem."""
     body: Any = json_body(raw, _bad)
     options = options_from_responses_request(body)
-    return ResponsesRequest(options, body.get("stream") is True)
+    return DecodedRequest(options, body.get("stream") is True, include_usage=True)

@@ -1,0 +1,73 @@
+"""What the three request codecs read alike (``chunktape.wire._requests``): the body, its model, the roles of its
+messages, its function tools and the typed fields, each refused with the protocol's own ``UNSUPPORTED_OPTION``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import msgspec
+import pytest
+
+from chunktape import ErrorCode, LlmError, ToolSpec
+from chunktape.wire._anthropic import decode_messages_request
+from chunktape.wire._openai_chat import decode_chat_request
+from chunktape.wire._requests import DecodedRequest, custom_tools, request_fields, role_of
+from chunktape.wire._responses import decode_responses_request
+
+PROTOCOLS: dict[str, tuple[Callable[[bytes], DecodedRequest], str, str]] = {
+    "chat": (decode_chat_request, "messages", "not an OpenAI chat-completions request"),
+    "anthropic": (decode_messages_request, "messages", "not an Anthropic Messages request"),
+    "responses": (decode_responses_request, "input", "not an OpenAI Responses request"),
+}
+
+
+def _refused(protocol: str, body: Any) -> str:
+    decode, _, prefix = PROTOCOLS[protocol]
+    with pytest.raises(LlmError) as raised:
+        decode(msgspec.json.encode(body))
+    assert raised.value.code == ErrorCode.UNSUPPORTED_OPTION
+    assert raised.value.message.startswith(f"{prefix}: ")
+    return raised.value.message.removeprefix(f"{prefix}: ")
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_every_codec_refuses_what_is_no_request_alike(protocol: str) -> None:
+    _, messages, _ = PROTOCOLS[protocol]
+    assert _refused(protocol, [1]) == "the body must be a JSON object, got list"
+    assert _refused(protocol, {"model": 5, messages: []}) == "`model` must be a string"
+    assert _refused(protocol, {"model": "m", messages: [], "tools": {}}).startswith("`tools` must be a list")
+    assert _refused(protocol, {"model": "m", messages: [], "temperature": "hot"}).startswith("`temperature`: ")
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+@pytest.mark.parametrize("role", ["robot", ["user"], {"a": 1}, None])
+def test_every_codec_refuses_a_role_of_any_other_value_naming_the_valid_ones(protocol: str, role: Any) -> None:
+    _, messages, _ = PROTOCOLS[protocol]
+    problem = _refused(protocol, {"model": "m", messages: [{"role": role, "content": "hi"}]})
+    assert problem.startswith(f"{messages}[0]: unknown role {role!r} (valid: ")
+
+
+def test_request_fields_leaves_out_how_to_deliver() -> None:
+    def bad(message: str) -> LlmError:
+        return LlmError(message, ErrorCode.UNSUPPORTED_OPTION)
+
+    body = {"model": "m", "stream": True, "stream_options": {}, "seed": 1}
+    assert request_fields(body, bad, transport=("stream", "stream_options")) == ("m", {"seed": 1})
+    assert role_of({"role": "developer"}, {"developer": "system"}, "input[0]", bad) == "system"
+
+
+def test_custom_tools_keeps_a_list_with_a_server_tool_whole() -> None:
+    def bad(message: str) -> LlmError:
+        return LlmError(message, ErrorCode.UNSUPPORTED_OPTION)
+
+    mine = {"name": "add", "description": "adds", "input_schema": {"type": "object"}}
+    rest: dict[str, Any] = {"tools": [mine]}
+    assert custom_tools(rest, lambda tool: "type" not in tool, bad, schema="input_schema") == [
+        ToolSpec(name="add", description="adds", parameters={"type": "object"})
+    ]
+    assert rest == {}
+    server = {"type": "web_search_20250305", "name": "web_search"}
+    rest = {"tools": [mine, server]}
+    assert custom_tools(rest, lambda tool: "type" not in tool, bad, schema="input_schema") == []
+    assert rest == {"tools": [mine, server]}
