@@ -341,3 +341,17 @@ async def test_a_consumer_stopping_at_finish_uses_up_a_slowed_interaction(fault:
                 assert chunk.text == expected
     assert replay.play_counts == [1, 1]
     replay.assert_all_played()
+
+
+async def test_repeats_of_interleaved_requests_each_cycle_through_their_own_recordings() -> None:
+    # Once every recording was played, a repeat is answered from the recordings its request matched the first
+    # time (looked up, not matched against the whole cassette again): each request keeps its own cycle.
+    a1, a2, b1 = text_stream("a1"), text_stream("a2"), text_stream("b1")
+    tape = cassette_of(interaction(a1, content="a"), interaction(b1, content="b"), interaction(a2, content="a"))
+    replay = ReplayAdapter(tape, allow_repeats=True)
+    got = [await collect(replay.stream(options(content))) for content in "ababaab"]
+    assert got == [a1, b1, a2, b1, a1, a2, b1]
+    _, error = await collect_until_error(replay.stream(options("c")))
+    assert error.code is ErrorCode.CASSETTE_MISMATCH
+    _, error = await collect_until_error(replay.stream(options("c")))
+    assert error.code is ErrorCode.CASSETTE_MISMATCH
