@@ -4,6 +4,7 @@ brings (a socket's reply, an executor job), unless the server on the other end d
 from __future__ import annotations
 
 import asyncio
+import socket
 import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
@@ -12,6 +13,7 @@ from typing import Any, TypeVar
 
 import pytest
 
+from chunktape import _virtual_time
 from chunktape._virtual_time import VirtualTimeLoop, replay_loop, silent_for
 
 T = TypeVar("T")
@@ -151,3 +153,77 @@ def test_the_end_cancels_what_still_runs_and_says_so() -> None:
         run(hang, loop)
     assert loop.deadline_reached
     assert loop.time() == 100
+
+
+def test_a_silence_left_from_an_earlier_connection_on_the_same_port_holds_nothing() -> None:
+    """A server still silent towards a client that left (its stall outlives the connection) must not make a new
+    connection from the same port (the kernel reuses loopback ports) look silent: its reply is waited for."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    address = ("127.0.0.1", port)
+    declared = threading.Event()
+
+    async def stale() -> None:
+        task = asyncio.ensure_future(silent_for(30, address))
+        await asyncio.sleep(0)  # its first step declares the silence
+        assert address in _virtual_time._SILENCES
+        declared.set()
+        await task
+
+    thread = threading.Thread(target=asyncio.run, args=(stale(),), daemon=True)
+    thread.start()
+    assert declared.wait(10)
+
+    async def main() -> tuple[str, float]:
+        async with line_server(lambda peer: asyncio.sleep(0.05)) as server_port:
+            loop = asyncio.get_running_loop()
+            start = loop.time()
+            reader, writer = await asyncio.open_connection("127.0.0.1", server_port, local_addr=address)
+            writer.write(b"hi\n")
+            await writer.drain()
+            try:
+                async with asyncio.timeout(5):
+                    answer = (await reader.readline()).decode().strip()
+            except TimeoutError:
+                answer = "timeout"
+            writer.close()
+            return answer, loop.time() - start
+
+    try:
+        answer, took = run(main)
+    finally:
+        _virtual_time._SILENCES[address].end()
+        thread.join(10)
+    assert answer == "hello"
+    assert took < 5  # the real pace of the reply, not a jump to the client's timeout
+
+
+def test_what_a_server_wrote_before_its_silence_is_read_before_the_clock_jumps() -> None:
+    """The server writes a chunk, then declares the silence before the next: a client loop that finds the silence
+    reads the chunk first (its clock stays), instead of jumping over the silence and reading it late."""
+    loop = replay_loop()
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        client = socket.create_connection(listener.getsockname())
+        server_side, _ = listener.accept()
+        try:
+            client.setblocking(False)
+            loop.add_reader(client.fileno(), lambda: None)
+            server_side.sendall(b"w0")
+            address = client.getsockname()
+            silence = _virtual_time.Silence((address[0], address[1]), 1.0, lambda: None)
+            with _virtual_time._LOCK:
+                _virtual_time._SILENCES[silence.client] = silence
+            try:
+                ready = loop._idle(loop._watch._inner, 10.0)  # the selector found nothing ready a moment before
+            finally:
+                with _virtual_time._LOCK:
+                    del _virtual_time._SILENCES[silence.client]
+            assert [key.fd for key, _ in ready] == [client.fileno()]
+            assert loop.time() == 0.0
+            assert not silence.ended
+        finally:
+            loop.remove_reader(client.fileno())
+            client.close()
+            server_side.close()
+            loop.close()

@@ -46,6 +46,8 @@ class Silence:
         self.client = client
         self.seconds = seconds
         self._wake = wake
+        self.declared = time.monotonic()
+        """When it was declared (real time): it holds only a connection the client made before that."""
         self.ends_at: float | None = None
         """The end on the clock of the loop that waits on it, pinned when that loop first sees it."""
         self.ended = False
@@ -174,9 +176,16 @@ class _Selector(selectors.BaseSelector):
     def __init__(self) -> None:
         self._inner = selectors.DefaultSelector()
         self._idle: Callable[[selectors.BaseSelector, float | None], list[Any]] | None = None
+        self.first_seen: dict[int, tuple[Address | None, float]] = {}
+        """By descriptor: the connection's own address and when (real time) the loop first waited on it."""
 
     def register(self, fileobj: Any, events: int, data: Any = None) -> selectors.SelectorKey:
-        return self._inner.register(fileobj, events, data)
+        key = self._inner.register(fileobj, events, data)
+        local = _local_address(fileobj)
+        seen = self.first_seen.get(key.fd)
+        if seen is None or seen[0] != local:  # a new connection (or the descriptor now is another's)
+            self.first_seen[key.fd] = (local, time.monotonic())
+        return key
 
     def unregister(self, fileobj: Any) -> selectors.SelectorKey:
         return self._inner.unregister(fileobj)
@@ -219,6 +228,7 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
         # What the loop registered for itself (the self-pipe that wakes it from other threads) is no outside I/O.
         self._own = frozenset(key.fd for key in selector.get_map().values())
         selector._idle = self._idle
+        self._watch = selector
 
     @property
     def virtual(self) -> bool:
@@ -256,6 +266,12 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
             ready = inner.select(wait)
             self._now += min(time.monotonic() - started, wait) if ready else wait
             return ready
+        if silences:
+            # A server writes, then declares its silence: what it wrote before is readable now, and is read before
+            # the clock jumps over the silence that follows it.
+            ready = inner.select(0)
+            if ready:
+                return ready
         step = math.inf if timeout is None else timeout
         for held in silences:
             if held.ends_at is None:
@@ -271,11 +287,14 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
 
     def _waits_on_io(self, inner: selectors.BaseSelector, silences: list[Silence]) -> bool:
         """Whether a socket or pipe is waited on whose peer is not silent on purpose (those go in ``silences``)."""
+        first_seen = self._watch.first_seen
         for key in inner.get_map().values():
             if key.fd in self._own:
                 continue
             held = _silence_of(key.fileobj)
-            if held is None or held.ended:
+            if held is None or held.ended or held.declared < first_seen.get(key.fd, (None, math.inf))[1]:
+                # Not silent, or a silence left from an earlier connection that had this address (the port was
+                # reused): a server cannot be silent towards a connection before the client made it.
                 return True
             silences.append(held)
         return False
@@ -290,8 +309,8 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
                 task.cancel(f"the virtual clock reached its end ({self._end:g} s)")
 
 
-def _silence_of(fileobj: object) -> Silence | None:
-    """The declared silence of the connection ``fileobj`` (a socket or the fd asyncio registers for one) is of."""
+def _local_address(fileobj: object) -> Address | None:
+    """The own address of the connection ``fileobj`` (a socket or the fd asyncio registers for one), or None."""
     if isinstance(fileobj, socket.socket):
         sock, borrowed = fileobj, False
     elif isinstance(fileobj, int):
@@ -308,10 +327,16 @@ def _silence_of(fileobj: object) -> Silence | None:
     finally:
         if borrowed:
             sock.detach()  # the descriptor stays the loop's
+    return None if local is None else (local[0], local[1])
+
+
+def _silence_of(fileobj: object) -> Silence | None:
+    """The declared silence of the connection ``fileobj`` is of, if any."""
+    local = _local_address(fileobj)
     if local is None:
         return None
     with _LOCK:
-        return _SILENCES.get((local[0], local[1]))
+        return _SILENCES.get(local)
 
 
 def replay_loop(*, end: float | None = None) -> VirtualTimeLoop:
