@@ -23,7 +23,14 @@ FLOORS: list[list[str]] = [
     # 0, below the ground: the bounds on what is read (files a user names, compressed bodies), used by all
     ["chunktape._limits"],
     # 1, the ground: what everything may use, which uses nothing of ours
-    ["chunktape._version", "chunktape._errors", "chunktape._lazy", "chunktape._httpx", "chunktape._virtual_time"],
+    [
+        "chunktape._version",
+        "chunktape._errors",
+        "chunktape._lazy",
+        "chunktape._httpx",
+        "chunktape._virtual_time",
+        "chunktape._json_prefix",
+    ],
     ["chunktape._abort", "chunktape._secrets"],
     # the protocol: chunks, requests, the adapter
     ["chunktape._protocol", "chunktape.secrets"],

@@ -7,8 +7,8 @@ Rules (each violation raises ``ProtocolViolation`` naming one of these):
 ``index-order``         indexes start at 0 and increase by one; a delta or block-end carries its
                         block's index (no interleaving)
 ``arguments-delta``     argumentsDelta pieces concatenate to the block-end's arguments, valid JSON (a
-                        tool call the token limit ``cut`` may stop anywhere, if it is the last block and the
-                        finish is ``length``)
+                        tool call the token limit ``cut`` stops early: the start of a JSON text, in the last
+                        block, before a ``length`` finish)
 ``finish-last``         finish is the last chunk, exactly once
 ``usage-before-finish`` at most one usage chunk, before finish
 ``block-content``       a block-end's block is the concatenation of its deltas, of the started type
@@ -23,6 +23,7 @@ from typing import NoReturn, get_args
 import msgspec
 
 from chunktape._errors import ProtocolViolation
+from chunktape._json_prefix import unfinished_json
 from chunktape._protocol import (
     BlockEnd,
     BlockStart,
@@ -257,6 +258,11 @@ class StreamValidator:
                     f"argumentsDelta pieces give {shortened(streamed)}, block-end says {shortened(block.arguments)}",
                 )
             if isinstance(block, ToolCallBlock) and block.cut:
+                if not unfinished_json(block.arguments):
+                    self._fail(
+                        "arguments-delta",
+                        f"a cut tool call's arguments are not the start of a JSON text: {shortened(block.arguments)}",
+                    )
                 self._cut_at = self.position
             else:
                 try:

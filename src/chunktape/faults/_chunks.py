@@ -152,7 +152,7 @@ class _Corrupter:
             case "interleaved":
                 return [BlockStart(index=index, block_type="text"), TextDelta(index=index + 1, text=self._note())]
             case "bad-arguments-json":
-                arguments = '{"broken":'
+                arguments = '{"broken":}'  # no token limit cuts JSON so
                 call_id = CallId("call_corrupt")
                 return [
                     BlockStart(index=index, block_type="tool-call"),

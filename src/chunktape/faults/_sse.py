@@ -177,7 +177,7 @@ class _BadArguments:
         self.done = True
         if self.call is not None:
             return _tool_call_frame(self.call, self.junk)
-        return _tool_call_frame(0, '{"broken":', name="corrupt")
+        return _tool_call_frame(0, '{"broken":}', name="corrupt")
 
     def feed(self, frame: Frame) -> list[Frame]:
         if self.done:

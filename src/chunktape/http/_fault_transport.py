@@ -37,7 +37,7 @@ Each fault becomes:
                 ``bad-arguments-json``  one more ``arguments`` piece (``,`` ``}`` ``"`` or ``{``, by ``seed``)
                                         right after the first tool call's last piece, so its arguments are no
                                         longer JSON; a stream without tool calls gets a call whose arguments
-                                        are ``{"broken":`` before its finish (clients: ``INVALID_RESPONSE``)
+                                        are ``{"broken":}`` before its finish (clients: ``INVALID_RESPONSE``)
 
                 Every other kind has no form on this wire, and ``FaultTransport`` refuses it
                 (``INVALID_CONFIG``) when it is built: the chat-chunk stream has no block starts, ends or

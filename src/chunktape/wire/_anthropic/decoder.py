@@ -32,6 +32,7 @@ from typing import Any
 import msgspec
 
 from chunktape._errors import ErrorCode, LlmError
+from chunktape._json_prefix import unfinished_json
 from chunktape._protocol import (
     BlockEnd,
     BlockStart,
@@ -322,7 +323,7 @@ class AnthropicDecoder:
                 cut = False
             except msgspec.DecodeError:
                 # max_tokens cut it (the stop reason says so now, or in the message_delta that follows).
-                if block.kind != "tool-call" or stop not in (None, "max_tokens"):
+                if block.kind != "tool-call" or stop not in (None, "max_tokens") or not unfinished_json(text):
                     raise invalid(
                         f"tool call {block.name!r} has input that is not valid JSON when its block ends: "
                         f"{snippet(text)}"

@@ -34,6 +34,7 @@ from typing import Any, Literal
 import msgspec
 
 from chunktape._errors import ErrorCode, LlmError
+from chunktape._json_prefix import unfinished_json
 from chunktape._protocol import (
     BlockEnd,
     BlockStart,
@@ -390,7 +391,7 @@ class OpenAIChatDecoder:
         if call.name is None:
             raise LlmError(f"tool call #{call.block_index} never got a function name", ErrorCode.INVALID_RESPONSE)
         cut = not _complete_json(arguments)
-        if cut and not may_cut:
+        if cut and not (may_cut and unfinished_json(arguments)):  # a cut stops early; junk is no cut
             raise LlmError(
                 f"tool call {call.name!r} has arguments that are not valid JSON: {snippet(arguments)}",
                 ErrorCode.INVALID_RESPONSE,

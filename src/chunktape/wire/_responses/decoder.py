@@ -26,6 +26,7 @@ from typing import Any
 import msgspec
 
 from chunktape._errors import ErrorCode, LlmError
+from chunktape._json_prefix import unfinished_json
 from chunktape._protocol import (
     BlockEnd,
     BlockStart,
@@ -296,7 +297,7 @@ class ResponsesDecoder:
                     cut = False
                 except msgspec.DecodeError:
                     # An item max_output_tokens cut is "incomplete": its arguments stop where the limit fell.
-                    if item.get("status") != "incomplete":
+                    if item.get("status") != "incomplete" or not unfinished_json(text):
                         raise invalid(
                             f"function call {current.name!r} has arguments that are not valid JSON: {snippet(text)}"
                         ) from None
