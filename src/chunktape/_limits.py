@@ -23,6 +23,7 @@ __all__ = [
     "ENV_MAX_FILE_BYTES",
     "MAX_DECODED_BYTES",
     "MAX_ERROR_BODY_BYTES",
+    "MAX_EVENT_CHARS",
     "MAX_FILE_BYTES",
     "PIECE_BYTES",
     "BodyDecodeError",
@@ -43,6 +44,11 @@ MAX_DECODED_BYTES = 64 << 20
 MAX_ERROR_BODY_BYTES = 64 << 10
 """The most of an error answer's body a recording keeps (64 KiB): a provider's error message is a few hundred
 bytes; what is past it still reaches the client, and the recorded message says how long the body was."""
+MAX_EVENT_CHARS = 64 << 20
+"""The longest one server-sent event may be (64 Mi characters, its data lines together, or one line alone): a
+stream is read for as long as it lasts, but an event that never ends is a broken or hostile server, not an answer;
+the largest real events (a Responses ``response.completed`` carrying the whole answer, a base64 image) are a few
+MB."""
 PIECE_BYTES = 64 << 10
 """The most one step of decoding produces (64 KiB), so a body passed on piece by piece never balloons."""
 

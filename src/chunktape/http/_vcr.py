@@ -152,7 +152,10 @@ def _stream(body: bytes, content_type: str | None) -> tuple[list[StreamChunk], O
     parser = SseParser()
     decoder = OpenAIChatDecoder()
     chunks: list[StreamChunk] = []
-    items = parser.feed(body) + parser.close()
+    try:
+        items = parser.feed(body) + parser.close()
+    except LlmError as exc:  # an event past the parser's bound
+        return [], _raised(exc)
     if body.strip() and not any(isinstance(item, SseComment) or item.data is not None for item in items):
         return [], _raised(not_an_event_stream(body, content_type))
     try:

@@ -14,6 +14,10 @@ Two deliberate, documented departures from the browser algorithm, both for lossl
   right after ``data: [DONE]\\n``; browsers drop it), but marks it: ``SseParser.unterminated`` is that event.
   A body cut mid-event (``data: {"cho``) ends the same way, so a consumer must not trust an unterminated event
   as complete: the OpenAI decoder reports a cut one as a broken stream (``STREAM_ABORTED``).
+
+A stream may last as long as it likes, but one event may not: a line, or an event's data lines together, longer
+than ``max_event`` characters (``MAX_EVENT_CHARS``, 64 Mi) is ``INVALID_RESPONSE``, raised by ``feed`` as soon as
+it is known, so a server that never ends a line cannot fill memory.
 """
 
 from __future__ import annotations
@@ -24,6 +28,9 @@ from collections.abc import Iterable
 from typing import Any
 
 import msgspec
+
+from chunktape._errors import ErrorCode, LlmError
+from chunktape._limits import MAX_EVENT_CHARS
 
 __all__ = ["SseComment", "SseEvent", "SseItem", "SseParser", "json_event", "parse_sse", "write_sse"]
 
@@ -56,20 +63,27 @@ class SseParser:
     __slots__ = (
         "_bom_checked",
         "_data",
+        "_data_size",
         "_decoder",
         "_event",
         "_id",
+        "_max_event",
         "_pending",
+        "_pending_size",
         "_retry",
         "_skip_lf",
         "last_event_id",
         "unterminated",
     )
 
-    def __init__(self) -> None:
+    def __init__(self, *, max_event: int | None = None) -> None:
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._max_event = MAX_EVENT_CHARS if max_event is None else max_event
         self._pending: list[str] = []
         """The current line so far (pieces without a line ending): joined once, when its ending arrives."""
+        self._pending_size = 0
+        self._data_size = 0
+        """The characters of the current event's data lines so far."""
         self._skip_lf = False
         self._bom_checked = False
         self._data: list[str] | None = None
@@ -122,7 +136,7 @@ class SseParser:
         for match in _EOL.finditer(text):
             if self._pending:
                 self._pending.append(text[start : match.start()])
-                line, self._pending = "".join(self._pending), []
+                line, self._pending, self._pending_size = "".join(self._pending), [], 0
             else:
                 line = text[start : match.start()]
             self._line(line, items)
@@ -131,12 +145,17 @@ class SseParser:
             self._skip_lf = start == len(text)
         if start < len(text):
             self._pending.append(text[start:] if start else text)
+            self._pending_size += len(text) - start
+            if self._pending_size + self._data_size > self._max_event:
+                raise self._too_long()
         return items
 
     def _line(self, line: str, items: list[SseItem]) -> None:
         if not line:
             self._dispatch(items)
             return
+        if len(line) > self._max_event:
+            raise self._too_long()
         colon = line.find(":")
         if colon == 0:
             items.append(SseComment(text=line[2:] if line.startswith(": ") else line[1:]))
@@ -147,6 +166,9 @@ class SseParser:
             field = line[:colon]
             value = line[colon + 2 :] if line.startswith(" ", colon + 1) else line[colon + 1 :]
         if field == "data":
+            self._data_size += len(value) + 1
+            if self._data_size > self._max_event:
+                raise self._too_long()
             if self._data is None:
                 self._data = [value]
             else:
@@ -168,10 +190,19 @@ class SseParser:
         items.append(SseEvent(data=data, event=self._event, id=self._id, retry=self._retry))
         self._data = self._event = self._id = None
         self._retry = None
+        self._data_size = 0
+
+    def _too_long(self) -> LlmError:
+        return LlmError(
+            f"a server-sent event longer than {self._max_event:,} characters: a line or an event that never ends is "
+            "a broken stream, not an answer",
+            ErrorCode.INVALID_RESPONSE,
+        )
 
 
 def parse_sse(body: bytes) -> list[SseItem]:
-    """Parse a whole body at once (a recorded response, a vcrpy cassette)."""
+    """Parse a whole body at once (a recorded response, a vcrpy cassette); ``INVALID_RESPONSE`` for an event past
+    ``MAX_EVENT_CHARS``."""
     parser = SseParser()
     return parser.feed(body) + parser.close()
 
