@@ -16,7 +16,7 @@ import pytest
 
 from chunktape import Cassette, load_cassette, save_cassette
 from chunktape.faults import Disconnect, Stall
-from helpers import cassette_of, interaction_of, record_through_faults, text_stream
+from helpers import cassette_of, interaction_of, record_through_faults, run_pytest, text_stream
 from png import read_png
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -186,6 +186,20 @@ def test_a_screenshot_of_the_report_shows_its_charts(chromium: str, page: Path, 
     assert len(colours) > 50  # text, lines and fills, not a flat image
     for fill in (PURPLE, GREEN, ORANGE):  # the block spans of the first charts, drawn
         assert colours[fill] > 200, fill
+
+
+def test_the_runs_report_loads_in_chromium_too(chromium: str, pytester: pytest.Pytester, tmp_path: Path) -> None:
+    """The page ``--tape-report`` writes at the end of a pytest run is the same page: no console message, a chart
+    per interaction, its test named."""
+    from test_upkeep import _project
+
+    _project(pytester)
+    run_pytest(pytester, "--tape-mode", "once", "--tape-report", "report.html").assert_outcomes(passed=2, skipped=1)
+    dom, messages = _browse(chromium, tmp_path, (pytester.path / "report.html").as_uri(), "--dump-dom")
+    assert messages == []
+    assert 'data-charts="1"' in dom
+    assert dom.count('<svg class="timeline"') == 1
+    assert "used by test_x.py::test_hi" in dom
 
 
 def test_the_install_step_never_fails_where_chromium_cannot_be_installed(tmp_path: Path) -> None:
