@@ -324,15 +324,41 @@ class Reply(_Wire, frozen=True, kw_only=True):
     tool_calls: list[ToolCallBlock] = []
     usage: TokenUsage | None = None
     finish: FinishReason
+    blocks: list[TextBlock | ReasoningBlock] = []
+    """When the reasoning must go back as it came (Anthropic's signed or redacted thinking): the text and reasoning
+    blocks as they ended, in stream order. Empty otherwise, so a reply of plain text compares as it always did."""
+    reasoning_items: list[str] = []
+    """The provider's ids of reasoning that came as items of its own (OpenAI Responses' ``rs_...``)."""
 
     def message(self) -> Message:
-        """The assistant turn to append to the history (tool calls and reasoning included, as providers expect)."""
+        """The assistant turn to append to the history, with the reasoning in the form its provider takes back:
+        Anthropic's thinking as the signed or redacted blocks it sent (before the text and tool calls, as sent);
+        plain reasoning (DeepSeek's) as ``reasoning_content``; reasoning its provider keeps as items of their own
+        (OpenAI Responses, whose function calls run without it) not at all."""
+        if self.blocks:
+            return Message(
+                role="assistant",
+                content_parts=[_block_part(block) for block in self.blocks],
+                tool_calls=list(self.tool_calls),
+            )
         return Message(
             role="assistant",
             content=self.text or None,
             tool_calls=list(self.tool_calls),
-            reasoning_content=self.reasoning or None,
+            reasoning_content=(self.reasoning or None) if not self.reasoning_items else None,
         )
+
+
+def _block_part(block: TextBlock | ReasoningBlock) -> dict[str, Any]:
+    """A block as the content part Anthropic takes back."""
+    if isinstance(block, TextBlock):
+        part: dict[str, Any] = {"type": "text", "text": block.text}
+        if block.citations:
+            part["citations"] = block.citations
+        return part
+    if block.redacted is not None:
+        return {"type": "redacted_thinking", "data": block.redacted}
+    return {"type": "thinking", "thinking": block.text, "signature": block.signature or ""}
 
 
 class ReplyBuilder:
@@ -345,13 +371,27 @@ class ReplyBuilder:
     does that); for a valid stream the deltas and the block-ends agree.
     """
 
-    __slots__ = ("_finish", "_reasoning", "_text", "_tool_calls", "_usage", "chunks")
+    __slots__ = (
+        "_blocks",
+        "_finish",
+        "_item_ids",
+        "_reasoning",
+        "_reasoning_items",
+        "_text",
+        "_tool_calls",
+        "_usage",
+        "chunks",
+    )
 
     def __init__(self, chunks: Iterable[StreamChunk] = ()) -> None:
         """Start a fold, fed with ``chunks`` (e.g. a recorded interaction's) if given."""
         self._text: list[str] = []
         self._reasoning: list[str] = []
         self._tool_calls: list[ToolCallBlock] = []
+        self._blocks: list[TextBlock | ReasoningBlock] = []
+        self._item_ids: dict[int, str] = {}
+        """The provider ids of the reasoning blocks open now, by index."""
+        self._reasoning_items: list[str] = []
         self._usage: TokenUsage | None = None
         self._finish: FinishReason | None = None
         self.chunks = 0
@@ -366,8 +406,15 @@ class ReplyBuilder:
                 self._text.append(chunk.text)
             case ReasoningDelta():
                 self._reasoning.append(chunk.text)
+            case BlockStart(block_type="reasoning", id=str() as item_id):
+                self._item_ids[chunk.index] = item_id
             case BlockEnd(block=ToolCallBlock() as block):
                 self._tool_calls.append(block)
+            case BlockEnd(block=TextBlock() | ReasoningBlock() as block):
+                self._blocks.append(block)
+                item_id = self._item_ids.pop(chunk.index, "")
+                if item_id:
+                    self._reasoning_items.append(item_id)
             case UsageChunk():
                 self._usage = chunk.usage
             case Finish():
@@ -391,6 +438,21 @@ class ReplyBuilder:
         return list(self._tool_calls)
 
     @property
+    def blocks(self) -> list[TextBlock | ReasoningBlock]:
+        """The text and reasoning blocks ended so far, in stream order, when a reasoning block among them must go
+        back as it came (``Reply.blocks``); else empty (a new list each time)."""
+        signed = any(
+            isinstance(block, ReasoningBlock) and (block.signature is not None or block.redacted is not None)
+            for block in self._blocks
+        )
+        return list(self._blocks) if signed else []
+
+    @property
+    def reasoning_items(self) -> list[str]:
+        """The provider ids of the reasoning items ended so far (``Reply.reasoning_items``)."""
+        return list(self._reasoning_items)
+
+    @property
     def usage(self) -> TokenUsage | None:
         return self._usage
 
@@ -412,6 +474,8 @@ class ReplyBuilder:
             tool_calls=self.tool_calls,
             usage=self._usage,
             finish=self._finish,
+            blocks=self.blocks,
+            reasoning_items=self.reasoning_items,
         )
 
     @classmethod

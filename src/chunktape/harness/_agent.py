@@ -134,8 +134,11 @@ def _turn_messages(
     done: DoneEvent,
     results: list[ToolResultEvent | None],
 ) -> list[Message]:
-    """The assistant turn with its tool calls, then one ``tool`` message per call, in call order."""
+    """The assistant turn with its tool calls, then one ``tool`` message per call, in call order; its reasoning in
+    the form the provider takes back (the finished attempt's blocks: Anthropic's signed thinking)."""
     reply = turn_reply([*output, *calls], done)
+    if done.reply is not None:
+        reply = msgspec.structs.replace(reply, blocks=done.reply.blocks, reasoning_items=done.reply.reasoning_items)
     tool_messages = [
         Message(role="tool", tool_call_id=result.tool_call_id, content=result.content)
         for result in results

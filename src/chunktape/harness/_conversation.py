@@ -13,7 +13,15 @@ from collections.abc import Callable
 import msgspec
 
 from chunktape._errors import LlmError
-from chunktape._protocol import GenerateOptions, LlmAdapter, Message, ReplyBuilder, StreamChunk
+from chunktape._protocol import (
+    FinishReason,
+    GenerateOptions,
+    LlmAdapter,
+    Message,
+    Reply,
+    ReplyBuilder,
+    StreamChunk,
+)
 from chunktape.harness._events import ToolCallEvent, ToolResultEvent
 from chunktape.harness._tools import ToolRunner, tool_error
 
@@ -68,15 +76,19 @@ class Conversation:
                 self.on_chunk(chunk)
         except LlmError as error:
             return error
-        self.add(
-            Message(
-                role="assistant",
-                content=reply.text or None,
-                tool_calls=[call for call in reply.tool_calls if not call.cut],  # a cut call cannot be answered
-                # DeepSeek wants the reasoning back only on tool-call turns.
-                reasoning_content=(reply.reasoning or None) if any(not call.cut for call in reply.tool_calls) else None,
-            )
+        calls = [call for call in reply.tool_calls if not call.cut]  # a cut call cannot be answered
+        if not calls:  # reasoning goes back only on tool-call turns (DeepSeek's rule; Anthropic ignores it elsewhere)
+            self.add(Message(role="assistant", content=reply.text or None))
+            return None
+        whole = Reply(
+            text=reply.text,
+            reasoning=reply.reasoning,
+            tool_calls=calls,
+            finish=reply.finish or FinishReason(kind="tool-calls"),
+            blocks=reply.blocks,
+            reasoning_items=reply.reasoning_items,
         )
+        self.add(whole.message())
         return None
 
     async def agent_turn(self) -> LlmError | None:

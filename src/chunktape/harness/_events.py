@@ -134,6 +134,9 @@ class DoneEvent(_Event, frozen=True, kw_only=True, tag="done"):
     finish: FinishKind | None = None
     """The protocol's finish kind when the stream finished (``content-filter`` maps to ``stop``)."""
     metrics: StreamMetrics | None = None
+    reply: Reply | None = None
+    """The whole reply of the attempt that finished (None when none did): its ``blocks`` carry what the provider
+    needs to take the turn back, such as Anthropic's thinking signatures, which the output events do not."""
 
 
 class ToolResultEvent(_Event, frozen=True, kw_only=True, tag="tool_result"):

@@ -61,6 +61,7 @@ from chunktape._protocol import (
     GenerateOptions,
     LlmAdapter,
     ReasoningDelta,
+    Reply,
     ReplyBuilder,
     StreamChunk,
     TextDelta,
@@ -253,12 +254,13 @@ class _Run:
         usage: TokenUsage | None = None,
         error: LlmError | None = None,
         finish: FinishKind | None = None,
+        reply: Reply | None = None,
     ) -> DoneEvent:
         self.ended = True
         self.metrics.total_duration = self._now() - self.started
         if usage is not None:
             self.metrics.token_usage = usage
-        done = DoneEvent(reason=reason, usage=usage, error=error, finish=finish, metrics=self.metrics)
+        done = DoneEvent(reason=reason, usage=usage, error=error, finish=finish, metrics=self.metrics, reply=reply)
         total = None if usage is None else usage.input_tokens + usage.output_tokens
         logger.info("stream ended: reason=%s, tokens=%s, attempts=%d", reason, total, self.metrics.attempts)
         self._notify(STREAM_END, done)
@@ -393,4 +395,4 @@ class _Run:
         if reason == "error":
             detail = reply.finish.detail or "no detail"
             finish_error = LlmError(f"the provider finished with an error ({detail})", ErrorCode.INVALID_RESPONSE)
-        yield self._done(reason, usage=reply.usage, error=finish_error, finish=reply.finish.kind)
+        yield self._done(reason, usage=reply.usage, error=finish_error, finish=reply.finish.kind, reply=reply)
