@@ -97,6 +97,40 @@ async def test_a_bad_field_is_a_400_json_error_naming_it(fields: dict[str, Any],
         assert response.json()["error"]["code"] == "INVALID_REQUEST"
 
 
+@pytest.mark.parametrize(
+    ("route", "body", "named"),
+    [
+        pytest.param("/v1/chat/completions", _body(stream="yes"), "`stream` must be true or false", id="chat-stream"),
+        pytest.param("/v1/chat/completions", _body(stream=1), "`stream` must be true or false", id="chat-stream-1"),
+        pytest.param("/v1/chat/completions", _body(stream_options="x"), "`stream_options` must be", id="options"),
+        pytest.param(
+            "/v1/chat/completions", _body(stream_options={"include_usage": "yes"}), "include_usage", id="usage"
+        ),
+        pytest.param("/v1/chat/completions", _body(n=1000), "`n` is 1000", id="n-1000"),
+        pytest.param("/v1/chat/completions", _body(n="1"), "`n` is '1'", id="n-string"),
+        pytest.param(
+            "/v1/messages",
+            {"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}], "stream": "true"},
+            "`stream` must be true or false",
+            id="messages-stream",
+        ),
+        pytest.param(
+            "/v1/responses", {"model": "m", "input": "hi", "stream": "1"}, "`stream` must be true or false", id="resp"
+        ),
+    ],
+)
+async def test_a_delivery_flag_of_the_wrong_type_is_a_400_not_another_answer(
+    route: str, body: dict[str, Any], named: str
+) -> None:
+    """``"stream": "yes"`` was read as false (a JSON body to a client that asked for a stream), ``n`` of 1000 as a
+    cassette miss: the provider answers 400 to both, and so does the replay server, naming the field."""
+    async with ReplayServer(_cassette(), timing=INSTANT) as server, httpx.AsyncClient() as client:
+        response = await client.post(server.url + route, json=body)
+    assert response.status_code == 400, response.text
+    assert named in response.json()["error"]["message"]
+    assert response.headers["x-chunktape-error"] == "INVALID_REQUEST"
+
+
 async def test_deep_json_is_a_400_naming_the_problem() -> None:
     deep = b"[" * 100_000 + b"]" * 100_000
     nested = msgspec.json.encode(_body(x=None)).replace(b'"x":null', b'"x":' + b"[" * 500 + b"]" * 500)

@@ -22,6 +22,7 @@ __all__ = [
     "MAX_NESTING",
     "DecodedRequest",
     "custom_tools",
+    "delivery",
     "generate_options",
     "json_body",
     "request_fields",
@@ -114,6 +115,25 @@ def too_wide(body: object) -> str | None:
         elif isinstance(item, list):
             stack.extend((child, field) for child in item)
     return None
+
+
+def delivery(body: Mapping[str, Any], bad: Callable[[str], LlmError], *, options: bool = False) -> tuple[bool, bool]:
+    """Whether a request body asks for a stream, and (``options``: the protocol has ``stream_options``) for the
+    stream's usage. ``stream`` is true, false or absent, ``stream_options`` an object or absent, its
+    ``include_usage`` true, false or absent: any other value is ``bad(...)``, as the provider's own 400 is (a
+    ``"stream": "yes"`` answered as if it were false would hand the client a JSON body it never asked for)."""
+    stream = body.get("stream")
+    if stream is not None and type(stream) is not bool:
+        raise bad(f"`stream` must be true or false, got {stream!r:.80}")
+    if not options:
+        return stream is True, False
+    extra = body.get("stream_options")
+    if extra is not None and not isinstance(extra, dict):
+        raise bad(f"`stream_options` must be an object, got {extra!r:.80}")
+    usage = (extra or {}).get("include_usage")
+    if usage is not None and type(usage) is not bool:
+        raise bad(f"`stream_options.include_usage` must be true or false, got {usage!r:.80}")
+    return stream is True, stream is True and usage is True
 
 
 class DecodedRequest(NamedTuple):
