@@ -131,6 +131,60 @@ async def test_a_delivery_flag_of_the_wrong_type_is_a_400_not_another_answer(
     assert response.headers["x-chunktape-error"] == "INVALID_REQUEST"
 
 
+@pytest.mark.parametrize(
+    ("method", "path", "status", "said"),
+    [
+        pytest.param("POST", "/v1/embeddings", 404, "POST /v1/embeddings is no route", id="unknown-route"),
+        pytest.param("GET", "/v1/models", 404, "GET /v1/models is no route", id="models"),
+        pytest.param("GET", "/", 404, "GET / is no route", id="root"),
+        pytest.param("GET", "/v1/chat/completions", 405, "answers POST only", id="get"),
+        pytest.param("OPTIONS", "/v1/chat/completions", 405, "answers POST only", id="options"),
+        pytest.param("PUT", "/v1/responses", 405, "answers POST only", id="put"),
+        pytest.param("DELETE", "/v1/messages", 405, "answers POST only", id="delete-messages"),
+    ],
+)
+async def test_a_route_or_method_the_server_lacks_is_a_json_error_in_the_routes_shape(
+    method: str, path: str, status: int, said: str
+) -> None:
+    """Starlette's own 404/405 were ``text/plain`` ("Not Found"): an SDK pointed at the wrong base URL read no
+    message. They are JSON in the route's protocol shape (Anthropic's on ``/v1/messages``), marked as chunktape's."""
+    async with ReplayServer(_cassette(), timing=INSTANT) as server, httpx.AsyncClient() as client:
+        response = await client.request(method, server.url + path, json={"model": "m"})
+        head = await client.head(server.url + "/v1/chat/completions")
+    assert response.status_code == status
+    assert response.headers["content-type"] == "application/json"
+    assert response.headers["x-chunktape-error"] == "INVALID_REQUEST"
+    assert said in response.json()["error"]["message"]
+    assert (response.json().get("type") == "error") is path.endswith("/messages")
+    if status == 405:
+        assert response.headers["allow"] == "POST"
+    assert head.status_code == 405
+    assert head.content == b""
+
+
+def test_a_request_no_http_parser_reads_is_a_json_error_the_client_gets_whole() -> None:
+    """A head past ``max_head`` and a request that is no HTTP/1.1 were uvicorn's ``text/plain`` 400, and the
+    connection closed under a client still sending: a reset instead of the answer. They are JSON (431 for the head),
+    read to the end by a client that writes its whole request first."""
+    with ReplayServer(_cassette(), timing=INSTANT, limits=ServerLimits(max_head=4096)) as server:
+        with httpx.Client() as client:
+            for size in (300_000, 2_000_000):  # past one read (256 KiB): h11 sees the head unfinished
+                response = client.post(server.url + "/v1/chat/completions", json=_body(), headers={"x-big": "a" * size})
+                assert response.status_code == 431
+                assert response.headers["content-type"] == "application/json"
+                assert "larger than this server reads (4,096 bytes" in response.json()["error"]["message"]
+        for request in (
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nabc\r\n",
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: -5\r\n\r\n",
+            b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03" + b"\x00" * 50,
+        ):
+            answer = _exchange(server, request)
+            head, _, body = answer.partition(b"\r\n\r\n")
+            assert head.startswith(b"HTTP/1.1 400 Bad Request\r\n"), answer
+            assert b"content-type: application/json" in head
+            assert "not valid HTTP/1.1" in msgspec.json.decode(body)["error"]["message"]
+
+
 async def test_deep_json_is_a_400_naming_the_problem() -> None:
     deep = b"[" * 100_000 + b"]" * 100_000
     nested = msgspec.json.encode(_body(x=None)).replace(b'"x":null', b'"x":' + b"[" * 500 + b"]" * 500)
