@@ -92,3 +92,17 @@ def test_the_console_script_wraps_to_the_terminal_too() -> None:
     )
     assert prose_problems(done.stdout, 80) == []
     assert "Give the input with --prompt" in done.stdout
+
+
+def test_a_narrow_terminal_gets_every_option_name_and_word_whole() -> None:
+    """At 40 columns rich's option tables cut names and words short (``--outp…``, ``casset…``): a user could not
+    read which option to pass. There the help is click's plain text: no ellipsis, every option spelled out, and
+    no line past the terminal but an option's own spelling (``--serializer <auto|yaml|json|parsed-body>``)."""
+    found = helps(40)
+    for name, text in found.items():
+        assert "…" not in text, name
+        for line in text.splitlines():
+            assert len(line) <= 40 or line.strip().startswith("-"), (name, line)
+    assert "-o, --output <path>" in found["import-vcr"]
+    assert "--keep-undecodable" in found["import-vcr"]
+    assert "--match-on" in found["serve"]

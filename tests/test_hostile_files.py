@@ -26,8 +26,10 @@ from chunktape import (
     Completed,
     ErrorCode,
     Event,
+    GenerateOptions,
     Interaction,
     LlmError,
+    Message,
     Raised,
     RecordedRequest,
     _limits,
@@ -414,3 +416,33 @@ async def test_a_streamed_bomb_from_a_provider_stops_at_the_cap_and_the_recordin
 
 def _loaded(path: Path) -> Cassette:
     return load_cassette(path)
+
+
+def test_a_number_msgpack_cannot_hold_is_one_line_and_json_still_takes_it(tmp_path: Path) -> None:
+    """A JSON cassette may hold any integer (a request's ``seed`` spelled out in 30 digits); msgpack stops at 64
+    bits. Converting, or recovering a journal, into msgpack was an ``unexpected OverflowError``; it is now
+    ``CASSETTE_UNWRITABLE`` naming the way out, and nothing is written."""
+    wide = GenerateOptions(model="m", messages=[Message(role="user", content="hi")], extra={"seed": 10**30})
+    interaction = Interaction(
+        request=RecordedRequest.from_options(wide),
+        events=[Event(t_ns=n, chunk=c) for n, c in enumerate(text_stream("a"))],
+        outcome=Completed(t_ns=9),
+    )
+    source = tmp_path / "wide.json"
+    save_cassette(Cassette(interactions=[interaction]), source)
+    target = tmp_path / "wide.msgpack"
+    done = subprocess.run(
+        [sys.executable, "-m", "chunktape", "convert", str(source), str(target)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 3
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert "[CASSETTE_UNWRITABLE]" in lines[0]
+    assert "write it with a .json suffix" in lines[0]
+    assert not target.exists()
+    again = CliRunner().invoke(app, ["convert", str(source), str(tmp_path / "copy.json")])
+    assert again.exit_code == 0, again.output
+    assert load_cassette(tmp_path / "copy.json").interactions[0].request.extra["seed"] == 10**30

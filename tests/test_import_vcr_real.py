@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import gzip
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -260,3 +262,63 @@ def test_the_cli_fails_in_one_line_and_keeps_when_asked(tmp_path: Path) -> None:
     named = runner.invoke(app, ["import-vcr", str(pydantic), "-o", str(out), "--serializer", "parsed-body", "--force"])
     assert named.exit_code == 0, named.output
     assert "imported 2 interaction(s)" in named.stdout
+
+
+def _import_cli(source: Path, out: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "chunktape", "import-vcr", str(source), "-o", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+@pytest.mark.parametrize(
+    ("shape", "said"),
+    [
+        pytest.param(
+            exchange(HELLO, b"(\xb5/\xfd\x00X)\x00\x00{}", headers={"Content-Encoding": ["zstd"]}),
+            "its body is 'zstd'-encoded (Content-Encoding), which chunktape does not decode",
+            id="zstd",
+        ),
+        pytest.param(
+            exchange(HELLO, b"\x8b\x05\x80{}\x03", headers={"content-encoding": ["br"]}),
+            "its body is 'br'-encoded",
+            id="brotli",
+        ),
+        pytest.param(exchange(None, sse(finish(), "[DONE]")), "(it has no body)", id="request-body-null"),
+        pytest.param(exchange(HELLO, sse(finish(), "[DONE]"), status=99999), "99999 is no HTTP status", id="status"),
+    ],
+)
+def test_what_a_vcr_cassette_holds_that_cannot_be_decoded_is_named_in_one_line(
+    tmp_path: Path, shape: dict[str, Any], said: str
+) -> None:
+    """A brotli or zstd body (vcrpy's decode_compressed_response decodes gzip and deflate only) was reported as
+    "not an event stream" with its compressed bytes dumped; a request without a body as "Input data was
+    truncated"; a status of 99999 was imported, to be served as no HTTP status. Each is one line naming it."""
+    out = tmp_path / "out.msgpack"
+    done = _import_cli(write(tmp_path / "in.yaml", shape), out)
+    assert done.returncode == 3
+    (line,) = done.stderr.strip().splitlines()
+    assert "[CASSETTE_CORRUPT]" in line
+    assert "vcr interaction #0" in line
+    assert said in line
+    assert not out.exists()
+
+
+def test_a_request_body_stored_parsed_is_read_and_retries_count_by_the_request(tmp_path: Path) -> None:
+    """A serializer that stores the request body parsed (a mapping, not a string) made ``bytes(dict)`` fail; and a
+    429, a 502 page and the stream that followed, one request sent three times, counted as two calls."""
+    retried = [
+        exchange(HELLO, json.dumps({"error": {"message": "Rate limit"}}), status=429, ctype="application/json"),
+        exchange(HELLO, "<html>502 Bad Gateway</html>", status=502, ctype="text/html"),
+        exchange(HELLO, sse(delta(content="ok"), finish(), "[DONE]")),
+    ]
+    for interaction in retried:
+        interaction["request"]["body"] = HELLO
+    out = tmp_path / "out.msgpack"
+    done = _import_cli(write(tmp_path / "in.yaml", *retried), out)
+    assert done.returncode == 0, done.stderr
+    interactions = load_cassette(out).interactions
+    assert [interaction.attempt for interaction in interactions] == [1, 2, 3]
+    assert text_of(interactions[2].chunks) == "ok"

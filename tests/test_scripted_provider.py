@@ -198,6 +198,37 @@ def test_serve_script_records_in_one_command(tmp_path: Path) -> None:
     assert len(load_cassette(cassette).interactions) == 2
 
 
+def test_a_request_number_no_cassette_can_store_is_refused_and_the_recording_kept(tmp_path: Path) -> None:
+    """A client's ``"seed": <30 digits>`` was served, then made the whole recording unsavable at Ctrl-C (an
+    ``OverflowError`` of msgpack, every interaction lost): it is a 400 naming the field, and the rest is saved."""
+    script = _script(tmp_path, '[[turns]]\ntext = "Sunny."\nrepeat = true\n')
+    cassette = tmp_path / "agent.msgpack"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "chunktape", "serve", "--script", str(script), "--record", str(cassette), "--port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        url = process.stdout.readline().split("serving on ", 1)[1].split()[0]
+        chat = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+        with httpx2.Client(base_url=url) as client:
+            assert client.post("/v1/chat/completions", json=chat).status_code == 200
+            wide = client.post("/v1/chat/completions", json={**chat, "seed": 10**30})
+            messages = {"model": "m", "max_tokens": 10**25, "messages": chat["messages"]}
+            anthropic = client.post("/v1/messages", json=messages)
+            responses = client.post("/v1/responses", json={"model": "m", "input": "hi", "top_logprobs": -(10**20)})
+    finally:
+        _, err = interrupt(process)
+    for refused, field in ((wide, "seed"), (anthropic, "max_tokens"), (responses, "top_logprobs")):
+        assert refused.status_code == 400, refused.text
+        assert f"field `{field}` holds an integer outside" in refused.json()["error"]["message"]
+    assert process.returncode == 0, err
+    assert "Traceback" not in err
+    assert len(load_cassette(cassette).interactions) == 1
+
+
 def test_record_against_a_loopback_provider_needs_no_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from typer.testing import CliRunner
 

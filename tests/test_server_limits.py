@@ -97,6 +97,94 @@ async def test_a_bad_field_is_a_400_json_error_naming_it(fields: dict[str, Any],
         assert response.json()["error"]["code"] == "INVALID_REQUEST"
 
 
+@pytest.mark.parametrize(
+    ("route", "body", "named"),
+    [
+        pytest.param("/v1/chat/completions", _body(stream="yes"), "`stream` must be true or false", id="chat-stream"),
+        pytest.param("/v1/chat/completions", _body(stream=1), "`stream` must be true or false", id="chat-stream-1"),
+        pytest.param("/v1/chat/completions", _body(stream_options="x"), "`stream_options` must be", id="options"),
+        pytest.param(
+            "/v1/chat/completions", _body(stream_options={"include_usage": "yes"}), "include_usage", id="usage"
+        ),
+        pytest.param("/v1/chat/completions", _body(n=1000), "`n` is 1000", id="n-1000"),
+        pytest.param("/v1/chat/completions", _body(n="1"), "`n` is '1'", id="n-string"),
+        pytest.param(
+            "/v1/messages",
+            {"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}], "stream": "true"},
+            "`stream` must be true or false",
+            id="messages-stream",
+        ),
+        pytest.param(
+            "/v1/responses", {"model": "m", "input": "hi", "stream": "1"}, "`stream` must be true or false", id="resp"
+        ),
+    ],
+)
+async def test_a_delivery_flag_of_the_wrong_type_is_a_400_not_another_answer(
+    route: str, body: dict[str, Any], named: str
+) -> None:
+    """``"stream": "yes"`` was read as false (a JSON body to a client that asked for a stream), ``n`` of 1000 as a
+    cassette miss: the provider answers 400 to both, and so does the replay server, naming the field."""
+    async with ReplayServer(_cassette(), timing=INSTANT) as server, httpx.AsyncClient() as client:
+        response = await client.post(server.url + route, json=body)
+    assert response.status_code == 400, response.text
+    assert named in response.json()["error"]["message"]
+    assert response.headers["x-chunktape-error"] == "INVALID_REQUEST"
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "status", "said"),
+    [
+        pytest.param("POST", "/v1/embeddings", 404, "POST /v1/embeddings is no route", id="unknown-route"),
+        pytest.param("GET", "/v1/models", 404, "GET /v1/models is no route", id="models"),
+        pytest.param("GET", "/", 404, "GET / is no route", id="root"),
+        pytest.param("GET", "/v1/chat/completions", 405, "answers POST only", id="get"),
+        pytest.param("OPTIONS", "/v1/chat/completions", 405, "answers POST only", id="options"),
+        pytest.param("PUT", "/v1/responses", 405, "answers POST only", id="put"),
+        pytest.param("DELETE", "/v1/messages", 405, "answers POST only", id="delete-messages"),
+    ],
+)
+async def test_a_route_or_method_the_server_lacks_is_a_json_error_in_the_routes_shape(
+    method: str, path: str, status: int, said: str
+) -> None:
+    """Starlette's own 404/405 were ``text/plain`` ("Not Found"): an SDK pointed at the wrong base URL read no
+    message. They are JSON in the route's protocol shape (Anthropic's on ``/v1/messages``), marked as chunktape's."""
+    async with ReplayServer(_cassette(), timing=INSTANT) as server, httpx.AsyncClient() as client:
+        response = await client.request(method, server.url + path, json={"model": "m"})
+        head = await client.head(server.url + "/v1/chat/completions")
+    assert response.status_code == status
+    assert response.headers["content-type"] == "application/json"
+    assert response.headers["x-chunktape-error"] == "INVALID_REQUEST"
+    assert said in response.json()["error"]["message"]
+    assert (response.json().get("type") == "error") is path.endswith("/messages")
+    if status == 405:
+        assert response.headers["allow"] == "POST"
+    assert head.status_code == 405
+    assert head.content == b""
+
+
+def test_a_request_no_http_parser_reads_is_a_json_error_the_client_gets_whole() -> None:
+    """A head past ``max_head`` and a request that is no HTTP/1.1 were uvicorn's ``text/plain`` 400, and the
+    connection closed under a client still sending: a reset instead of the answer. They are JSON (431 for the head),
+    read to the end by a client that writes its whole request first."""
+    with ReplayServer(_cassette(), timing=INSTANT, limits=ServerLimits(max_head=4096)) as server:
+        with httpx.Client() as client:
+            for size in (300_000, 2_000_000):  # past one read (256 KiB): h11 sees the head unfinished
+                response = client.post(server.url + "/v1/chat/completions", json=_body(), headers={"x-big": "a" * size})
+                assert response.status_code == 431
+                assert response.headers["content-type"] == "application/json"
+                assert "larger than this server reads (4,096 bytes" in response.json()["error"]["message"]
+        for request in (
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nabc\r\n",
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: -5\r\n\r\n",
+            b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03" + b"\x00" * 50,
+        ):
+            answer = _exchange(server, request)
+            head, _, body = answer.partition(b"\r\n\r\n")
+            assert head.startswith(b"HTTP/1.1 400 Bad Request\r\n"), answer
+            assert b"content-type: application/json" in head
+            assert "not valid HTTP/1.1" in msgspec.json.decode(body)["error"]["message"]
+
+
 async def test_deep_json_is_a_400_naming_the_problem() -> None:
     deep = b"[" * 100_000 + b"]" * 100_000
     nested = msgspec.json.encode(_body(x=None)).replace(b'"x":null', b'"x":' + b"[" * 500 + b"]" * 500)

@@ -558,5 +558,14 @@ def as_lazy(source: Cassette | LazyCassette | PathLike) -> LazyCassette:
 
 
 def encode_cassette(cassette: Cassette, path: PathLike) -> bytes:
-    """The bytes ``save_cassette`` would write to ``path`` (encoding chosen by its suffix)."""
-    return _format_for(Path(path)).encode(cassette)
+    """The bytes ``save_cassette`` would write to ``path`` (encoding chosen by its suffix). A msgpack cassette holding
+    an integer past 64 bits (a field of a request or answer that arrived unchecked) is ``CASSETTE_UNWRITABLE``, with
+    JSON, which stores any integer, as the way out; nothing is written."""
+    try:
+        return _format_for(Path(path)).encode(cassette)
+    except OverflowError as exc:
+        raise LlmError(
+            f"cannot write the cassette {path} as msgpack: it holds an integer outside -2**63..2**64-1 ({exc})",
+            ErrorCode.CASSETTE_UNWRITABLE,
+            hint="write it with a .json suffix (JSON stores any integer), or remove that number from what is recorded",
+        ) from None

@@ -58,6 +58,7 @@ __all__ = [
 ]
 
 _screen_encoder = msgspec.msgpack.Encoder()
+_screen_fallback = msgspec.json.Encoder()
 
 
 def _strings(value: Any, path: str) -> Iterator[tuple[str, str]]:
@@ -214,7 +215,10 @@ def _screen_text(interaction: Interaction) -> str:
             last_index, last_kind = chunk.index, kind
             append = blocks.setdefault((last_index, kind), []).append
         append(text)
-    rest = _screen_encoder.encode(others).decode("utf-8", "surrogateescape")
+    try:
+        rest = _screen_encoder.encode(others).decode("utf-8", "surrogateescape")
+    except OverflowError:  # an integer past msgpack's 64 bits: JSON spells out every string as well
+        rest = _screen_fallback.encode(others).decode("utf-8", "surrogateescape")
     return "\x00".join(["".join(parts) for parts in blocks.values()] + [rest])
 
 

@@ -74,11 +74,51 @@ def _command(name: str) -> Any:
     module, attribute = _COMMANDS[name]
     target = getattr(importlib.import_module(module), attribute)
     if isinstance(target, typer.Typer):
-        return _reflow_help(typer.main.get_group(target))
+        return _plain_when_narrow(_reflow_help(typer.main.get_group(target)))
     single = typer.Typer(add_completion=False)
     help_text, epilog = _example_last(inspect.getdoc(target) or "")
     single.command(name, help=help_text, epilog=epilog)(target)
-    return _reflow_help(typer.main.get_command(single))
+    return _plain_when_narrow(_reflow_help(typer.main.get_command(single)))
+
+
+NARROW_COLUMNS = 72
+"""Below this width rich's option tables cut option names and words short (``--outp…``, ``casset…``): the help is
+click's plain text there, wrapped to the terminal, every word whole."""
+
+
+def _narrow() -> int | None:
+    """The terminal's width when it is narrower than ``NARROW_COLUMNS`` (``COLUMNS`` first, as rich reads it)."""
+    import shutil
+
+    columns = shutil.get_terminal_size((80, 24)).columns
+    return columns if 0 < columns < NARROW_COLUMNS else None
+
+
+_HelpFormatter: Any = typer.Context.formatter_class
+"""click's help formatter, as typer's public ``Context`` names it."""
+
+
+class _NarrowFormatter(_HelpFormatter):  # type: ignore[misc]  # click's formatter, typed Any here
+    """click's help formatter whose option column takes a third of a narrow terminal at most (click's is 30 columns
+    wide, which leaves a 40-column terminal ten for the help, cut mid-word): a longer option name has the line to
+    itself, its help under it."""
+
+    def write_dl(self, rows: Any, col_max: int = 30, col_spacing: int = 2) -> None:
+        super().write_dl(rows, col_max=min(col_max, max(8, self.width // 3)), col_spacing=col_spacing)
+
+
+class _NarrowContext(typer.Context):
+    formatter_class = _NarrowFormatter
+
+
+def _plain_when_narrow(command: Any) -> Any:
+    """``command`` (and a group's commands) with plain help on a narrow terminal."""
+    if _narrow() is not None:
+        command.rich_markup_mode = None
+        command.context_class = _NarrowContext
+        for sub in getattr(command, "commands", {}).values():
+            _plain_when_narrow(sub)
+    return command
 
 
 _OWN_LINE = ("Example:", "$ ", "- ", " ")
@@ -204,6 +244,11 @@ class _Group(TyperGroup):
     ) -> Any:
         _state.debug = bool(os.environ.get("CHUNKTAPE_DEBUG"))
         _state.command = None
+        narrow = _narrow()
+        if narrow is not None:  # click's own help, to the terminal's width (its default never goes below 50)
+            self.rich_markup_mode = None
+            self.context_class = _NarrowContext
+            extra.setdefault("terminal_width", narrow - 2)
         code: int = 0
         try:
             result = super().main(args, prog_name or "chunktape", complete_var, False, windows_expand_args, **extra)

@@ -106,17 +106,23 @@ def vcr_config() -> dict[str, Any]:
 
 
 def _as_bytes(body: Any) -> bytes:
+    """A body as vcrpy or a serializer of its users left it: bytes, text, a file-like object, or a JSON value
+    stored parsed (a mapping or a list, as custom serializers write request bodies)."""
     if body is None:
         return b""
     if isinstance(body, bytes):
         return body
     if isinstance(body, str):
         return body.encode()
+    if isinstance(body, dict | list):
+        return msgspec.json.encode(body)
     read = getattr(body, "read", None)
     if read is not None:
         data = read()
         return data if isinstance(data, bytes) else str(data).encode()
-    return bytes(body)
+    if isinstance(body, bytearray | memoryview):
+        return bytes(body)
+    raise _Corrupt(f"its body is a {type(body).__name__} ({body!r:.40}), neither text nor bytes")
 
 
 _DECODED = re.compile(rb"\s*(?:[{\[]|data:|event:|id:|retry:|:)")
@@ -126,8 +132,15 @@ _DECODED = re.compile(rb"\s*(?:[{\[]|data:|event:|id:|retry:|:)")
 def _decompress(body: bytes, encoding: str | None) -> bytes:
     """``body`` decoded as its ``Content-Encoding`` says, within ``MAX_DECODED_BYTES`` (``decode_body``); a body
     that is already decoded (``decode_compressed_response`` keeps the header on some vcrpy versions) as it is."""
-    if not body or encoding is None or not BodyDecoder.supports(encoding):
+    if not body or encoding is None or encoding.strip().lower() in ("", "identity"):
         return body
+    if not BodyDecoder.supports(encoding):
+        if _DECODED.match(body):
+            return body  # stored decoded, the header kept
+        raise _Corrupt(
+            f"its body is {encoding.strip()!r}-encoded (Content-Encoding), which chunktape does not decode (gzip and "
+            "deflate only); re-record it with the client asking for those (Accept-Encoding: gzip, deflate)"
+        )
     headed = body[:2] == b"\x1f\x8b"  # gzip's magic number
     if encoding.strip().lower() == "deflate":
         headed = len(body) >= 2 and body[0] & 0x0F == 8 and (body[0] << 8 | body[1]) % 31 == 0  # a zlib header
@@ -292,6 +305,8 @@ _AZURE_DEPLOYMENT = re.compile(r"/deployments/([^/]+)/chat/completions/?$")
 def _request_body(request: Any) -> Any:
     """The request's JSON body; an Azure deployment's name (in the URL path) stands in for a missing model."""
     raw = _decompress(_as_bytes(request.body), header_value(request.headers, "content-encoding"))
+    if not raw.strip():
+        raise msgspec.DecodeError("it has no body")
     body: Any = _decoder.decode(raw)
     if isinstance(body, dict) and "model" not in body:
         deployment = _AZURE_DEPLOYMENT.search(request.path)
@@ -305,6 +320,8 @@ def _status(response: Mapping[str, Any]) -> int:
     code = info.get("code", 200) if isinstance(info, Mapping) else info
     if isinstance(code, bool) or not isinstance(code, int | str) or not str(code).strip().isdigit():
         raise _Corrupt(f"its response status {code!r} is not a number")
+    if not 100 <= int(code) <= 599:
+        raise _Corrupt(f"its response status {code!r} is no HTTP status (100-599)")
     return int(code)
 
 
@@ -312,9 +329,11 @@ def _undecodable(message: str) -> Raised:
     return Raised(t_ns=0, code=ErrorCode.INVALID_RESPONSE.value, message=message)
 
 
-def _interaction(request: Any, response: Any) -> Interaction:
+def _interaction(request: Any, response: Any) -> tuple[Interaction, bool]:
+    """The interaction, and whether its request asked for a stream (how the recorders count its attempts)."""
     try:
-        options = options_from_openai_request(_request_body(request), reasoning=REASONING_FIELDS)
+        body = _request_body(request)
+        options = options_from_openai_request(body, reasoning=REASONING_FIELDS)
     except (msgspec.DecodeError, LlmError) as exc:
         message = exc.message if isinstance(exc, LlmError) else str(exc)
         raise _Corrupt(f"its request body is not a chat-completions request ({message})") from None
@@ -347,12 +366,13 @@ def _interaction(request: Any, response: Any) -> Interaction:
                 outcome = _undecodable(f"its JSON response body is not a readable chat.completion ({exc.message})")
     else:
         chunks, outcome = _stream(content, header_value(headers, "content-type"))
-    return Interaction(
+    interaction = Interaction(
         request=RecordedRequest.from_options(options),
         events=[Event(t_ns=0, chunk=chunk) for chunk in chunks],
         outcome=outcome,
         response=vcr_response_meta(headers, content, payload if isinstance(payload, dict) else None),
     )
+    return interaction, isinstance(body, dict) and body.get("stream") is True
 
 
 def _check_text(path: Path, data: bytes, kind: VcrSerializer) -> None:
@@ -443,7 +463,7 @@ def read_vcr(
             f"was written with another one, name it ({', '.join(item.value for item in VcrSerializer)})",
             ErrorCode.CASSETTE_CORRUPT,
         ) from exc
-    interactions: list[Interaction] = []
+    interactions: list[tuple[Interaction, bool]] = []
     notes: list[str] = []
     for number, (request, response) in enumerate(loaded.data):
         where = f"vcr interaction #{number} ({request.method} {redact_url(str(request.uri))})"
@@ -451,7 +471,7 @@ def read_vcr(
             notes.append(f"{where}: skipped, not a chat-completions request")
             continue
         try:
-            interaction = _interaction(request, response)
+            interaction, streaming = _interaction(request, response)
         except Exception as exc:  # one clear error per bad interaction, never a bare traceback
             what = str(exc) if isinstance(exc, _Corrupt) else f"it cannot be read ({type(exc).__name__}: {exc})"
             if keep_undecodable:
@@ -478,19 +498,20 @@ def read_vcr(
         if interaction.response is not None and interaction.response.unkept:
             unkept = ", ".join(interaction.response.unkept)
             notes.append(f"{where}: not kept, as their value changes from event to event: {unkept}")
-        interactions.append(interaction)
+        interactions.append((interaction, streaming))
     if not interactions:
         raise LlmError(
             f"{path}: no POST .../chat/completions exchange found in {len(loaded.data)} recorded interaction(s)",
             ErrorCode.CASSETTE_CORRUPT,
             hint="record chat-completions traffic with vcr_config(), or check the file",
         )
-    # A repeat of the same request answered the same way (streamed, or as one JSON body) is its next attempt; the
-    # same request once streamed and once not is two calls, as the recorders count them.
-    attempts: dict[tuple[str, bool | None], int] = {}
+    # A repeat of the same request sent the same way (asking for a stream, or not) is its next attempt, whatever the
+    # answer (a 429, then a stream); the same messages once streamed and once not are two calls, as the recorders
+    # count them.
+    attempts: dict[tuple[str, bool], int] = {}
     numbered = []
-    for interaction in interactions:
-        key = (interaction.request.fingerprint, None if interaction.response is None else interaction.response.streamed)
+    for interaction, streaming in interactions:
+        key = (interaction.request.fingerprint, streaming)
         attempts[key] = attempts.get(key, 0) + 1
         numbered.append(msgspec.structs.replace(interaction, attempt=attempts[key]))
     cassette = Cassette(meta=CassetteMeta(adapter="vcrpy-import", tags={"source": path.name}), interactions=numbered)

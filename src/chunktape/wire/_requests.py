@@ -8,6 +8,7 @@ reader reports what is wrong through the protocol's own ``bad`` (an ``UNSUPPORTE
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Collection, Mapping
 from typing import Any, NamedTuple
 
@@ -17,9 +18,11 @@ from chunktape._errors import LlmError
 from chunktape._protocol import GenerateOptions, Message, Role, ToolSpec
 
 __all__ = [
+    "INT_RANGE",
     "MAX_NESTING",
     "DecodedRequest",
     "custom_tools",
+    "delivery",
     "generate_options",
     "json_body",
     "request_fields",
@@ -27,12 +30,20 @@ __all__ = [
     "role_of",
     "tool_spec",
     "too_deep",
+    "too_wide",
     "typed",
 ]
 
 MAX_NESTING = 100
 """The deepest a request body may nest lists and objects: well below what the JSON codec (bound by Python's
 recursion limit) can encode again when the request is matched or its tool arguments are re-encoded."""
+
+INT_RANGE = (-(2**63), 2**64 - 1)
+"""The integers a cassette stores (msgpack's): a request holding one outside them (``"seed": 1e30`` spelled out in
+digits) could be replayed but never saved, so it is refused as it arrives, naming the field."""
+
+_LONG_NUMBER = re.compile(rb"\d{19}")
+"""A run of digits as long as the shortest integer outside ``INT_RANGE``: a body without one needs no walk."""
 
 _decoder = msgspec.json.Decoder()
 _OPTIONAL: tuple[Any, ...] = (str | None, int | None, float | None)
@@ -64,6 +75,10 @@ def json_body(raw: bytes, bad: Callable[[str], LlmError]) -> Any:
     deep = too_deep(body, MAX_NESTING) if raw.count(b"[") + raw.count(b"{") > MAX_NESTING else None
     if deep is not None:
         raise bad(f"field `{deep}` nests deeper than {MAX_NESTING} levels")
+    wide = too_wide(body) if _LONG_NUMBER.search(raw) else None
+    if wide is not None:
+        low, high = INT_RANGE
+        raise bad(f"field `{wide}` holds an integer outside {low}..{high}, more than a cassette can store")
     return body
 
 
@@ -82,6 +97,43 @@ def too_deep(body: object, limit: int) -> str | None:
             return field
         stack.extend((child, depth + 1, field) for child in children if isinstance(child, dict | list))
     return None
+
+
+def too_wide(body: object) -> str | None:
+    """The top-level field of ``body`` that holds an integer outside ``INT_RANGE``, if any (iterative)."""
+    if not isinstance(body, dict):
+        return None
+    low, high = INT_RANGE
+    stack: list[tuple[object, str]] = [(value, str(key)) for key, value in body.items()]
+    while stack:
+        item, field = stack.pop()
+        if type(item) is int:
+            if not low <= item <= high:
+                return field
+        elif isinstance(item, dict):
+            stack.extend((child, field) for child in item.values())
+        elif isinstance(item, list):
+            stack.extend((child, field) for child in item)
+    return None
+
+
+def delivery(body: Mapping[str, Any], bad: Callable[[str], LlmError], *, options: bool = False) -> tuple[bool, bool]:
+    """Whether a request body asks for a stream, and (``options``: the protocol has ``stream_options``) for the
+    stream's usage. ``stream`` is true, false or absent, ``stream_options`` an object or absent, its
+    ``include_usage`` true, false or absent: any other value is ``bad(...)``, as the provider's own 400 is (a
+    ``"stream": "yes"`` answered as if it were false would hand the client a JSON body it never asked for)."""
+    stream = body.get("stream")
+    if stream is not None and type(stream) is not bool:
+        raise bad(f"`stream` must be true or false, got {stream!r:.80}")
+    if not options:
+        return stream is True, False
+    extra = body.get("stream_options")
+    if extra is not None and not isinstance(extra, dict):
+        raise bad(f"`stream_options` must be an object, got {extra!r:.80}")
+    usage = (extra or {}).get("include_usage")
+    if usage is not None and type(usage) is not bool:
+        raise bad(f"`stream_options.include_usage` must be true or false, got {usage!r:.80}")
+    return stream is True, stream is True and usage is True
 
 
 class DecodedRequest(NamedTuple):

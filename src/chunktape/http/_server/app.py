@@ -456,7 +456,7 @@ class ReplayServer:
             )
         ]
         return Starlette(
-            exception_handlers={Exception: _internal_error},
+            exception_handlers={404: _no_route, 405: _no_route, Exception: _internal_error},
             routes=[
                 *served,
                 Route(AZURE_ROUTE, self._completions, methods=["POST"]),
@@ -645,6 +645,22 @@ class _ReplayStream(StreamingResponse):
         finally:
             with anyio.CancelScope(shield=True):
                 await self._body.aclose()
+
+
+async def _no_route(request: Request, exc: Exception) -> Response:
+    """A path or a method the server does not answer: a JSON error in the shape of the route's protocol (404; 405
+    with its ``Allow`` header), as an SDK reads the provider's own, not starlette's ``text/plain``."""
+    status = getattr(exc, "status_code", 404)
+    headers = dict(getattr(exc, "headers", None) or {})
+    path = request.url.path
+    what = f"{request.method} {path if len(path) <= 200 else path[:200] + '...'}"
+    if status == 405:
+        message = f"{what}: this route answers {headers.get('allow', 'POST')} only"
+    else:
+        routes = ", ".join(f"POST ...{protocol.route}" for protocol in PROTOCOLS)
+        message = f"{what} is no route this server answers (routes: {routes}; GET /scenarios; POST /reset)"
+    protocol = protocol_for(path) or CHAT
+    return problem(status, message, "INVALID_REQUEST", headers=headers, kind="invalid_request_error", protocol=protocol)
 
 
 async def _internal_error(request: Request, exc: Exception) -> Response:

@@ -25,6 +25,7 @@ from chunktape._protocol import NAMED_ON_THE_WIRE, CallId, GenerateOptions, Mess
 from chunktape.wire._requests import (
     DecodedRequest,
     custom_tools,
+    delivery,
     generate_options,
     json_body,
     request_fields,
@@ -314,4 +315,4 @@ def decode_messages_request(raw: bytes) -> DecodedRequest:
     problem."""
     body: Any = json_body(raw, _bad)
     options = options_from_anthropic_request(body)
-    return DecodedRequest(options, body.get("stream") is True, include_usage=True)
+    return DecodedRequest(options, delivery(body, _bad)[0], include_usage=True)

@@ -19,6 +19,7 @@ from chunktape.wire._openai_chat.fields import tool_call_to_wire
 from chunktape.wire._requests import (
     MAX_NESTING,
     DecodedRequest,
+    delivery,
     generate_options,
     json_body,
     request_fields,
@@ -204,6 +205,9 @@ def options_from_openai_request(
         if not isinstance(function, dict) or not isinstance(function.get("name"), str):
             raise _bad_request(f"tools[{position}] must be a function tool with a name")
         tools.append(tool_spec(function, position, _bad_request, schema="parameters"))
+    choices = rest.get("n")
+    if choices is not None and (type(choices) is not int or choices != 1):
+        raise _bad_request(f"`n` is {choices!r:.80}: one choice (n=1) is recorded and replayed, never more")
     max_tokens = typed(rest.pop("max_tokens", None), int | None, "max_tokens", _bad_request)
     if max_tokens is None and "max_completion_tokens" in rest:
         max_tokens = typed(rest.pop("max_completion_tokens"), int | None, "max_completion_tokens", _bad_request)
@@ -239,7 +243,5 @@ def decode_chat_request(raw: bytes, *, model: str | None = None) -> DecodedReque
     if model is not None and isinstance(body, dict) and body.get("model") is None:
         body = {**body, "model": model}
     options = options_from_openai_request(body, reasoning=REASONING_FIELDS)
-    streaming = body.get("stream") is True
-    stream_options = body.get("stream_options") if streaming else None
-    include_usage = isinstance(stream_options, dict) and stream_options.get("include_usage") is True
+    streaming, include_usage = delivery(body, _bad_request, options=True)
     return DecodedRequest(options, streaming, include_usage)

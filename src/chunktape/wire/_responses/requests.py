@@ -21,6 +21,7 @@ from chunktape._protocol import CallId, GenerateOptions, Message, Role, ToolCall
 from chunktape.wire._requests import (
     DecodedRequest,
     custom_tools,
+    delivery,
     generate_options,
     json_body,
     request_fields,
@@ -184,4 +185,4 @@ def decode_responses_request(raw: bytes) -> DecodedRequest:
     problem."""
     body: Any = json_body(raw, _bad)
     options = options_from_responses_request(body)
-    return DecodedRequest(options, body.get("stream") is True, include_usage=True)
+    return DecodedRequest(options, delivery(body, _bad, options=True)[0], include_usage=True)
