@@ -186,7 +186,7 @@ def test_other_traffic_is_skipped_with_a_note(tmp_path: Path) -> None:
         "vcr interaction #0 (GET https",
         "vcr interaction #2 (POST https",
     ]
-    assert all("skipped, not a chat-completions request" in note for note in imported.notes)
+    assert all("skipped, not a request of a protocol chunktape records" in note for note in imported.notes)
 
 
 def undecodable_cassette(path: Path) -> Path:

@@ -1,15 +1,17 @@
 """The vcrpy bridge: safe defaults for HTTP-level cassettes of provider traffic, and their import as chunk cassettes.
 
 ``vcr_config()`` is for ``vcr.VCR(**vcr_config())`` or pytest-recording's ``vcr_config`` fixture.
-``import_vcr(path)`` reads a vcrpy cassette through vcrpy's public ``Cassette.load`` and turns every
-``POST .../chat/completions`` exchange into an ``Interaction``: the request body through
-``options_from_openai_request`` (an Azure OpenAI request, which names its deployment in the URL path
+``import_vcr(path)`` reads a vcrpy cassette through vcrpy's public ``Cassette.load`` and turns every ``POST`` of
+a protocol the HTTP faces speak into an ``Interaction``, the protocol picked by the route as ``RecordingTransport``
+picks it: ``.../chat/completions`` (an Azure OpenAI request, which names its deployment in the URL path
 ``/openai/deployments/<name>/chat/completions?api-version=...`` rather than in the body, gets that name as its
-model), a 2xx SSE body through the same SSE parser and chunk decoder as ``OpenAICompatAdapter``, a JSON
-``chat.completion`` body through ``decode_openai_completion``, and a non-2xx answer into a ``Raised`` outcome with
-its status, ``Retry-After`` and the provider's message (``http_error``, as the adapter does). In-band error
-events are provider errors, recorded as such. Other traffic (``/models``, ``/embeddings``, ``/responses``...) is
-skipped with a note.
+model), Anthropic's ``.../messages`` and OpenAI's ``.../responses``. The request body goes through the protocol's
+request codec, a 2xx SSE body through the same SSE parser and chunk decoder as that protocol's adapter, a JSON body
+(a ``chat.completion``, an Anthropic ``message``, a Responses ``response``) through its whole-answer decoder, and a
+non-2xx answer into a ``Raised`` outcome with its status, ``Retry-After`` and the provider's message
+(``http_error``, as the adapters do). In-band error events are provider errors, recorded as such. Other traffic
+(``/models``, ``/embeddings``...) is skipped with a note, and so is a request on a route another API shares that
+its protocol cannot read (OpenAI Assistants' ``/threads/{id}/messages``).
 
 Never silent: an interaction whose response cannot be decoded (``INVALID_RESPONSE``: a body that is neither
 SSE nor JSON, a chunk that does not parse, a truncated JSON body) makes the import fail with
@@ -46,14 +48,14 @@ from chunktape._cassettes.model import (
 from chunktape._cassettes.redaction import redact_interaction
 from chunktape._errors import ErrorCode, LlmError
 from chunktape._limits import BodyDecodeError, BodyDecoder, UnreadableFile, decode_body, read_user_file
-from chunktape._protocol import StreamChunk
+from chunktape._protocol import GenerateOptions, StreamChunk
 from chunktape._secrets import is_credential_value, redact_url, url_secrets
-from chunktape.http._vcr_meta import vcr_response_meta
+from chunktape.http._protocols import CHAT, WireProtocol, protocol_for
+from chunktape.http._vcr_meta import vcr_protocol_meta, vcr_response_meta
+from chunktape.wire._decoding import StreamDecoder
 from chunktape.wire._http_errors import header_value, http_error
 from chunktape.wire._openai_chat import (
     REASONING_FIELDS,
-    OpenAIChatDecoder,
-    decode_openai_completion,
     error_from_payload,
     not_an_event_stream,
     options_from_openai_request,
@@ -160,10 +162,10 @@ def _raised(error: LlmError) -> Raised:
     return Raised.from_error(error, t_ns=0)
 
 
-def _stream(body: bytes, content_type: str | None) -> tuple[list[StreamChunk], Outcome]:
-    """Decode an SSE body as the adapter would, keeping the chunks before an error and the error itself."""
+def _stream(body: bytes, content_type: str | None, decoder: StreamDecoder) -> tuple[list[StreamChunk], Outcome]:
+    """Decode an SSE body as the adapter of its protocol would (``decoder``: a fresh one), keeping the chunks before
+    an error and the error itself."""
     parser = SseParser()
-    decoder = OpenAIChatDecoder()
     chunks: list[StreamChunk] = []
     try:
         items = parser.feed(body) + parser.close()
@@ -182,8 +184,15 @@ def _stream(body: bytes, content_type: str | None) -> tuple[list[StreamChunk], O
     return chunks, Completed(t_ns=0)
 
 
+_PROTOCOLS = "POST .../chat/completions, .../messages or .../responses"
+
+
 class _Corrupt(Exception):
     """What is wrong with one vcr interaction; ``import_vcr`` names the interaction."""
+
+
+class _Foreign(Exception):
+    """A request on a route another API shares that is not of the protocol the route names: skipped with a note."""
 
 
 class VcrSerializer(StrEnum):
@@ -295,8 +304,9 @@ def _unfold_parsed_body(interaction: Any) -> None:
             data["body"] = {"string": body} if kind == "response" else body
 
 
-def _is_chat(request: Any) -> bool:
-    return bool(request.method.upper() == "POST" and request.path.rstrip("/").endswith("/chat/completions"))
+def _protocol(request: Any) -> WireProtocol | None:
+    """The protocol a recorded request was sent on, by its route (as ``RecordingTransport`` picks it), or None."""
+    return protocol_for(request.path.rstrip("/")) if request.method.upper() == "POST" else None
 
 
 _AZURE_DEPLOYMENT = re.compile(r"/deployments/([^/]+)/chat/completions/?$")
@@ -329,14 +339,31 @@ def _undecodable(message: str) -> Raised:
     return Raised(t_ns=0, code=ErrorCode.INVALID_RESPONSE.value, message=message)
 
 
-def _interaction(request: Any, response: Any) -> tuple[Interaction, bool]:
-    """The interaction, and whether its request asked for a stream (how the recorders count its attempts)."""
+def _request(request: Any, protocol: WireProtocol) -> tuple[GenerateOptions, bool]:
+    """The request as ``protocol`` reads it, and whether it asked for a stream; ``_Corrupt`` (chat completions) or
+    ``_Foreign`` (another protocol's route, which other APIs share: OpenAI's ``/threads/{id}/messages``) when not."""
     try:
-        body = _request_body(request)
-        options = options_from_openai_request(body, reasoning=REASONING_FIELDS)
+        if protocol is CHAT:
+            body = _request_body(request)
+            options = options_from_openai_request(body, reasoning=REASONING_FIELDS)
+            return options, isinstance(body, dict) and body.get("stream") is True
+        raw = _decompress(_as_bytes(request.body), header_value(request.headers, "content-encoding"))
+        if not raw.strip():
+            raise msgspec.DecodeError("it has no body")
+        decoded = protocol.decode_request(raw)
+        return decoded.options, decoded.streaming
     except (msgspec.DecodeError, LlmError) as exc:
         message = exc.message if isinstance(exc, LlmError) else str(exc)
-        raise _Corrupt(f"its request body is not a chat-completions request ({message})") from None
+        kind = "chat-completions" if protocol is CHAT else protocol.streams
+        raise (_Corrupt if protocol is CHAT else _Foreign)(
+            f"its request body is not a {kind} request ({message})"
+        ) from None
+
+
+def _interaction(request: Any, response: Any, protocol: WireProtocol) -> tuple[Interaction, tuple[str, bool]]:
+    """The interaction, and how its request was sent (its protocol, and whether it asked for a stream): how the
+    recorders count its attempts."""
+    options, streaming = _request(request, protocol)
     if not isinstance(response, Mapping):
         raise _Corrupt(f"its response is a {type(response).__name__}, not a mapping")
     status = _status(response)
@@ -350,6 +377,7 @@ def _interaction(request: Any, response: Any) -> tuple[Interaction, bool]:
     chunks: list[StreamChunk] = []
     outcome: Outcome
     payload: Any = None
+    decoder: StreamDecoder | None = None
     if status >= 300:
         outcome = _raised(http_error(status, content, headers))
     elif content.lstrip().startswith(b"{"):
@@ -360,19 +388,34 @@ def _interaction(request: Any, response: Any) -> tuple[Interaction, bool]:
         if isinstance(payload, dict) and payload.get("error") is not None:
             outcome = _raised(error_from_payload(payload, what="the provider answered with an error"))
         elif payload is not None:
-            try:
-                chunks, outcome = decode_openai_completion(payload), Completed(t_ns=0)
-            except LlmError as exc:
-                outcome = _undecodable(f"its JSON response body is not a readable chat.completion ({exc.message})")
+            chunks, outcome = _whole(payload, protocol)
     else:
-        chunks, outcome = _stream(content, header_value(headers, "content-type"))
+        decoder = protocol.decoder()
+        chunks, outcome = _stream(content, header_value(headers, "content-type"), decoder)
+    whole = payload if isinstance(payload, dict) else None
+    if protocol is CHAT:
+        meta = vcr_response_meta(headers, content, whole)
+    else:
+        meta = vcr_protocol_meta(protocol, headers, decoder=decoder, payload=whole)
     interaction = Interaction(
         request=RecordedRequest.from_options(options),
         events=[Event(t_ns=0, chunk=chunk) for chunk in chunks],
         outcome=outcome,
-        response=vcr_response_meta(headers, content, payload if isinstance(payload, dict) else None),
+        response=meta,
     )
-    return interaction, isinstance(body, dict) and body.get("stream") is True
+    return interaction, (protocol.name, streaming)
+
+
+def _whole(payload: Any, protocol: WireProtocol) -> tuple[list[StreamChunk], Outcome]:
+    """A JSON answer of ``protocol`` (a ``chat.completion``, an Anthropic ``message``, a Responses ``response``)."""
+    what = "chat.completion" if protocol is CHAT else f"{protocol.streams} answer"
+    try:
+        chunks = protocol.decode_whole(payload)
+    except LlmError as exc:
+        return [], _undecodable(f"its JSON response body is not a readable {what} ({exc.message})")
+    if chunks is None:
+        return [], _undecodable(f"its JSON response body is not a readable {what}")
+    return chunks, Completed(t_ns=0)
 
 
 def _check_text(path: Path, data: bytes, kind: VcrSerializer) -> None:
@@ -421,7 +464,8 @@ def import_vcr(
     serializer: VcrSerializer | str = VcrSerializer.AUTO,
     keep_undecodable: bool = False,
 ) -> Cassette:
-    """Convert a vcrpy cassette of (streamed) chat completions into a chunk cassette (``read_vcr`` without notes)."""
+    """Convert a vcrpy cassette of (streamed) chat completions, Anthropic messages or OpenAI responses into a chunk
+    cassette (``read_vcr`` without notes)."""
     return read_vcr(path, serializer=serializer, keep_undecodable=keep_undecodable).cassette
 
 
@@ -433,10 +477,10 @@ def read_vcr(
 ) -> VcrImport:
     """Convert a vcrpy cassette into a chunk cassette, with a note per interaction skipped or kept undecoded.
 
-    Only ``POST`` requests to ``.../chat/completions`` are imported, in recorded order; other traffic is skipped
-    with a note. Raises ``CASSETTE_NOT_FOUND`` for a missing file, ``INVALID_CONFIG`` for an unknown
-    ``serializer``, and ``CASSETTE_CORRUPT`` when the file holds no chat completion, or one that cannot be read
-    or decoded (unless ``keep_undecodable``).
+    Only ``POST`` requests to ``.../chat/completions``, ``.../messages`` and ``.../responses`` are imported, in
+    recorded order; other traffic is skipped with a note. Raises ``CASSETTE_NOT_FOUND`` for a missing file,
+    ``INVALID_CONFIG`` for an unknown ``serializer``, and ``CASSETTE_CORRUPT`` when the file holds no such exchange,
+    or one that cannot be read or decoded (unless ``keep_undecodable``).
     """
     from vcr.cassette import Cassette as VcrCassette  # vcrpy's public cassette API; imported when needed
 
@@ -463,15 +507,19 @@ def read_vcr(
             f"was written with another one, name it ({', '.join(item.value for item in VcrSerializer)})",
             ErrorCode.CASSETTE_CORRUPT,
         ) from exc
-    interactions: list[tuple[Interaction, bool]] = []
+    interactions: list[tuple[Interaction, tuple[str, bool]]] = []
     notes: list[str] = []
     for number, (request, response) in enumerate(loaded.data):
         where = f"vcr interaction #{number} ({request.method} {redact_url(str(request.uri))})"
-        if not _is_chat(request):
-            notes.append(f"{where}: skipped, not a chat-completions request")
+        protocol = _protocol(request)
+        if protocol is None:
+            notes.append(f"{where}: skipped, not a request of a protocol chunktape records ({_PROTOCOLS})")
             continue
         try:
-            interaction, streaming = _interaction(request, response)
+            interaction, sent = _interaction(request, response, protocol)
+        except _Foreign as exc:
+            notes.append(f"{where}: skipped, {exc}")
+            continue
         except Exception as exc:  # one clear error per bad interaction, never a bare traceback
             what = str(exc) if isinstance(exc, _Corrupt) else f"it cannot be read ({type(exc).__name__}: {exc})"
             if keep_undecodable:
@@ -498,20 +546,21 @@ def read_vcr(
         if interaction.response is not None and interaction.response.unkept:
             unkept = ", ".join(interaction.response.unkept)
             notes.append(f"{where}: not kept, as their value changes from event to event: {unkept}")
-        interactions.append((interaction, streaming))
+        interactions.append((interaction, sent))
     if not interactions:
         raise LlmError(
-            f"{path}: no POST .../chat/completions exchange found in {len(loaded.data)} recorded interaction(s)",
+            f"{path}: no exchange of a protocol chunktape records ({_PROTOCOLS}) found in {len(loaded.data)} "
+            "recorded interaction(s)",
             ErrorCode.CASSETTE_CORRUPT,
-            hint="record chat-completions traffic with vcr_config(), or check the file",
+            hint="record provider traffic with vcr_config(), or check the file",
         )
     # A repeat of the same request sent the same way (asking for a stream, or not) is its next attempt, whatever the
     # answer (a 429, then a stream); the same messages once streamed and once not are two calls, as the recorders
     # count them.
-    attempts: dict[tuple[str, bool], int] = {}
+    attempts: dict[tuple[str, tuple[str, bool]], int] = {}
     numbered = []
-    for interaction, streaming in interactions:
-        key = (interaction.request.fingerprint, streaming)
+    for interaction, sent in interactions:
+        key = (interaction.request.fingerprint, sent)
         attempts[key] = attempts.get(key, 0) + 1
         numbered.append(msgspec.structs.replace(interaction, attempt=attempts[key]))
     cassette = Cassette(meta=CassetteMeta(adapter="vcrpy-import", tags={"source": path.name}), interactions=numbered)

@@ -14,12 +14,13 @@ from typing import Any
 import msgspec
 
 from chunktape._cassettes.model import ResponseMeta
-from chunktape._cassettes.response import ResponseObserver
+from chunktape._cassettes.response import ResponseObserver, kept_headers
 from chunktape._errors import LlmError
+from chunktape.http._protocols import WireProtocol
 from chunktape.wire._openai_chat import DONE
 from chunktape.wire._sse import SseEvent, SseParser
 
-__all__ = ["vcr_response_meta"]
+__all__ = ["vcr_protocol_meta", "vcr_response_meta"]
 
 _decoder = msgspec.json.Decoder()
 
@@ -51,3 +52,17 @@ def vcr_response_meta(headers: Mapping[Any, Any], content: bytes, payload: objec
             except msgspec.DecodeError:
                 continue  # the import's decoder reports it
     return observer.meta()
+
+
+def vcr_protocol_meta(
+    protocol: WireProtocol, headers: Mapping[Any, Any], *, decoder: object = None, payload: dict[str, Any] | None = None
+) -> ResponseMeta:
+    """The metadata of an Anthropic Messages or OpenAI Responses answer: its kept headers and the envelope its
+    protocol keeps (the ``message``, the ``response``), from the stream's ``decoder`` or the JSON ``payload``, as
+    ``RecordingTransport`` keeps them."""
+    meta = ResponseMeta(headers=kept_headers(list(_header_items(headers))), streamed=payload is None)
+    if payload is not None:
+        meta = protocol.observed_whole(meta, payload)
+    elif decoder is not None:
+        meta = protocol.observed(meta, decoder)
+    return msgspec.structs.replace(meta, finish_sent=True)
