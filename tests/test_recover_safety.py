@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from chunktape import ErrorCode, LlmError, RecordingAdapter, load_cassette, recover, save_cassette
+from chunktape import Cassette, ErrorCode, LlmError, RecordingAdapter, load_cassette, recover, save_cassette
 from chunktape._cassettes import journal_path
 from chunktape.cli import app
 from helpers import PacedAdapter, collect, options, paced, text_stream
@@ -151,3 +151,17 @@ def test_recover_never_writes_over_the_journal_it_reads(tmp_path: Path) -> None:
     assert done.returncode == 3
     assert "is the journal itself" in done.stderr
     assert renamed.read_bytes() == before
+
+
+def test_a_cassette_given_for_its_journal_is_named_and_left_alone(tmp_path: Path) -> None:
+    """``recover c.msgpack`` (the cassette, not ``c.msgpack.journal``): one line naming the journal to give."""
+    cassette = tmp_path / "c.msgpack"
+    save_cassette(Cassette(interactions=[]), cassette)
+    before = cassette.read_bytes()
+    done = chunktape("recover", cassette, process=True)
+    assert done.returncode == 3
+    assert done.stderr.strip().splitlines() == [
+        f"chunktape: error: {cassette} is not named as a journal: give its recording's journal "
+        f"({cassette}.journal), or --output if this file is one"
+    ]
+    assert cassette.read_bytes() == before

@@ -96,7 +96,7 @@ def read_user_file(path: str | os.PathLike[str], *, limit: int | None = None) ->
             raise UnreadableFile(path, "directory", "is a directory, not a file")
         if not stat.S_ISREG(info.st_mode):
             kind = _KINDS.get(stat.S_IFMT(info.st_mode), "not a regular file")
-            raise UnreadableFile(path, "special", f"is {kind}, not a regular file; give a file")
+            raise UnreadableFile(path, "special", f"is {kind}, not a regular file")
         if info.st_size > limit:
             raise UnreadableFile(path, "too-large", _too_large(info.st_size, limit))
         os.set_blocking(fd, True)

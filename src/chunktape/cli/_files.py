@@ -8,7 +8,7 @@ from typing import Annotated
 import msgspec
 import typer
 
-from chunktape._cassettes.journal import held_journal, live_journal, recover, recovered_path
+from chunktape._cassettes.journal import held_journal, journal_path, live_journal, recover, recovered_path
 from chunktape._cassettes.model import Interaction
 from chunktape._cassettes.redaction import check_secrets, env_secrets, redact
 from chunktape._cassettes.store import append_interactions, save_cassette
@@ -311,6 +311,11 @@ def recover_journal(
         check_output_suffix(output, "--output")
     target = output or recovered_path(journal)
     if target.exists() and journal.exists() and target.samefile(journal):
+        if output is None:  # no .journal suffix to take off: most likely a cassette given for its journal
+            raise CliError(
+                f"{journal} is not named as a journal: give its recording's journal ({journal_path(journal)}), or "
+                "--output if this file is one"
+            )
         raise CliError(f"{target} is the journal itself; give another --output")
     with held_journal(journal) as free:  # held until the journal is gone: no recorder claims it meanwhile
         if not free:
