@@ -7,7 +7,9 @@ import functools
 import itertools
 import signal
 import subprocess
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Coroutine, Sequence
+import sys
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Coroutine, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -307,6 +309,34 @@ def interrupt(process: subprocess.Popen[str], timeout: float = 30) -> tuple[str,
         process.kill()
         _, err = process.communicate()
         raise AssertionError(f"{process.args!r} did not stop within {timeout} s of SIGINT:\n{err}") from None
+
+
+@contextmanager
+def serving(*args: str | Path) -> Iterator[str]:
+    """``chunktape serve ARGS --port 0`` as a user starts it, in a process of its own: its URL, then Ctrl-C, which
+    must end it cleanly (exit 0); its output is ``served.out`` / ``served.err`` once it stopped."""
+    command = [sys.executable, "-m", "chunktape", "serve", *map(str, args), "--port", "0"]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline()
+        if "serving on " not in line:
+            process.kill()
+            raise AssertionError(f"serve did not start: {line}{process.communicate()[1]}")
+        yield line.split("serving on ", 1)[1].split()[0]
+    finally:
+        served.out, served.err = interrupt(process)
+    assert process.returncode == 0, served.err
+
+
+class _Served:
+    """What the last ``serving`` process printed after its first line."""
+
+    out = ""
+    err = ""
+
+
+served = _Served()
 
 
 def record_through_faults(source: Path, target: Path, faults: Sequence[Fault], calls: int | None = None) -> Cassette:

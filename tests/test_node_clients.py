@@ -10,16 +10,13 @@ import json
 import os
 import shutil
 import subprocess
-import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from chunktape import load_cassette
-from helpers import interrupt
+from helpers import serving
 
 pytestmark = pytest.mark.xdist_group("node-clients")  # one worker installs and records for all of them
 
@@ -50,21 +47,6 @@ def node_modules() -> Path:
     if node is None:
         pytest.skip("node is not installed here")
     return modules
-
-
-@contextmanager
-def serving(*args: str | Path) -> Iterator[str]:
-    """``chunktape serve ARGS --port 0`` as a user starts it; its URL, then Ctrl-C (the output checked by the test)."""
-    command = [sys.executable, "-m", "chunktape", "serve", *map(str, args), "--port", "0"]
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        assert process.stdout is not None
-        line = process.stdout.readline()
-        assert "serving on " in line, line + (process.stderr.read() if process.poll() is not None else "")  # type: ignore[union-attr]
-        yield line.split("serving on ", 1)[1].split()[0]
-    finally:
-        _, err = interrupt(process)
-    assert process.returncode == 0, err
 
 
 def agent(node_modules: Path, script: str, base: str, *, retries: int = 0, timeout_ms: int = 20_000) -> dict[str, Any]:

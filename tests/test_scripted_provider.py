@@ -4,9 +4,8 @@ injected fault on top, reach the SDK as a real provider's would."""
 
 from __future__ import annotations
 
+import asyncio
 import json
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -18,7 +17,7 @@ import pytest
 from chunktape import ErrorCode, LlmError, load_cassette
 from chunktape.http import ReplayServer, ReplayTransport
 from chunktape.http._server.scripted import load_script
-from helpers import interrupt
+from helpers import served, serving
 
 SCRIPT = """
 pace = { first_chunk_s = 0.0, between_s = 0.0 }
@@ -177,24 +176,10 @@ def test_serve_script_records_in_one_command(tmp_path: Path) -> None:
     """``chunktape serve --script turns.toml --record agent.msgpack``, the documented recipe, as a user runs it."""
     script = _script(tmp_path)
     cassette = tmp_path / "agent.msgpack"
-    process = subprocess.Popen(
-        [sys.executable, "-m", "chunktape", "serve", "--script", str(script), "--record", str(cassette), "--port", "0"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert process.stdout is not None
-        line = process.stdout.readline()
-        url = line.split("serving on ", 1)[1].split()[0]
-        import asyncio
-
+    with serving("--script", script, "--record", cassette) as url:
         answer = asyncio.run(agent(openai.AsyncOpenAI(base_url=url + "/v1", api_key="k", max_retries=0)))
-    finally:
-        out, err = interrupt(process)
     assert answer == "It is sunny in Paris."
-    assert process.returncode == 0, err
-    assert f"saved {cassette}" in out
+    assert f"saved {cassette}" in served.out
     assert len(load_cassette(cassette).interactions) == 2
 
 
@@ -203,15 +188,7 @@ def test_a_request_number_no_cassette_can_store_is_refused_and_the_recording_kep
     ``OverflowError`` of msgpack, every interaction lost): it is a 400 naming the field, and the rest is saved."""
     script = _script(tmp_path, '[[turns]]\ntext = "Sunny."\nrepeat = true\n')
     cassette = tmp_path / "agent.msgpack"
-    process = subprocess.Popen(
-        [sys.executable, "-m", "chunktape", "serve", "--script", str(script), "--record", str(cassette), "--port", "0"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert process.stdout is not None
-        url = process.stdout.readline().split("serving on ", 1)[1].split()[0]
+    with serving("--script", script, "--record", cassette) as url:
         chat = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
         with httpx2.Client(base_url=url) as client:
             assert client.post("/v1/chat/completions", json=chat).status_code == 200
@@ -219,13 +196,10 @@ def test_a_request_number_no_cassette_can_store_is_refused_and_the_recording_kep
             messages = {"model": "m", "max_tokens": 10**25, "messages": chat["messages"]}
             anthropic = client.post("/v1/messages", json=messages)
             responses = client.post("/v1/responses", json={"model": "m", "input": "hi", "top_logprobs": -(10**20)})
-    finally:
-        _, err = interrupt(process)
     for refused, field in ((wide, "seed"), (anthropic, "max_tokens"), (responses, "top_logprobs")):
         assert refused.status_code == 400, refused.text
         assert f"field `{field}` holds an integer outside" in refused.json()["error"]["message"]
-    assert process.returncode == 0, err
-    assert "Traceback" not in err
+    assert "Traceback" not in served.err
     assert len(load_cassette(cassette).interactions) == 1
 
 
