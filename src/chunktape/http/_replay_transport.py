@@ -169,14 +169,15 @@ class ReplayTransport(DualTransport):
         self.playback.assert_all_played()
 
     def _answer(self, request: AnyRequest) -> _Whole | _Instant | _Streamed:
-        protocol = protocol_for(request.url.path) if request.method == "POST" else None
+        path = request.url.path  # unquoted anew on each look
+        protocol = protocol_for(path) if request.method == "POST" else None
         if protocol is None:
             raise LlmError(
                 f"{request.method} {request.url} is no model request: a ReplayTransport answers POST "
                 "...chat/completions, .../messages and .../responses only",
                 ErrorCode.CASSETTE_MISMATCH,
             )
-        chat = protocol.decode_request(request.content, model=route_model(request.url.path))
+        chat = protocol.decode_request(request.content, model=route_model(path))
         engine = self.playback
         _, active = engine.begin(chat.options)
         failed = active.http_error if active is not None else None
