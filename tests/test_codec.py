@@ -85,6 +85,19 @@ def test_fingerprint_is_sha256_of_sorted_canonical_json() -> None:
     assert RecordedRequest.from_options(options("y")).fingerprint != request.fingerprint
 
 
+def test_a_recorded_request_keeps_every_field_of_the_options_as_copies() -> None:
+    """``request_fields`` names the fields one by one: a field added to the requests must be added there too."""
+    from chunktape._protocol import RequestFields
+
+    live = options("x", temperature=0.2)
+    fields = live.request_fields()
+    assert list(fields) == list(RequestFields.__struct_fields__)
+    assert fields["messages"] == live.messages
+    assert fields["messages"] is not live.messages
+    assert fields["extra"] is not live.extra
+    assert fields["tools"] is not live.tools
+
+
 @pytest.mark.parametrize("name", ENCODINGS)
 def test_save_leaves_no_temp_file(tmp_path: Path, name: str) -> None:
     save_cassette(make_cassette(), tmp_path / name)

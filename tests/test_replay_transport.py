@@ -30,7 +30,7 @@ from chunktape import (
 )
 from chunktape._cassettes.model import ResponseMeta
 from chunktape.faults import Corrupt, Disconnect, FailFirst, HttpError, Truncate
-from chunktape.http import RecordingTransport, ReplayTransport
+from chunktape.http import RecordingTransport, ReplayTransport, render_sse
 from chunktape.wire._openai_chat import decode_openai_sse, options_to_openai_request
 from fake_provider import chunk, sse, tool_delta
 from helpers import interaction_of, text_stream
@@ -336,3 +336,24 @@ def test_a_body_played_again_through_one_transport_is_the_same_and_a_fault_still
         first, second = (client.post("/v1/chat/completions", json=request).content for _ in range(2))
     assert not first.endswith(b"data: [DONE]\n\n")
     assert second == bodies[0]
+
+
+@pytest.mark.parametrize("library", ["httpx2", "httpx"])
+async def test_an_instant_body_arrives_unread_with_its_length_as_a_servers_does(library: str) -> None:
+    # An instant, fault-free stream is handed over as its rendered bytes, unread: the client reads them as it reads a
+    # socket's body (counting what it downloaded), and Content-Length says how many there are.
+    recorded = interaction_of(text_stream("Hel", "lo"), content="hi", model="m", start_ns=0)
+    request = options_to_openai_request(recorded.request.to_options())
+    expected = render_sse(recorded)  # the request asks for the usage chunk
+    transport = ReplayTransport(Cassette(interactions=[recorded]), allow_repeats=True)
+    sync = httpx2.Client if library == "httpx2" else httpx.Client
+    with sync(transport=transport, base_url="http://127.0.0.1:9") as client:
+        with client.stream("POST", "/v1/chat/completions", json=request) as reply:
+            assert not reply.is_stream_consumed
+            assert b"".join(reply.iter_bytes()) == expected
+            assert reply.num_bytes_downloaded == len(expected)
+        assert reply.headers["content-length"] == str(len(expected))
+        assert reply.headers["content-type"] == "text/event-stream; charset=utf-8"
+    asynchronous = httpx2.AsyncClient if library == "httpx2" else httpx.AsyncClient
+    async with asynchronous(transport=transport, base_url="http://127.0.0.1:9") as aclient:
+        assert (await aclient.post("/v1/chat/completions", json=request)).content == expected

@@ -58,6 +58,7 @@ __all__ = [
     "response",
     "send",
     "send_async",
+    "sent_response",
 ]
 
 
@@ -221,6 +222,19 @@ def response(
             status, headers=headers, stream=stream, content=content, request=request, extensions=extra
         )
     return httpx.Response(status, headers=headers, stream=stream, content=content, request=request, extensions=extra)
+
+
+def sent_response(request: AnyRequest, status: int, *, headers: Mapping[str, str], body: bytes) -> AnyResponse:
+    """A response of ``request``'s library carrying ``body`` as a server sends one: its ``Content-Length`` set (as
+    ``content=`` sets it), the body handed over unread, for the client to read as it reads a socket's.
+
+    ``content=`` reads the body through the response's decoders while building it, most of what a short replayed
+    stream's response costs; a whole body replayed this way is read once, by the client, like a timed one.
+    """
+    head = {**headers, "Content-Length": str(len(body))} if body else headers
+    if isinstance(request, httpx2.Request):
+        return httpx2.Response(status, headers=head, stream=httpx2.ByteStream(body), request=request)
+    return httpx.Response(status, headers=head, stream=httpx.ByteStream(body), request=request)
 
 
 def read_error(request: AnyRequest, message: str, *, timeout: bool = False) -> Exception:

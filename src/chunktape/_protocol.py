@@ -289,8 +289,17 @@ class RequestFields(_Wire, frozen=True, kw_only=True):
 
     def request_fields(self) -> dict[str, Any]:
         """These fields as the keywords that build either kind of request, their lists and dicts copied (agents
-        often append to the list they passed in)."""
-        return {name: _copied(getattr(self, name)) for name in RequestFields.__struct_fields__}
+        often append to the list they passed in). Named one by one, not looked up by name: every replayed request
+        is made this way (a test holds them to ``__struct_fields__``)."""
+        return {
+            "model": self.model,
+            "messages": _copied(self.messages),
+            "tools": _copied(self.tools),
+            "max_tokens": self.max_tokens,
+            "temperature": self.temperature,
+            "reasoning": self.reasoning,
+            "extra": _copied(self.extra),
+        }
 
 
 def _copied(value: object) -> object:

@@ -129,11 +129,14 @@ class RecordedRequest(RequestFields, frozen=True, kw_only=True):
         return GenerateOptions(**self.request_fields())
 
 
+_canonical = msgspec.json.Encoder(order="sorted")
+
+
 def request_fingerprint(request: RecordedRequest) -> str:
     """sha256 hex of the request's canonical JSON: sorted keys, without the fingerprint field itself."""
-    canonical = msgspec.structs.replace(request, fingerprint="")
+    canonical = msgspec.structs.replace(request, fingerprint="") if request.fingerprint else request
     try:
-        encoded = msgspec.json.encode(canonical, order="sorted")
+        encoded = _canonical.encode(canonical)
     except (TypeError, ValueError) as error:  # msgspec.EncodeError is a ValueError
         bad = [key for key, value in request.extra.items() if not _encodable(value)]
         where = f"extra field(s) {bad}" if bad else "a request field"

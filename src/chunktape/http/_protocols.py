@@ -16,7 +16,7 @@ import msgspec
 
 from chunktape._cassettes.model import Interaction, ResponseMeta
 from chunktape._errors import ErrorCode, LlmError
-from chunktape._protocol import BlockStart, ProviderEvent, StreamChunk
+from chunktape._protocol import BlockStart, ProviderEvent, StreamChunk, TextDelta
 from chunktape.http._render import Ending, SseRenderer, completion_from_chunks, error_body, render_sse
 from chunktape.http._render_events import AnthropicRenderer, ResponsesRenderer, anthropic_error_body
 from chunktape.wire import _anthropic as anthropic
@@ -264,6 +264,8 @@ def recorded_protocol(interaction: Interaction) -> str | None:
     it; a recording with neither is protocol-neutral (an adapter's, or chat completions')."""
     for event in interaction.events:
         chunk = event.chunk
+        if type(chunk) is TextDelta:  # most of a stream, and none names a protocol: one test each, not two
+            continue
         if type(chunk) is ProviderEvent:
             return chunk.protocol
         if type(chunk) is BlockStart and chunk.opening:

@@ -170,7 +170,7 @@ class SseRenderer:
         return self._event(self._encoder.start(), "first")
 
     def chunk(self, chunk: StreamChunk) -> bytes:
-        if isinstance(chunk, TextDelta | ReasoningDelta):
+        if type(chunk) is TextDelta or type(chunk) is ReasoningDelta:  # a subclass renders the slow way, alike
             kind = type(chunk)
             template = self._templates.get(kind) or self._template(kind)
             if template is not _NO_TEMPLATE:

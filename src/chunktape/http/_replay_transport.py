@@ -52,7 +52,16 @@ import msgspec
 from chunktape._cassettes.codec import LazyCassette
 from chunktape._cassettes.model import Cassette, Interaction, Raised
 from chunktape._errors import ErrorCode, LlmError
-from chunktape._httpx import AnyRequest, AnyResponse, AsyncBody, DualTransport, LoopBody, read_error, response
+from chunktape._httpx import (
+    AnyRequest,
+    AnyResponse,
+    AsyncBody,
+    DualTransport,
+    LoopBody,
+    read_error,
+    response,
+    sent_response,
+)
 from chunktape._protocol import Finish, aclose_stream
 from chunktape._replayer.options import ReplayKeywords, ReplayOptions
 from chunktape._replayer.playback import Hold, Playback
@@ -77,9 +86,17 @@ _BROKEN = frozenset({ErrorCode.STREAM_ABORTED.value, ErrorCode.TIMEOUT.value})
 
 
 class _Whole(NamedTuple):
-    """An answer sent whole: an error, a JSON completion, or an instant event stream."""
+    """An answer sent whole: an error or a JSON completion."""
 
     status: int
+    headers: dict[str, str]
+    content: bytes
+
+
+class _Instant(NamedTuple):
+    """An instant, fault-free event stream: its rendered bytes, handed over unread as a server's body (as a timed
+    stream's is), which spares building the response the cost of reading them into it."""
+
     headers: dict[str, str]
     content: bytes
 
@@ -151,15 +168,16 @@ class ReplayTransport(DualTransport):
         """Fail if a recorded interaction was never played (``ReplayAdapter.assert_all_played``)."""
         self.playback.assert_all_played()
 
-    def _answer(self, request: AnyRequest) -> _Whole | _Streamed:
-        protocol = protocol_for(request.url.path) if request.method == "POST" else None
+    def _answer(self, request: AnyRequest) -> _Whole | _Instant | _Streamed:
+        path = request.url.path  # unquoted anew on each look
+        protocol = protocol_for(path) if request.method == "POST" else None
         if protocol is None:
             raise LlmError(
                 f"{request.method} {request.url} is no model request: a ReplayTransport answers POST "
                 "...chat/completions, .../messages and .../responses only",
                 ErrorCode.CASSETTE_MISMATCH,
             )
-        chat = protocol.decode_request(request.content, model=route_model(request.url.path))
+        chat = protocol.decode_request(request.content, model=route_model(path))
         engine = self.playback
         _, active = engine.begin(chat.options)
         failed = active.http_error if active is not None else None
@@ -195,7 +213,7 @@ class ReplayTransport(DualTransport):
             if content is None:  # rendered once; a later play (allow_repeats) sends the same bytes
                 content = protocol.render(interaction, model=chat.options.model, include_usage=chat.include_usage)
                 self._rendered.put(index, interaction, key, content, len(content))
-            return _Whole(200, headers, content)
+            return _Instant(headers, content)
         renderer = protocol.renderer(model=chat.options.model, include_usage=chat.include_usage, meta=meta)
         pieces = self._events(request, interaction, index, renderer, active, hold)
         if active is not None:
@@ -244,6 +262,8 @@ class ReplayTransport(DualTransport):
     def handle(self, request: AnyRequest) -> AnyResponse:
         request.read()
         answer = self._answer(request)
+        if isinstance(answer, _Instant):
+            return sent_response(request, 200, headers=answer.headers, body=answer.content)
         if isinstance(answer, _Whole):
             return response(request, answer.status, headers=answer.headers, content=answer.content)
         timed = TimedBody(answer.pieces, request)
@@ -258,6 +278,8 @@ class ReplayTransport(DualTransport):
     async def handle_async(self, request: AnyRequest) -> AnyResponse:
         await request.aread()
         answer = self._answer(request)
+        if isinstance(answer, _Instant):
+            return sent_response(request, 200, headers=answer.headers, body=answer.content)
         if isinstance(answer, _Whole):
             return response(request, answer.status, headers=answer.headers, content=answer.content)
         timed = TimedBody(answer.pieces, request)

@@ -29,5 +29,5 @@ def is_chat(method: str, path: str) -> bool:
 
 def route_model(path: str) -> str | None:
     """The model a route names: Azure's deployment (URL-decoded), else None (the body names it)."""
-    found = _AZURE.search(path)
+    found = _AZURE.search(path) if "/deployments/" in path else None  # no search for the other routes
     return None if found is None else unquote(found["deployment"])

@@ -71,6 +71,10 @@ class OpenAIChatEncoder:
                 return [self._chunk({"content": item.text})]
             case ReasoningDelta():
                 return [self._chunk({"reasoning_content": item.text})]
+            case BlockStart() | BlockEnd() | ProviderEvent():
+                # Blocks are implicit here; another protocol's events have no place in this one. Tested third: every
+                # stream has two block events for each block, and each case above them is one more isinstance.
+                return []
             case ToolCallDelta():
                 number = self._tool_numbers.setdefault(item.index, len(self._tool_numbers))
                 call: dict[str, Any] = {"index": number}
@@ -89,8 +93,6 @@ class OpenAIChatEncoder:
             case Finish():
                 self.finished = True
                 return [self._chunk({}, finish_to_wire(item.reason))]
-            case BlockStart() | BlockEnd() | ProviderEvent():
-                return []  # blocks are implicit here; another protocol's events have no place in this one
 
     def close(self) -> list[dict[str, Any]]:
         """The usage-only chunk (``choices: []``), when the stream had usage."""

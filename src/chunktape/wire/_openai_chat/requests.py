@@ -213,8 +213,9 @@ def options_from_openai_request(
         max_tokens = typed(rest.pop("max_completion_tokens"), int | None, "max_completion_tokens", _bad_request)
     temperature = typed(rest.pop("temperature", None), float | None, "temperature", _bad_request)
     effort: str | None = None
-    for name, fields in (reasoning or {}).items():
-        if fields and all(key in rest and rest[key] == value for key, value in fields.items()):
+    for name, fields in (reasoning or {}).items() if rest else ():
+        # The key test first, in C: most requests name no effort, and a generator per effort costs more than it.
+        if fields and fields.keys() <= rest.keys() and all(rest[key] == value for key, value in fields.items()):
             effort = name
             for key in fields:
                 del rest[key]
