@@ -10,7 +10,7 @@ from pathlib import Path
 
 import msgspec
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from chunktape import (
@@ -423,6 +423,7 @@ def test_a_literal_in_base64_is_found_at_any_alignment_without_decoding_the_run(
 ) -> None:
     """A scanner of literals only (a replay's redaction) finds their base64 by the characters the literal
     determines, not by decoding every run: the same finds, in any alignment, glued to a word, URL-safe, wrapped."""
+    assume(secret not in REDACTED)  # a piece of the marker itself is never a secret (``scanner`` drops it)
     data = before + secret.encode() + after
     encoded = (base64.urlsafe_b64encode if urlsafe else base64.b64encode)(data).decode()
     if wrap:
