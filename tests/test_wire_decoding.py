@@ -81,3 +81,37 @@ def test_require_finished_and_ending() -> None:
     stop, usage = FinishReason(kind="stop"), TokenUsage(input_tokens=1, output_tokens=2)
     assert ending(None, stop) == [Finish(reason=stop)]
     assert ending(usage, stop) == [UsageChunk(usage=usage), Finish(reason=stop)]
+
+
+def test_a_responses_item_said_done_after_the_next_one_opened_is_one_block_each() -> None:
+    """OpenRouter opens the message item before it says the reasoning item is done; the blocks follow one another,
+    and the late done (and its part's) end nothing twice."""
+    from chunktape import BlockEnd, ReasoningBlock, TextBlock
+    from chunktape.wire import ResponsesEncoder, decode_responses_sse
+    from protocol_streams import events
+
+    base = {"id": "resp_or", "object": "response", "created_at": 1, "model": "m", "status": "in_progress"}
+    reasoning = {"type": "reasoning", "id": "rs_or", "summary": []}
+    message = {"type": "message", "id": "msg_or", "role": "assistant", "status": "in_progress", "content": []}
+    part = {"type": "output_text", "annotations": [], "text": "4"}
+    body = events(
+        {"type": "response.created", "response": base},
+        {"type": "response.output_item.added", "output_index": 0, "item": reasoning},
+        {"type": "response.reasoning_summary_text.delta", "item_id": "rs_or", "output_index": 0, "delta": "Add."},
+        {"type": "response.output_item.added", "output_index": 1, "item": message},
+        {"type": "response.output_text.delta", "item_id": "msg_or", "output_index": 1, "delta": "4"},
+        {"type": "response.output_item.done", "output_index": 1, "item": {**message, "content": [part]}},
+        {"type": "response.content_part.done", "item_id": "rs_or", "output_index": 0, "part": part},
+        {"type": "response.output_item.done", "output_index": 0, "item": reasoning},
+        {"type": "response.completed", "response": {**base, "status": "completed", "output": []}},
+    )
+    chunks = decode_responses_sse(body)
+    ended = [chunk.block for chunk in chunks if isinstance(chunk, BlockEnd)]
+    assert ended == [ReasoningBlock(text="Add."), TextBlock(text="4")]
+    encoder = ResponsesEncoder(model="m")
+    replayed = encoder.start() + b"".join(encoder.feed(chunk) for chunk in chunks)
+    assert [chunk.block for chunk in decode_responses_sse(replayed) if isinstance(chunk, BlockEnd)] == ended
+    stray = {"type": "response.output_item.done", "output_index": 2, "item": {"type": "reasoning", "id": "rs_never"}}
+    with pytest.raises(LlmError) as caught:  # a done for an item never opened is still a broken stream
+        decode_responses_sse(body.replace(b"event: response.completed", events(stray) + b"event: response.completed"))
+    assert caught.value.code is ErrorCode.INVALID_RESPONSE

@@ -71,3 +71,30 @@ def test_custom_tools_keeps_a_list_with_a_server_tool_whole() -> None:
     rest = {"tools": [mine, server]}
     assert custom_tools(rest, lambda tool: "type" not in tool, bad, schema="input_schema") == []
     assert rest == {"tools": [mine, server]}
+
+
+def test_an_anthropic_system_turn_inside_the_conversation_stays_in_its_place() -> None:
+    """The leading system prompt is the ``system`` field; a ``system`` turn later in ``messages`` (Anthropic's
+    ``tool_addition``) is a system message where it was, and is sent back there."""
+    from chunktape.wire._anthropic import options_to_anthropic_request
+
+    addition = [{"type": "tool_addition", "tool": {"type": "tool_reference", "name": "lookup"}}]
+    body = {
+        "model": "m",
+        "max_tokens": 16,
+        "system": "Be brief.",
+        "messages": [
+            {"role": "user", "content": "hi"},
+            {"role": "system", "content": addition},
+            {"role": "user", "content": "again"},
+        ],
+        "stream": True,
+    }
+    options = decode_messages_request(msgspec.json.encode(body)).options
+    assert [(m.role, m.content, m.content_parts) for m in options.messages] == [
+        ("system", "Be brief.", None),
+        ("user", "hi", None),
+        ("system", None, addition),
+        ("user", "again", None),
+    ]
+    assert options_to_anthropic_request(options, max_tokens=16) == body

@@ -4,7 +4,8 @@
 reads one back and ``decode_messages_request`` reads one from raw bytes (the replay server, the transports), so a
 request matches its recording whichever way it came in: decoding what the encoder built gives the options back.
 
-The mapping: ``system`` (a string, or text blocks) is the leading system message; a message whose content is a
+The mapping: ``system`` (a string, or text blocks) is the leading system message, and a ``system`` turn later in
+``messages`` (a ``tool_addition``) a system message in its place; a message whose content is a
 string, or one plain text block, has ``content``; an assistant turn of text and ``tool_use`` blocks has
 ``content`` and ``tool_calls``; a user turn of ``tool_result`` blocks is one ``tool`` message per result (its
 other fields, such as ``is_error``, in ``extra``); any other content (images, documents, thinking blocks with
@@ -56,7 +57,9 @@ _decoder = msgspec.json.Decoder()
 _BUDGET = re.compile(r"thinking-([0-9]+)")
 _TOOL_FIELDS = frozenset({"name", "description", "input_schema"})
 _EMPTY_SCHEMA = {"type": "object", "properties": {}}
-_ROLES: dict[str, Role] = {"user": "user", "assistant": "assistant"}
+_ROLES: dict[str, Role] = {"user": "user", "assistant": "assistant", "system": "system"}
+"""The roles of ``messages``: a ``system`` turn there (a ``tool_addition`` mid-conversation) stays in its place;
+the leading system prompt is the ``system`` field."""
 
 
 def _bad(message: str) -> LlmError:
@@ -117,7 +120,7 @@ def options_to_anthropic_request(
     system: list[Any] = []
     messages: list[dict[str, Any]] = []
     for message in options.messages:
-        if message.role == "system":
+        if message.role == "system" and not messages:  # the leading ones are the system prompt
             system.append(_content_of(message))
             continue
         if message.role == "tool":

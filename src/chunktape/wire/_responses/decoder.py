@@ -101,11 +101,13 @@ class _Item:
 class ResponsesDecoder:
     """Stateful decoder: feed SSE items (or event JSON), get StreamChunks; ``close()`` at the end of the body."""
 
-    __slots__ = ("_done", "_finish", "_next", "_open", "_tool_calls", "_usage", "response", "terminal")
+    __slots__ = ("_done", "_ended_early", "_finish", "_next", "_open", "_tool_calls", "_usage", "response", "terminal")
 
     def __init__(self) -> None:
         self._next = 0
         self._open: _Item | None = None
+        self._ended_early: set[str] = set()
+        """Items a later item's ``output_item.added`` ended before their own ``output_item.done`` came."""
         self._usage: dict[str, Any] | None = None
         self._finish: FinishReason | None = None
         self._tool_calls = False
@@ -221,6 +223,8 @@ class ResponsesDecoder:
         return item, piece
 
     def _added(self, item: Any, out: list[StreamChunk]) -> None:
+        if self._open is not None:  # a provider that opens the next item first (OpenRouter) says done later
+            self._ended_early.add(self._open.id)
         self._end_open(out)
         if not isinstance(item, dict) or not isinstance(item.get("type"), str):
             raise invalid(f"output_item.added without an item: {snippet(repr(item))}")
@@ -274,6 +278,10 @@ class ResponsesDecoder:
 
     def _done_item(self, item: Any, out: list[StreamChunk]) -> None:
         current = self._open
+        late = item.get("id") if isinstance(item, dict) else None
+        if late in self._ended_early and (current is None or current.id != late):
+            self._ended_early.discard(late)  # its block ended when the next item opened: nothing is left to end
+            return
         if current is None or not isinstance(item, dict):
             raise invalid(f"output_item.done without an open item: {snippet(repr(item))}")
         if isinstance(item.get("id"), str) and item["id"] != current.id:
