@@ -178,3 +178,19 @@ def test_a_request_another_api_sends_on_the_same_route_is_skipped_with_a_note(tm
     (note,) = imported.notes
     assert note.startswith("vcr interaction #0")
     assert "skipped, its request body is not a" in note
+
+
+def test_a_whole_responses_answer_keeps_its_own_status(tmp_path: Path) -> None:
+    """A background request is answered ``queued`` with no output: its replay says ``queued`` too, not completed."""
+    from chunktape import save_cassette
+
+    request = {"model": "gpt-test-1", "input": "Weather in Paris?", "background": True}
+    queued = {"id": "resp_bg", "object": "response", "created_at": 1, "model": "gpt-test-1", "status": "queued"}
+    queued |= {"output": [], "usage": None}
+    uri = "https://api.openai.com/v1/responses"
+    save_cassette(
+        import_vcr(_cassette(tmp_path / "c.yaml", _exchange(uri, request, json.dumps(queued)))), tmp_path / "c.msgpack"
+    )
+    with httpx2.Client(transport=ReplayTransport(tmp_path / "c.msgpack")) as client:
+        answer = client.post(f"{OFFLINE}/v1/responses", json=request).json()
+    assert (answer["id"], answer["status"], answer["output"]) == ("resp_bg", "queued", [])

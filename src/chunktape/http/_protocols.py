@@ -16,7 +16,7 @@ import msgspec
 
 from chunktape._cassettes.model import Interaction, ResponseMeta
 from chunktape._errors import ErrorCode, LlmError
-from chunktape._protocol import BlockStart, ProviderEvent, StreamChunk, TextDelta
+from chunktape._protocol import BlockStart, Finish, ProviderEvent, StreamChunk, TextDelta
 from chunktape.http._render import Ending, SseRenderer, completion_from_chunks, error_body, render_sse
 from chunktape.http._render_events import AnthropicRenderer, ResponsesRenderer, anthropic_error_body
 from chunktape.wire import _anthropic as anthropic
@@ -207,9 +207,17 @@ class _Responses(WireProtocol):
         terminal = meta.extras.get("terminal") if meta is not None else None
         encoder = responses.ResponsesEncoder(model=model, response=created, terminal=terminal)
         encoder.start()
+        status = None
         for chunk in chunks:
             encoder.feed(chunk)
-        return encoder.final()
+            if type(chunk) is Finish:
+                status = chunk.reason.provider_reason
+        whole = encoder.final()
+        if isinstance(status, str) and status not in ("completed", "incomplete"):
+            # A whole answer's own status (a background request's "queued") goes back as it came; a stream's
+            # terminal event can only be completed or incomplete.
+            whole = {**whole, "status": status}
+        return whole
 
     def decoder(self) -> StreamDecoder:
         return responses.ResponsesDecoder()
