@@ -194,3 +194,26 @@ def test_a_whole_responses_answer_keeps_its_own_status(tmp_path: Path) -> None:
     with httpx2.Client(transport=ReplayTransport(tmp_path / "c.msgpack")) as client:
         answer = client.post(f"{OFFLINE}/v1/responses", json=request).json()
     assert (answer["id"], answer["status"], answer["output"]) == ("resp_bg", "queued", [])
+
+
+def test_a_gzipped_cassette_imports_as_its_text_and_an_empty_or_broken_one_is_one_line(tmp_path: Path) -> None:
+    """Projects whose persister gzips their cassettes (LangChain's ``.yaml.gz``); the file is read once, bounded."""
+    import gzip
+
+    from chunktape import LlmError
+
+    plain = _cassette(
+        tmp_path / "c.yaml", _exchange("https://api.anthropic.com/v1/messages", MESSAGES_REQUEST, messages_stream())
+    )
+    packed = tmp_path / "c.yaml.gz"
+    packed.write_bytes(gzip.compress(plain.read_bytes()))
+    assert import_vcr(packed).interactions == import_vcr(plain).interactions
+    for name, data, said in [
+        ("empty.yaml", b"", "is empty"),
+        ("cut.yaml.gz", gzip.compress(plain.read_bytes())[:200], "a gzip-compressed file that does not decompress"),
+    ]:
+        (tmp_path / name).write_bytes(data)
+        with pytest.raises(LlmError) as caught:
+            import_vcr(tmp_path / name)
+        assert caught.value.code is ErrorCode.CASSETTE_CORRUPT
+        assert said in caught.value.message

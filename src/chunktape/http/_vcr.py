@@ -47,7 +47,14 @@ from chunktape._cassettes.model import (
 )
 from chunktape._cassettes.redaction import redact_interaction
 from chunktape._errors import ErrorCode, LlmError
-from chunktape._limits import BodyDecodeError, BodyDecoder, UnreadableFile, decode_body, read_user_file
+from chunktape._limits import (
+    BodyDecodeError,
+    BodyDecoder,
+    UnreadableFile,
+    decode_body,
+    max_file_bytes,
+    read_user_file,
+)
 from chunktape._protocol import GenerateOptions, StreamChunk
 from chunktape._secrets import is_credential_value, redact_url, url_secrets
 from chunktape.http._protocols import CHAT, WireProtocol, protocol_for
@@ -206,6 +213,25 @@ class VcrSerializer(StrEnum):
     """vcrpy's ``json`` serializer."""
     PARSED_BODY = "parsed-body"
     """pydantic-ai's ``json_body_serializer``: YAML whose JSON bodies are stored parsed, under ``parsed_body``."""
+
+
+_GZIP_MAGIC = b"\x1f\x8b"
+
+
+class _Read:
+    """A vcrpy persister over the text already read (once, bounded, decompressed when it was gzipped), so vcrpy never
+    opens the file again (nor reads one that changed in between)."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def load_cassette(self, cassette_path: str, serializer: Any) -> Any:
+        from vcr.serialize import deserialize  # vcrpy's own reading of a cassette's text
+
+        return deserialize(self.text, serializer)
+
+    def save_cassette(self, cassette_path: str, cassette_dict: Any, serializer: Any) -> None:
+        raise NotImplementedError("import_vcr never writes vcrpy cassettes")
 
 
 class _Serializer:
@@ -496,9 +522,22 @@ def read_vcr(
         if exc.reason == "missing":
             raise LlmError(str(exc), ErrorCode.CASSETTE_NOT_FOUND, hint="check the vcrpy cassette path") from None
         raise LlmError(str(exc), ErrorCode.CASSETTE_CORRUPT, hint="give a vcrpy cassette file") from None
+    if data[:2] == _GZIP_MAGIC:  # a cassette its project's persister gzips (LangChain's .yaml.gz)
+        try:
+            data = decode_body(data, "gzip", limit=max_file_bytes())
+        except BodyDecodeError as exc:
+            raise LlmError(
+                f"{path}: a gzip-compressed file that does not decompress: {exc}",
+                ErrorCode.CASSETTE_CORRUPT,
+                hint="give a vcrpy cassette file, gzipped whole or not at all",
+            ) from None
+    if not data.strip():
+        raise LlmError(f"{path} is empty", ErrorCode.CASSETTE_CORRUPT, hint="give a vcrpy cassette file")
     _check_text(path, data, kind)
     try:
-        loaded = VcrCassette.load(path=str(path), record_mode="none", serializer=_Serializer(kind))
+        loaded = VcrCassette.load(
+            path=str(path), record_mode="none", serializer=_Serializer(kind), persister=_Read(data.decode())
+        )
     except _Refused as exc:
         raise LlmError(f"{path}: {exc}", ErrorCode.CASSETTE_CORRUPT) from None
     except Exception as exc:
