@@ -98,3 +98,20 @@ def test_an_anthropic_system_turn_inside_the_conversation_stays_in_its_place() -
         ("user", "again", None),
     ]
     assert options_to_anthropic_request(options, max_tokens=16) == body
+
+
+def test_a_chat_request_with_a_providers_own_tool_keeps_its_tools_as_given() -> None:
+    """OpenRouter's server tools ride in ``tools`` beside function tools: the list is kept whole and sent back."""
+    from chunktape.wire._openai_chat import options_to_openai_request
+
+    tools = [
+        {"type": "openrouter:web_search", "parameters": {"max_uses": 1}},
+        {"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}},
+    ]
+    body = {"model": "m", "messages": [{"role": "user", "content": "news?"}], "tools": tools, "stream": True}
+    options = decode_chat_request(msgspec.json.encode(body)).options
+    assert options.tools == []
+    assert options.extra["tools"] == tools
+    assert options_to_openai_request(options)["tools"] == tools
+    with pytest.raises(LlmError):  # a list of function tools is still read as one, and a broken one refused
+        decode_chat_request(msgspec.json.encode({**body, "tools": [{"type": "function", "function": {}}]}))

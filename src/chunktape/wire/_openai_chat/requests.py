@@ -182,6 +182,11 @@ def message_from_openai(wire: Any, where: str = "messages[0]") -> Message:
     )
 
 
+def _provider_tool(tool: object) -> bool:
+    """A tool the provider runs itself, named by its own type (OpenRouter's ``openrouter:web_search``)."""
+    return isinstance(tool, dict) and isinstance(tool.get("type"), str) and tool["type"] != "function"
+
+
 def options_from_openai_request(
     body: Any, *, reasoning: Mapping[str, Mapping[str, Any]] | None = None
 ) -> GenerateOptions:
@@ -197,14 +202,18 @@ def options_from_openai_request(
     if not isinstance(messages, list):
         raise _bad_request("`messages` must be a list")
     tools: list[ToolSpec] = []
-    listed = rest.pop("tools", None)
+    listed = rest.get("tools")
     if listed is not None and not isinstance(listed, list):
-        raise _bad_request(f"`tools` must be a list of function tools, got {type(listed).__name__}")
-    for position, tool in enumerate(listed or ()):
-        function = tool.get("function") if isinstance(tool, dict) else None
-        if not isinstance(function, dict) or not isinstance(function.get("name"), str):
-            raise _bad_request(f"tools[{position}] must be a function tool with a name")
-        tools.append(tool_spec(function, position, _bad_request, schema="parameters"))
+        raise _bad_request(f"`tools` must be a list of tools, got {type(listed).__name__}")
+    if listed is not None and not any(_provider_tool(tool) for tool in listed):
+        del rest["tools"]
+        for position, tool in enumerate(listed):
+            function = tool.get("function") if isinstance(tool, dict) else None
+            if not isinstance(function, dict) or not isinstance(function.get("name"), str):
+                raise _bad_request(f"tools[{position}] must be a function tool with a name")
+            tools.append(tool_spec(function, position, _bad_request, schema="parameters"))
+    # A list holding a provider's own tool (OpenRouter's ``openrouter:web_search``) stays whole in ``extra``, sent
+    # back as given.
     choices = rest.get("n")
     if choices is not None and (type(choices) is not int or choices != 1):
         raise _bad_request(f"`n` is {choices!r:.80}: one choice (n=1) is recorded and replayed, never more")
