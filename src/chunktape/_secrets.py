@@ -37,6 +37,7 @@ import msgspec
 from chunktape._errors import ErrorCode, LlmError
 
 __all__ = [
+    "CREDENTIAL_HEADERS",
     "ENV_PATTERNS",
     "Found",
     "KEY_PATTERNS",
@@ -58,6 +59,17 @@ __all__ = [
 ]
 
 REDACTED = "[REDACTED]"
+CREDENTIAL_HEADERS: tuple[str, ...] = (
+    "authorization",
+    "api-key",
+    "x-api-key",
+    "proxy-authorization",
+    "openai-organization",
+    "openai-project",
+    "cookie",
+    "set-cookie",
+)
+"""The headers that carry credentials or cookies (lower case): never kept in a recording, whatever else is."""
 MIN_SECRET_LENGTH = 8
 """Shorter values (``TOKEN=1``) are too likely to occur by chance to be treated as secrets."""
 

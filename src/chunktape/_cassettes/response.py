@@ -30,23 +30,13 @@ import msgspec
 
 from chunktape._cassettes.model import ResponseMeta
 from chunktape._cassettes.redaction import env_secrets, redact_text
+from chunktape._secrets import CREDENTIAL_HEADERS
 
 __all__ = ["ResponseObserver", "ResponseSink", "kept_headers", "redacted_meta", "response_sink"]
 
 _KEPT_HEADERS = frozenset({"x-request-id", "request-id", "retry-after", "retry-after-ms", "x-groq-region"})
 _KEPT_PREFIXES = ("openai-", "x-ratelimit-", "ratelimit-", "anthropic-ratelimit-", "apim-request-id", "azureml-")
-_NEVER_KEPT = frozenset(
-    {
-        "authorization",
-        "api-key",
-        "x-api-key",
-        "proxy-authorization",
-        "openai-organization",
-        "openai-project",
-        "cookie",
-        "set-cookie",
-    }
-)
+_NEVER_KEPT = frozenset(CREDENTIAL_HEADERS)
 """Credentials and cookies: never kept, whatever their prefix."""
 
 _TOP = frozenset({"id", "object", "created", "model", "system_fingerprint", "choices", "usage"})

@@ -56,7 +56,7 @@ from chunktape._limits import (
     read_user_file,
 )
 from chunktape._protocol import GenerateOptions, StreamChunk
-from chunktape._secrets import is_credential_value, redact_url, url_secrets
+from chunktape._secrets import CREDENTIAL_HEADERS, is_credential_value, redact_url, url_secrets
 from chunktape.http._protocols import CHAT, WireProtocol, protocol_for
 from chunktape.http._vcr_meta import vcr_protocol_meta, vcr_response_meta
 from chunktape.wire._decoding import StreamDecoder
@@ -71,16 +71,7 @@ from chunktape.wire._sse import SseComment, SseParser
 
 __all__ = ["SECRET_HEADERS", "VcrImport", "VcrSerializer", "import_vcr", "read_vcr", "vcr_config"]
 
-SECRET_HEADERS: tuple[str, ...] = (
-    "authorization",
-    "api-key",
-    "x-api-key",
-    "proxy-authorization",
-    "openai-organization",
-    "openai-project",
-    "cookie",
-    "set-cookie",
-)
+SECRET_HEADERS: tuple[str, ...] = CREDENTIAL_HEADERS
 """Headers that never reach a vcrpy cassette with ``vcr_config()`` (requests and responses)."""
 
 _SECRET_QUERY = ("api_key", "api-key", "apikey", "key", "access_token", "token", "sig", "signature", "client_secret")
