@@ -31,7 +31,6 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote
 
 import msgspec
 
@@ -58,6 +57,7 @@ from chunktape._limits import (
 from chunktape._protocol import GenerateOptions, StreamChunk
 from chunktape._secrets import CREDENTIAL_HEADERS, is_credential_value, redact_url, url_secrets
 from chunktape.http._protocols import CHAT, WireProtocol, protocol_for
+from chunktape.http._routes import route_model
 from chunktape.http._vcr_meta import vcr_protocol_meta, vcr_response_meta
 from chunktape.wire._decoding import StreamDecoder
 from chunktape.wire._http_errors import header_value, http_error
@@ -326,19 +326,20 @@ def _protocol(request: Any) -> WireProtocol | None:
     return protocol_for(request.path.rstrip("/")) if request.method.upper() == "POST" else None
 
 
-_AZURE_DEPLOYMENT = re.compile(r"/deployments/([^/]+)/chat/completions/?$")
+def _request_bytes(request: Any) -> bytes:
+    """The request's body as sent (decompressed); ``DecodeError`` when it has none."""
+    raw = _decompress(_as_bytes(request.body), header_value(request.headers, "content-encoding"))
+    if not raw.strip():
+        raise msgspec.DecodeError("it has no body")
+    return raw
 
 
 def _request_body(request: Any) -> Any:
     """The request's JSON body; an Azure deployment's name (in the URL path) stands in for a missing model."""
-    raw = _decompress(_as_bytes(request.body), header_value(request.headers, "content-encoding"))
-    if not raw.strip():
-        raise msgspec.DecodeError("it has no body")
-    body: Any = _decoder.decode(raw)
-    if isinstance(body, dict) and "model" not in body:
-        deployment = _AZURE_DEPLOYMENT.search(request.path)
-        if deployment is not None:
-            body = {"model": unquote(deployment[1]), **body}
+    body: Any = _decoder.decode(_request_bytes(request))
+    deployment = route_model(request.path.rstrip("/"))
+    if isinstance(body, dict) and "model" not in body and deployment is not None:
+        body = {"model": deployment, **body}
     return body
 
 
@@ -364,10 +365,7 @@ def _request(request: Any, protocol: WireProtocol) -> tuple[GenerateOptions, boo
             body = _request_body(request)
             options = options_from_openai_request(body, reasoning=REASONING_FIELDS)
             return options, isinstance(body, dict) and body.get("stream") is True
-        raw = _decompress(_as_bytes(request.body), header_value(request.headers, "content-encoding"))
-        if not raw.strip():
-            raise msgspec.DecodeError("it has no body")
-        decoded = protocol.decode_request(raw)
+        decoded = protocol.decode_request(_request_bytes(request))
         return decoded.options, decoded.streaming
     except (msgspec.DecodeError, LlmError) as exc:
         message = exc.message if isinstance(exc, LlmError) else str(exc)
