@@ -311,32 +311,36 @@ def interrupt(process: subprocess.Popen[str], timeout: float = 30) -> tuple[str,
         raise AssertionError(f"{process.args!r} did not stop within {timeout} s of SIGINT:\n{err}") from None
 
 
+class Served:
+    """A ``chunktape serve`` process a test started: its ``url``; once it stopped, what it printed after its first
+    line (``out``, ``err``)."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.out = ""
+        self.err = ""
+
+
 @contextmanager
-def serving(*args: str | Path) -> Iterator[str]:
-    """``chunktape serve ARGS --port 0`` as a user starts it, in a process of its own: its URL, then Ctrl-C, which
-    must end it cleanly (exit 0); its output is ``served.out`` / ``served.err`` once it stopped."""
+def serving(*args: str | Path) -> Iterator[Served]:
+    """``chunktape serve ARGS --port 0`` as a user starts it, in a process of its own; then Ctrl-C, which must end it
+    cleanly (exit 0)."""
     command = [sys.executable, "-m", "chunktape", "serve", *map(str, args), "--port", "0"]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    served: Served | None = None
     try:
         assert process.stdout is not None
         line = process.stdout.readline()
         if "serving on " not in line:
             process.kill()
             raise AssertionError(f"serve did not start: {line}{process.communicate()[1]}")
-        yield line.split("serving on ", 1)[1].split()[0]
+        served = Served(line.split("serving on ", 1)[1].split()[0])
+        yield served
     finally:
-        served.out, served.err = interrupt(process)
-    assert process.returncode == 0, served.err
-
-
-class _Served:
-    """What the last ``serving`` process printed after its first line."""
-
-    out = ""
-    err = ""
-
-
-served = _Served()
+        out, err = interrupt(process)
+        if served is not None:
+            served.out, served.err = out, err
+    assert process.returncode == 0, err
 
 
 def record_through_faults(source: Path, target: Path, faults: Sequence[Fault], calls: int | None = None) -> Cassette:

@@ -80,8 +80,8 @@ def recorded(node_modules: Path, tmp_path_factory: pytest.TempPathFactory) -> di
     cassettes: dict[str, Path] = {}
     for name, route in (("openai_agent.cjs", "/v1"), ("anthropic_agent.cjs", "")):
         cassette = folder / f"{name}.msgpack"
-        with serving("--script", script, "--record", cassette) as url:
-            assert agent(node_modules, name, url + route)["answer"] == "It is sunny in Paris."
+        with serving("--script", script, "--record", cassette) as served:
+            assert agent(node_modules, name, served.url + route)["answer"] == "It is sunny in Paris."
         cassettes[name] = cassette
     return cassettes
 
@@ -93,8 +93,8 @@ def test_a_node_agent_records_and_replays_through_serve(
     interactions = load_cassette(recorded[script]).interactions
     assert len(interactions) == 2
     assert [m.role for m in interactions[1].request.messages][-2:] == ["assistant", "tool"]
-    with serving(recorded[script]) as url:
-        result = agent(node_modules, script, url + route)
+    with serving(recorded[script]) as served:
+        result = agent(node_modules, script, served.url + route)
     assert result["answer"] == "It is sunny in Paris.", result
     assert result["turns"] == 2
 
@@ -109,11 +109,11 @@ def test_a_node_agent_records_and_replays_through_serve(
 def test_the_sdks_own_retry_gets_past_an_http_error(
     node_modules: Path, recorded: dict[str, Path], script: str, route: str, fault: str
 ) -> None:
-    with serving(recorded[script], "--fault", fault) as url:
-        failed = agent(node_modules, script, url + route, retries=0)
+    with serving(recorded[script], "--fault", fault) as served:
+        failed = agent(node_modules, script, served.url + route, retries=0)
     assert "error" in failed, failed
-    with serving(recorded[script], "--fault", fault) as url:
-        result = agent(node_modules, script, url + route, retries=2)
+    with serving(recorded[script], "--fault", fault) as served:
+        result = agent(node_modules, script, served.url + route, retries=2)
     assert result["answer"] == "It is sunny in Paris.", result
 
 
@@ -126,9 +126,9 @@ would a provider's): the stall that fires it holds back the headers."""
 def test_a_stall_fires_the_sdks_timeout_and_its_retry_gets_the_answer(
     node_modules: Path, recorded: dict[str, Path], script: str, route: str
 ) -> None:
-    with serving(recorded[script], "--fault", STALL_BEFORE_THE_FIRST_BYTE) as url:
-        failed = agent(node_modules, script, url + route, retries=0, timeout_ms=1500)
+    with serving(recorded[script], "--fault", STALL_BEFORE_THE_FIRST_BYTE) as served:
+        failed = agent(node_modules, script, served.url + route, retries=0, timeout_ms=1500)
         assert failed.get("error") == "APIConnectionTimeoutError", failed
-    with serving(recorded[script], "--fault", STALL_BEFORE_THE_FIRST_BYTE) as url:
-        result = agent(node_modules, script, url + route, retries=2, timeout_ms=1500)
+    with serving(recorded[script], "--fault", STALL_BEFORE_THE_FIRST_BYTE) as served:
+        result = agent(node_modules, script, served.url + route, retries=2, timeout_ms=1500)
     assert result["answer"] == "It is sunny in Paris.", result

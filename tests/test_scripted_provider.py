@@ -17,7 +17,7 @@ import pytest
 from chunktape import ErrorCode, LlmError, load_cassette
 from chunktape.http import ReplayServer, ReplayTransport
 from chunktape.http._server.scripted import load_script
-from helpers import served, serving
+from helpers import serving
 
 SCRIPT = """
 pace = { first_chunk_s = 0.0, between_s = 0.0 }
@@ -176,8 +176,8 @@ def test_serve_script_records_in_one_command(tmp_path: Path) -> None:
     """``chunktape serve --script turns.toml --record agent.msgpack``, the documented recipe, as a user runs it."""
     script = _script(tmp_path)
     cassette = tmp_path / "agent.msgpack"
-    with serving("--script", script, "--record", cassette) as url:
-        answer = asyncio.run(agent(openai.AsyncOpenAI(base_url=url + "/v1", api_key="k", max_retries=0)))
+    with serving("--script", script, "--record", cassette) as served:
+        answer = asyncio.run(agent(openai.AsyncOpenAI(base_url=served.url + "/v1", api_key="k", max_retries=0)))
     assert answer == "It is sunny in Paris."
     assert f"saved {cassette}" in served.out
     assert len(load_cassette(cassette).interactions) == 2
@@ -188,9 +188,9 @@ def test_a_request_number_no_cassette_can_store_is_refused_and_the_recording_kep
     ``OverflowError`` of msgpack, every interaction lost): it is a 400 naming the field, and the rest is saved."""
     script = _script(tmp_path, '[[turns]]\ntext = "Sunny."\nrepeat = true\n')
     cassette = tmp_path / "agent.msgpack"
-    with serving("--script", script, "--record", cassette) as url:
+    with serving("--script", script, "--record", cassette) as served:
         chat = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
-        with httpx2.Client(base_url=url) as client:
+        with httpx2.Client(base_url=served.url) as client:
             assert client.post("/v1/chat/completions", json=chat).status_code == 200
             wide = client.post("/v1/chat/completions", json={**chat, "seed": 10**30})
             messages = {"model": "m", "max_tokens": 10**25, "messages": chat["messages"]}
