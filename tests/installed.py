@@ -65,23 +65,15 @@ def _dist_info(site: Path) -> None:
     (info / "RECORD").write_text("".join(f"{name},,\n" for name in files))
 
 
-def installed_python(folder: Path, extras: Iterable[str] = (), also: Iterable[str] = ()) -> Path:
-    """A virtualenv at ``folder`` with chunktape (and its ``extras``) installed non-editable, plus the installed
-    distributions ``also`` (``openai``...); its python. Its ``bin/`` holds chunktape's console script."""
+def linked_python(folder: Path, names: Iterable[str], extras: Iterable[str] = (), skip: Iterable[str] = ()) -> Path:
+    """A virtualenv at ``folder`` whose site-packages links the files of ``names``' installed closure (chunktape's
+    ``extras`` too), but for the distributions ``skip``; its python."""
     venv.EnvBuilder(with_pip=False, symlinks=True).create(folder)
     python = folder / "bin" / "python"
-    site = Path(
-        subprocess.run(
-            [str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-    )
-    shutil.copytree(SOURCE, site / "chunktape", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    _dist_info(site)
-    for dist in _closure(["chunktape", *also], extras):
-        if dist.metadata["Name"].lower() == "chunktape":
+    site = _purelib(python)
+    skipped = {name.lower() for name in skip}
+    for dist in _closure(names, extras):
+        if dist.metadata["Name"].lower() in skipped:
             continue
         base = Path(str(dist.locate_file("")))
         tops = {Path(str(file)).parts[0] for file in dist.files or () if not str(file).startswith("..")}
@@ -89,6 +81,26 @@ def installed_python(folder: Path, extras: Iterable[str] = (), also: Iterable[st
             target = site / top
             if not target.exists() and (base / top).exists():
                 target.symlink_to(base / top)
+    return python
+
+
+def _purelib(python: Path) -> Path:
+    done = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return Path(done.stdout.strip())
+
+
+def installed_python(folder: Path, extras: Iterable[str] = (), also: Iterable[str] = ()) -> Path:
+    """A virtualenv at ``folder`` with chunktape (and its ``extras``) installed non-editable, plus the installed
+    distributions ``also`` (``openai``...); its python. Its ``bin/`` holds chunktape's console script."""
+    python = linked_python(folder, ["chunktape", *also], extras, skip=["chunktape"])
+    site = _purelib(python)
+    shutil.copytree(SOURCE, site / "chunktape", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    _dist_info(site)
     entry_points = metadata.distribution("chunktape").entry_points
     for entry in entry_points.select(group="console_scripts"):
         module, _, function = entry.value.partition(":")

@@ -10,13 +10,9 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-import venv
-from collections.abc import Iterable
-from importlib import metadata
 from pathlib import Path
 
 import pytest
-from packaging.requirements import Requirement
 
 from chunktape import (
     BlockEnd,
@@ -34,6 +30,7 @@ from chunktape import (
     TextDelta,
     save_cassette,
 )
+from installed import linked_python
 
 PLAIN_SUITE = """
 import asyncio
@@ -71,45 +68,6 @@ async def test_async_tape_needs_an_async_plugin(tape):
 """
 
 
-def _closure(names: Iterable[str]) -> list[metadata.Distribution]:
-    """The installed distributions ``names`` need, with what those need in turn (no extras)."""
-    seen: dict[str, metadata.Distribution] = {}
-    todo = list(names)
-    while todo:
-        name = re.sub(r"[-_.]+", "-", todo.pop()).lower()
-        if name in seen:
-            continue
-        dist = metadata.distribution(name)
-        seen[name] = dist
-        for line in dist.requires or ():
-            requirement = Requirement(line)
-            if requirement.marker is None or requirement.marker.evaluate({"extra": ""}):
-                todo.append(requirement.name)
-    return list(seen.values())
-
-
-def _site(folder: Path, names: Iterable[str]) -> Path:
-    """A virtualenv at ``folder`` whose site-packages links the files of ``names``' installed closure; its python."""
-    venv.EnvBuilder(with_pip=False, symlinks=True).create(folder)
-    python = folder / "bin" / "python"
-    site = Path(
-        subprocess.run(
-            [str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-    )
-    for dist in _closure(names):
-        base = Path(str(dist.locate_file("")))
-        tops = {Path(str(file)).parts[0] for file in dist.files or () if not str(file).startswith("..")}
-        for top in tops:
-            target = site / top
-            if not target.exists() and (base / top).exists():
-                target.symlink_to(base / top)
-    return python
-
-
 def _outcomes(python: Path, project: Path, *args: str) -> dict[str, str]:
     """Each test's outcome in a pytest run of ``project`` by ``python``."""
     run = subprocess.run(
@@ -130,8 +88,8 @@ def _outcomes(python: Path, project: Path, *args: str) -> dict[str, str]:
 def pythons(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("venvs")
     return {
-        "pytest only": _site(root / "bare", ["pytest"]),
-        "chunktape and pytest": _site(root / "with-chunktape", ["chunktape", "pytest"]),
+        "pytest only": linked_python(root / "bare", ["pytest"]),
+        "chunktape and pytest": linked_python(root / "with-chunktape", ["chunktape", "pytest"]),
     }
 
 
