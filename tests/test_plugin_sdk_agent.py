@@ -15,15 +15,7 @@ from chunktape import load_cassette
 from fake_provider import FakeProvider, FakeResponse
 from helpers import run_pytest
 from sdk_agents import text_and_tool_call, text_only
-
-INI = """
-[pytest]
-asyncio_mode = auto
-asyncio_default_fixture_loop_scope = function
-filterwarnings = error
-xfail_strict = true
-addopts = --strict-markers -p no:cacheprovider -p no:hypothesispytest
-"""
+from test_plugin_http import INI
 
 AGENT = '''
 """The user's agent: asks, runs the weather tool the model calls, asks again; retries a turn that failed."""
